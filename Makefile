@@ -1,0 +1,65 @@
+# Serverless SSP2 sync backend: build, test, run, deploy helpers.
+#
+# `make run`  – local HTTP server over the same handlers with an embedded store
+# `make test` – the whole suite (lint, vectors, unit, adapters, emulator tests)
+
+SHELL := /bin/bash
+GO ?= go
+export GOFLAGS := -buildvcs=false
+
+# The golden vectors live beside the repository in ../shared; tests read
+# them from SSP2_VECTORS.
+ifneq ($(wildcard ../shared/ssp2-vectors),)
+SSP2_VECTORS ?= $(abspath ../shared/ssp2-vectors)
+endif
+export SSP2_VECTORS
+
+TOOLS_BIN := $(CURDIR)/.tools/bin
+export PATH := $(TOOLS_BIN):$(PATH)
+
+LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
+FUZZTIME ?= 30s
+
+.PHONY: all test lint unit tools fuzz bench run build clean \
+	build-PushFunction build-PullFunction build-SegmentFunction
+
+all: build
+
+## test: lint, then every Go test with the race detector (services started by scripts/testenv.sh)
+test: lint
+	./scripts/test.sh
+
+lint: tools
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files --others --exclude-standard '*.go' 2>/dev/null)); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	staticcheck ./...
+
+tools:
+	@./scripts/tools.sh
+
+## fuzz: run every fuzz target for FUZZTIME each
+fuzz:
+	./scripts/fuzz.sh $(FUZZTIME)
+
+## bench: codec, engine and store benchmarks
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+
+## run: the local runner on 127.0.0.1:8787
+run:
+	$(GO) run ./cmd/syncular-local $(ARGS)
+
+build:
+	$(GO) build ./...
+
+# SAM BuildMethod: makefile targets. SAM sets ARTIFACTS_DIR.
+build-PushFunction:
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/push
+build-PullFunction:
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/pull
+build-SegmentFunction:
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/segment
+
+clean:
+	rm -rf bin .aws-sam
