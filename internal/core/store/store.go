@@ -1,0 +1,235 @@
+// Package store declares what the sync engine needs from durable storage:
+// the partition registry, the commit log, current rows, push outcomes,
+// client cursor records and bootstrap segments. Implementations live in
+// packages named by technology (memstore, dynamostore, s3segments) and all
+// pass the one contract suite in package storetest.
+//
+// Every method is partition-local (SPEC §2.1). Every read that a
+// correctness decision depends on is strongly consistent.
+package store
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+)
+
+// Errors with a protocol meaning that implementations return (wrapped or
+// not) so the engine can decide with errors.Is.
+var (
+	// ErrHeadMoved reports that Commit lost the per-partition race: another
+	// commit advanced maxCommitSeq first. The engine re-runs the evaluation.
+	ErrHeadMoved = errors.New("store: partition head moved")
+	// ErrOutcomeExists reports that an outcome for the idempotency key was
+	// already recorded (§2.3); the engine replays the stored one.
+	ErrOutcomeExists = errors.New("store: push outcome already recorded")
+	// ErrOutcomeUnreadable reports a recorded outcome that cannot be read
+	// back; the engine answers sync.idempotency_cache_miss (§6.3).
+	ErrOutcomeUnreadable = errors.New("store: push outcome unreadable")
+	// ErrNotFound reports an absent segment object or record.
+	ErrNotFound = errors.New("store: not found")
+	// ErrCollision reports a content address whose stored bytes differ
+	// from the bytes being written (§5.1): never silently overwritten.
+	ErrCollision = errors.New("store: content-address collision")
+	// ErrTooLarge reports data the backend cannot hold (e.g. a row past
+	// the item size limit); the engine maps it to a catalog error.
+	ErrTooLarge = errors.New("store: item too large")
+)
+
+// Head is the partition registry entry and log head (§2.1, §4.6).
+type Head struct {
+	// LogEpoch identifies the continuity of the log (§2.1), non-empty.
+	LogEpoch string
+	// EpochRequired is set once the epoch was rotated: wire version 1
+	// clients are then rejected (§1.5).
+	EpochRequired bool
+	// MaxCommitSeq is the newest commitSeq; 0 for an empty log.
+	MaxCommitSeq int64
+	// HorizonSeq: every commit with commitSeq ≤ HorizonSeq may be gone (§4.6).
+	HorizonSeq int64
+	// LastSeenAtMs is the last authentication time recorded (§2.1).
+	LastSeenAtMs int64
+}
+
+// Row is the current stored state of one synced row.
+type Row struct {
+	RowID string
+	// Version is server_version (§2.2): 1 on insert, +1 per applied upsert.
+	Version int64
+	// Scopes are the stored scopes (§3.1), canonical key order.
+	Scopes wire.StoredScopes
+	// Payload is the row-codec encoding (§2.4) for the storage schema version.
+	Payload []byte
+	// CommitSeq is the commit that last wrote the row.
+	CommitSeq int64
+}
+
+// Change is one change of a commit as stored in the log (§2.2).
+type Change struct {
+	Table      string
+	RowID      string
+	Op         wire.Op
+	RowVersion int64 // upsert only
+	Scopes     wire.StoredScopes
+	Row        []byte // upsert only: row-codec payload
+}
+
+// Commit is one applied commit in the log.
+type Commit struct {
+	Seq            int64
+	CreatedAtMs    int64
+	ActorID        string
+	ClientID       string
+	ClientCommitID string
+	Changes        []Change
+}
+
+// Outcome is a persisted push result (§2.3, §6.3). Result holds the
+// engine's own encoding of the result; the store keeps it opaque.
+type Outcome struct {
+	Applied      bool
+	CommitSeq    int64
+	Result       []byte
+	RecordedAtMs int64
+}
+
+// RowWrite is the materialization of one change into the row table.
+type RowWrite struct {
+	Table  string
+	Delete bool
+	Row    Row // RowID always set; the rest for upserts
+}
+
+// CommitRequest appends one commit atomically with its row writes and its
+// applied outcome (§6.4).
+type CommitRequest struct {
+	// ExpectedMaxSeq is the head the evaluation read; the commit gets
+	// ExpectedMaxSeq+1 and fails with ErrHeadMoved if the head moved.
+	ExpectedMaxSeq int64
+	Commit         Commit
+	Rows           []RowWrite
+	Outcome        Outcome
+}
+
+// Client is the per-(partition, clientId) record (§1.5 actor binding,
+// §4.5 retention watermark).
+type Client struct {
+	ClientID    string
+	ActorID     string
+	Cursor      int64
+	UpdatedAtMs int64
+	WireVersion uint16
+}
+
+// Store is commit, row and client storage for all partitions.
+type Store interface {
+	// TouchPartition returns the partition head, creating the registry
+	// entry with newEpoch on first sight and refreshing LastSeenAtMs when it
+	// is older than the store's refresh interval (§2.1). Consistent read.
+	TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (Head, error)
+	// Head returns the partition head without touching it; ok is false for
+	// an unknown partition. Consistent read.
+	Head(ctx context.Context, partition string) (h Head, ok bool, err error)
+	// RotateEpoch installs a new log epoch, marks epoch validation
+	// required and deletes the partition's client records (§2.1 restore rule).
+	RotateEpoch(ctx context.Context, partition, newEpoch string, nowMs int64) error
+
+	// GetOutcome returns the recorded outcome of an idempotency key (§2.3),
+	// nil when none; ErrOutcomeUnreadable when one exists but cannot be read.
+	GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*Outcome, error)
+	// PutRejection records a rejected outcome unless one exists; it returns
+	// ErrOutcomeExists when the key already has an outcome.
+	PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o Outcome) error
+	// Commit appends req.Commit as commitSeq ExpectedMaxSeq+1 together with
+	// its row writes and applied outcome, all or nothing (§6.4). It returns
+	// ErrHeadMoved on a lost race and ErrOutcomeExists when the idempotency
+	// key already has an outcome.
+	Commit(ctx context.Context, partition string, req *CommitRequest) error
+
+	// GetRows returns the current rows for rowIDs of table (absent rows are
+	// missing from the map), after finishing any partially materialized
+	// commit. Consistent read.
+	GetRows(ctx context.Context, partition, table string, rowIDs []string) (map[string]*Row, error)
+	// ScanRows calls fn for the rows of table in ascending rowId byte order,
+	// starting strictly after `after` when hasAfter, until fn returns false
+	// or the table ends. Consistent read; rows reflect every commit up to
+	// at least the head read before the scan.
+	ScanRows(ctx context.Context, partition, table string, after string, hasAfter bool, fn func(*Row) bool) error
+	// ReadLog calls fn for commits with afterSeq < Seq ≤ throughSeq, oldest
+	// first, until fn returns false. Commits at or below the horizon may be
+	// missing.
+	ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*Commit) bool) error
+
+	// GetClient returns the client record, nil when none.
+	GetClient(ctx context.Context, partition, clientID string) (*Client, error)
+	// PutClient creates or replaces the client record.
+	PutClient(ctx context.Context, partition string, c *Client) error
+	// ListClients calls fn for every client record of the partition.
+	ListClients(ctx context.Context, partition string, fn func(*Client) bool) error
+
+	// Prune advances the horizon to horizonSeq (never backwards) and deletes
+	// commits at or below it (§4.6). It returns how many commits it removed.
+	Prune(ctx context.Context, partition string, horizonSeq int64) (int, error)
+	// CommitTimes calls fn with (seq, createdAtMs) for commits after
+	// afterSeq, oldest first, until fn returns false (pruning policy input).
+	CommitTimes(ctx context.Context, partition string, afterSeq int64, fn func(seq, createdAtMs int64) bool) error
+}
+
+// SegmentKey identifies one publication context (§5.1 build-once key).
+type SegmentKey struct {
+	Partition     string
+	LogEpoch      string
+	Table         string
+	SchemaVersion int32
+	MediaType     wire.MediaType
+	ScopeDigest   string
+	AsOfCommitSeq int64
+	RowCursor     wire.Opt[string]
+}
+
+// Publication is one grant of a segment's bytes to a context: identical
+// bytes published under two partitions, scopes or pins are two
+// publications of one content address.
+type Publication struct {
+	SegmentKey
+	NextRowCursor wire.Opt[string]
+	RowCount      int64
+	CreatedAtMs   int64
+	ExpiresAtMs   int64
+}
+
+// Segment is a content-addressed object with its live publications.
+type Segment struct {
+	SegmentID    string
+	ByteLength   int64
+	Publications []Publication
+}
+
+// SegmentStore holds segment bytes by content address and their
+// publications (§5.1, §5.5).
+type SegmentStore interface {
+	// Put stores body under segmentID (bytes written once; a different body
+	// under an existing id is ErrCollision) and records pub: a publication
+	// with the same context merges lifetimes (earliest created, latest
+	// expiry), a new context is appended, and publications already expired
+	// at nowMs are pruned.
+	Put(ctx context.Context, segmentID string, body []byte, pub Publication, nowMs int64) error
+	// Find returns a live publication (ExpiresAtMs > nowMs) for key and its
+	// segment id, or ok=false. A returned publication's object is
+	// guaranteed to outlive the publication.
+	Find(ctx context.Context, key SegmentKey, nowMs int64) (segmentID string, pub Publication, ok bool, err error)
+	// Lookup returns the segment's metadata with all recorded publications
+	// (expired ones included until pruned), or ErrNotFound.
+	Lookup(ctx context.Context, segmentID string) (*Segment, error)
+	// Open streams the segment bytes, or ErrNotFound.
+	Open(ctx context.Context, segmentID string) (io.ReadCloser, error)
+}
+
+// Presigner issues delegated download URLs for segment objects (§5.4).
+type Presigner interface {
+	// PresignGet returns a URL for segmentID valid until the returned
+	// expiry (ms), which is never later than nowMs+ttlMs.
+	PresignGet(ctx context.Context, segmentID string, nowMs, ttlMs int64) (url string, expiresAtMs int64, err error)
+}
