@@ -1,0 +1,490 @@
+// Package memstore is the in-memory implementation of store.Store and
+// store.SegmentStore: the embedded backend of the local runner and the
+// reference the engine tests run against. It keeps everything in process
+// memory, so it is durable only as long as the process lives.
+//
+// Every byte slice is copied on the way in and on the way out, so callers
+// may reuse their buffers and may modify what they get back.
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+)
+
+// DefaultRefreshInterval is how stale LastSeenAtMs may get before
+// TouchPartition rewrites it. Retention only needs coarse last-seen times,
+// and skipping the rewrite keeps a quiet pull a pure read.
+const DefaultRefreshInterval = 60 * time.Second
+
+// ErrUnknownPartition reports a write to a partition that TouchPartition
+// never created: the engine always touches first, so this is a caller bug
+// rather than a protocol condition. It wraps store.ErrNotFound.
+var ErrUnknownPartition = fmt.Errorf("memstore: unknown partition: %w", store.ErrNotFound)
+
+// Callbacks run without any lock held (so fn may call back into the
+// store); scans copy this many items per locked step.
+const (
+	scanBatchRows    = 256
+	scanBatchCommits = 64
+)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithRefreshInterval sets how old LastSeenAtMs must be before
+// TouchPartition rewrites it (default DefaultRefreshInterval).
+func WithRefreshInterval(d time.Duration) Option {
+	return func(s *Store) { s.refreshMs = d.Milliseconds() }
+}
+
+// Store is an in-memory store.Store, safe for concurrent use. Partitions
+// are independent: each has its own lock, so traffic on one never waits
+// for another.
+type Store struct {
+	refreshMs int64
+
+	mu         sync.RWMutex // guards partitions (the map, not its values)
+	partitions map[string]*partState
+}
+
+var _ store.Store = (*Store)(nil)
+
+// partState is one partition's registry entry, log, rows, outcomes and
+// client records under a single lock, which makes Commit trivially atomic.
+type partState struct {
+	mu       sync.RWMutex
+	head     store.Head
+	log      []*store.Commit // owned copies; log[i].Seq == log[0].Seq+i
+	tables   map[string]*table
+	outcomes map[outcomeKey]*store.Outcome
+	clients  map[string]*store.Client
+}
+
+type outcomeKey struct{ clientID, clientCommitID string }
+
+// table pairs an id map (GetRows) with the ordered index (ScanRows).
+type table struct {
+	byID  map[string]*rowEntry
+	order rowIndex
+}
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	s := &Store{
+		refreshMs:  DefaultRefreshInterval.Milliseconds(),
+		partitions: make(map[string]*partState),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// lookup returns the partition or nil.
+func (s *Store) lookup(name string) *partState {
+	s.mu.RLock()
+	p := s.partitions[name]
+	s.mu.RUnlock()
+	return p
+}
+
+// TouchPartition implements store.Store. The common case (known partition,
+// LastSeenAtMs fresh) takes only read locks and does not allocate.
+func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (store.Head, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Head{}, err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		if newEpoch == "" {
+			return store.Head{}, errors.New("memstore: TouchPartition needs a non-empty epoch to create a partition")
+		}
+		s.mu.Lock()
+		p = s.partitions[partition]
+		if p == nil {
+			p = &partState{
+				head:     store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs},
+				tables:   make(map[string]*table),
+				outcomes: make(map[outcomeKey]*store.Outcome),
+				clients:  make(map[string]*store.Client),
+			}
+			s.partitions[partition] = p
+		}
+		s.mu.Unlock()
+	}
+	p.mu.RLock()
+	h := p.head
+	p.mu.RUnlock()
+	if !s.stale(h.LastSeenAtMs, nowMs) {
+		return h, nil
+	}
+	p.mu.Lock()
+	if s.stale(p.head.LastSeenAtMs, nowMs) {
+		p.head.LastSeenAtMs = nowMs
+	}
+	h = p.head
+	p.mu.Unlock()
+	return h, nil
+}
+
+// stale reports whether lastSeen is older than the refresh interval at
+// nowMs. A clock behind lastSeen never moves it backwards.
+func (s *Store) stale(lastSeen, nowMs int64) bool {
+	return nowMs-lastSeen > s.refreshMs
+}
+
+// Head implements store.Store.
+func (s *Store) Head(ctx context.Context, partition string) (store.Head, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Head{}, false, err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return store.Head{}, false, nil
+	}
+	p.mu.RLock()
+	h := p.head
+	p.mu.RUnlock()
+	return h, true, nil
+}
+
+// RotateEpoch implements store.Store. Rows, log, outcomes and the horizon
+// stay: rotation marks a discontinuity for clients, it does not reset the
+// data. nowMs is not needed by this backend.
+func (s *Store) RotateEpoch(ctx context.Context, partition, newEpoch string, nowMs int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if newEpoch == "" {
+		return errors.New("memstore: RotateEpoch needs a non-empty epoch")
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return ErrUnknownPartition
+	}
+	p.mu.Lock()
+	p.head.LogEpoch = newEpoch
+	p.head.EpochRequired = true
+	p.clients = make(map[string]*store.Client)
+	p.mu.Unlock()
+	return nil
+}
+
+// GetOutcome implements store.Store.
+func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*store.Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return nil, nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	o := p.outcomes[outcomeKey{clientID, clientCommitID}]
+	if o == nil {
+		return nil, nil
+	}
+	return copyOutcome(o), nil
+}
+
+// PutRejection implements store.Store.
+func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return ErrUnknownPartition
+	}
+	c := copyOutcome(&o)
+	k := outcomeKey{clientID, clientCommitID}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.outcomes[k] != nil {
+		return store.ErrOutcomeExists
+	}
+	p.outcomes[k] = c
+	return nil
+}
+
+// Commit implements store.Store. Every check happens before the first
+// write and nothing after the checks can fail, which is what makes the
+// commit all or nothing. Row CommitSeq is stamped with the assigned seq.
+func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitRequest) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	seq := req.ExpectedMaxSeq + 1
+	if req.Commit.Seq != seq {
+		return fmt.Errorf("memstore: commit seq %d does not follow expected head %d", req.Commit.Seq, req.ExpectedMaxSeq)
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return ErrUnknownPartition
+	}
+	// Copy outside the lock: it is the expensive part and touches only
+	// caller memory.
+	c := copyCommit(&req.Commit)
+	o := copyOutcome(&req.Outcome)
+	rows := make([]*rowEntry, len(req.Rows))
+	for i := range req.Rows {
+		if w := &req.Rows[i]; !w.Delete {
+			e := &rowEntry{row: cloneRow(&w.Row)}
+			e.row.CommitSeq = seq
+			rows[i] = e
+		}
+	}
+	k := outcomeKey{req.Commit.ClientID, req.Commit.ClientCommitID}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// The idempotency check goes first: when both fail, replaying the
+	// recorded outcome is what the engine ends up doing anyway.
+	if p.outcomes[k] != nil {
+		return store.ErrOutcomeExists
+	}
+	if p.head.MaxCommitSeq != req.ExpectedMaxSeq {
+		return store.ErrHeadMoved
+	}
+	for i := range req.Rows {
+		w := &req.Rows[i]
+		t := p.tables[w.Table]
+		if t == nil {
+			if w.Delete {
+				continue
+			}
+			t = &table{byID: make(map[string]*rowEntry)}
+			p.tables[w.Table] = t
+		}
+		id := w.Row.RowID
+		old := t.byID[id]
+		switch {
+		case w.Delete && old != nil:
+			delete(t.byID, id)
+			t.order.remove(id)
+		case w.Delete:
+		case old != nil:
+			old.row = rows[i].row
+		default:
+			t.byID[id] = rows[i]
+			t.order.insert(rows[i])
+		}
+	}
+	if len(p.log) > 0 && p.log[len(p.log)-1].Seq != seq-1 {
+		// Unreachable while the head check above holds; guards the log
+		// indexing invariant against future edits.
+		panic("memstore: log is not contiguous")
+	}
+	p.log = append(p.log, c)
+	p.outcomes[k] = o
+	p.head.MaxCommitSeq = seq
+	return nil
+}
+
+// GetRows implements store.Store.
+func (s *Store) GetRows(ctx context.Context, partition, tableName string, rowIDs []string) (map[string]*store.Row, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make(map[string]*store.Row, len(rowIDs))
+	p := s.lookup(partition)
+	if p == nil {
+		return out, nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	t := p.tables[tableName]
+	if t == nil {
+		return out, nil
+	}
+	for _, id := range rowIDs {
+		if e := t.byID[id]; e != nil {
+			r := cloneRow(&e.row)
+			out[id] = &r
+		}
+	}
+	return out, nil
+}
+
+// ScanRows implements store.Store. It copies up to scanBatchRows rows per
+// locked step and resumes after the last id, so fn runs unlocked.
+func (s *Store) ScanRows(ctx context.Context, partition, tableName string, after string, hasAfter bool, fn func(*store.Row) bool) error {
+	p := s.lookup(partition)
+	if p == nil {
+		return ctx.Err()
+	}
+	if !hasAfter {
+		after = "" // every id is >= ""
+	}
+	var batch []*store.Row
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		batch = batch[:0]
+		p.mu.RLock()
+		if t := p.tables[tableName]; t != nil {
+			t.order.ascend(after, hasAfter, func(e *rowEntry) bool {
+				r := cloneRow(&e.row)
+				batch = append(batch, &r)
+				return len(batch) < scanBatchRows
+			})
+		}
+		p.mu.RUnlock()
+		for _, r := range batch {
+			if !fn(r) {
+				return nil
+			}
+		}
+		if len(batch) < scanBatchRows {
+			return nil
+		}
+		after, hasAfter = batch[len(batch)-1].RowID, true
+	}
+}
+
+// ReadLog implements store.Store.
+func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) error {
+	return s.walkLog(ctx, partition, afterSeq, throughSeq, true, fn)
+}
+
+// CommitTimes implements store.Store.
+func (s *Store) CommitTimes(ctx context.Context, partition string, afterSeq int64, fn func(seq, createdAtMs int64) bool) error {
+	return s.walkLog(ctx, partition, afterSeq, -1, false, func(c *store.Commit) bool { return fn(c.Seq, c.CreatedAtMs) })
+}
+
+// walkLog calls fn for commits with afterSeq < Seq ≤ throughSeq (no upper
+// bound when throughSeq < 0), in batches copied under the read lock; full
+// copies only when the caller sees the changes.
+func (s *Store) walkLog(ctx context.Context, partition string, afterSeq, throughSeq int64, full bool, fn func(*store.Commit) bool) error {
+	p := s.lookup(partition)
+	if p == nil {
+		return ctx.Err()
+	}
+	var batch []*store.Commit
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		batch = batch[:0]
+		p.mu.RLock()
+		if n := len(p.log); n > 0 {
+			first := p.log[0].Seq
+			from := max(afterSeq+1, first) - first
+			for i := from; i < int64(n) && len(batch) < scanBatchCommits; i++ {
+				c := p.log[i]
+				if throughSeq >= 0 && c.Seq > throughSeq {
+					break
+				}
+				if full {
+					c = copyCommit(c)
+				} else {
+					c = &store.Commit{Seq: c.Seq, CreatedAtMs: c.CreatedAtMs}
+				}
+				batch = append(batch, c)
+			}
+		}
+		p.mu.RUnlock()
+		for _, c := range batch {
+			if !fn(c) {
+				return nil
+			}
+		}
+		if len(batch) < scanBatchCommits {
+			return nil
+		}
+		afterSeq = batch[len(batch)-1].Seq
+	}
+}
+
+// GetClient implements store.Store.
+func (s *Store) GetClient(ctx context.Context, partition, clientID string) (*store.Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return nil, nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	c := p.clients[clientID]
+	if c == nil {
+		return nil, nil
+	}
+	cc := *c
+	return &cc, nil
+}
+
+// PutClient implements store.Store.
+func (s *Store) PutClient(ctx context.Context, partition string, c *store.Client) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return ErrUnknownPartition
+	}
+	cc := *c
+	p.mu.Lock()
+	p.clients[c.ClientID] = &cc
+	p.mu.Unlock()
+	return nil
+}
+
+// ListClients implements store.Store. It snapshots the records first so
+// fn runs unlocked.
+func (s *Store) ListClients(ctx context.Context, partition string, fn func(*store.Client) bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return nil
+	}
+	p.mu.RLock()
+	list := make([]store.Client, 0, len(p.clients))
+	for _, c := range p.clients {
+		list = append(list, *c)
+	}
+	p.mu.RUnlock()
+	for i := range list {
+		if !fn(&list[i]) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Prune implements store.Store. The horizon is clamped to MaxCommitSeq: a
+// horizon above the head would declare future commits already gone.
+func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return 0, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := min(horizonSeq, p.head.MaxCommitSeq)
+	if h <= p.head.HorizonSeq {
+		return 0, nil
+	}
+	p.head.HorizonSeq = h
+	n := 0
+	for n < len(p.log) && p.log[n].Seq <= h {
+		n++
+	}
+	// Copy the survivors so the pruned commits' memory is released.
+	p.log = append([]*store.Commit(nil), p.log[n:]...)
+	return n, nil
+}
