@@ -1,0 +1,231 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/skyfold/syncular-lambda/internal/core/segment"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+)
+
+// bootstrapToken is the §4.7 resume token. One subscription bootstraps
+// one table, so tables is always [table] and tableIndex 0.
+type bootstrapToken struct {
+	AsOfCommitSeq int64    `json:"asOfCommitSeq"`
+	Tables        []string `json:"tables"`
+	TableIndex    int      `json:"tableIndex"`
+	RowCursor     *string  `json:"rowCursor"`
+}
+
+// parseBootstrapToken reads a resume token; ok is false for an absent or
+// unusable token, which restarts the bootstrap silently (§4.7).
+func parseBootstrapToken(raw wire.Opt[wire.JSON], table string) (bootstrapToken, bool) {
+	var t bootstrapToken
+	if !raw.Present {
+		return t, false
+	}
+	var probe map[string]json.RawMessage
+	if json.Unmarshal([]byte(raw.Value), &probe) != nil {
+		return t, false
+	}
+	for _, k := range []string{"asOfCommitSeq", "tables", "tableIndex", "rowCursor"} {
+		if _, ok := probe[k]; !ok {
+			return t, false
+		}
+	}
+	if json.Unmarshal([]byte(raw.Value), &t) != nil {
+		return t, false
+	}
+	if t.AsOfCommitSeq < 0 || len(t.Tables) != 1 || t.Tables[0] != table || t.TableIndex != 0 {
+		return t, false
+	}
+	return t, true
+}
+
+func (t bootstrapToken) encode() wire.JSON {
+	b, _ := json.Marshal(t) // plain struct of strings and ints: cannot fail
+	return wire.JSON(b)
+}
+
+// bootstrap serves a pinned, paged bootstrap section (§4.7, §5).
+func (ps *pullState) bootstrap(ctx context.Context, p *subPlan, tok bootstrapToken, resume bool) (int64, bool, error) {
+	sub := p.sub
+	asOf := ps.maxSeq
+	var cursor wire.Opt[string]
+	if resume && tok.AsOfCommitSeq >= ps.horizon && tok.AsOfCommitSeq <= ps.maxSeq {
+		asOf = tok.AsOfCommitSeq
+		if tok.RowCursor != nil {
+			cursor = wire.Some(*tok.RowCursor)
+		}
+	}
+	if err := ps.write(&wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: toWireScopes(p.effective), Bootstrap: true}); err != nil {
+		return 0, false, err
+	}
+	digest := scopeDigest(p.effective)
+	complete := false
+	for page := 0; page < ps.lim.snapshotPages; page++ {
+		next, done, stop, err := ps.page(ctx, p, asOf, digest, cursor)
+		if err != nil {
+			return 0, false, err
+		}
+		if stop {
+			break
+		}
+		if done {
+			complete = true
+			break
+		}
+		cursor = next
+	}
+	end := &wire.SubEnd{NextCursor: asOf}
+	if !complete {
+		t := bootstrapToken{AsOfCommitSeq: asOf, Tables: []string{sub.Table}, TableIndex: 0}
+		if cursor.Present {
+			c := cursor.Value
+			t.RowCursor = &c
+		}
+		end.BootstrapState = wire.Some(t.encode())
+	}
+	return asOf, true, ps.write(end)
+}
+
+// page emits one rows page starting after cursor. done means the table is
+// exhausted; stop means the response budget ended the section here (the
+// page was not sent and cursor stays).
+func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest string, cursor wire.Opt[string]) (next wire.Opt[string], done, stop bool, err error) {
+	e := ps.e
+	rs := ps.rs
+	canInline := ps.lim.accept&wire.AcceptInlineRows != 0
+	canExternal := ps.lim.accept&wire.AcceptExternalRows != 0
+	key := store.SegmentKey{
+		Partition: rs.auth.Partition, LogEpoch: rs.head.LogEpoch, Table: p.table.Name,
+		SchemaVersion: rs.schemaV.Number, MediaType: wire.MediaRows, ScopeDigest: digest,
+		AsOfCommitSeq: asOf, RowCursor: cursor,
+	}
+	if canExternal {
+		// §5.1 build once, reuse while unexpired.
+		id, pub, ok, err := e.segs.Find(ctx, key, rs.now)
+		if err != nil {
+			return next, false, false, storeErr(err, "find segment")
+		}
+		if ok && (!canInline || pub.RowCount > 0) {
+			if err := ps.sendRef(ctx, id, pub, digest); err != nil {
+				return next, false, false, err
+			}
+			return pub.NextRowCursor, !pub.NextRowCursor.Present, false, nil
+		}
+	}
+	body, rows, last, more, err := ps.buildPage(ctx, p, asOf, cursor)
+	if err != nil {
+		return next, false, false, err
+	}
+	if more {
+		next = wire.Some(last)
+	}
+	inline := canInline && (len(body) <= e.limits.InlineSegmentMaxBytes || !canExternal)
+	if inline {
+		if ps.overBudget(len(body) + 5) {
+			return cursor, false, true, nil
+		}
+		if err := ps.write(&wire.SegmentInline{Payload: body}); err != nil {
+			return next, false, false, err
+		}
+		ps.sentData = true
+		rs.report.SegmentsSent++
+		return next, !more, false, nil
+	}
+	id := segment.SegmentID(body)
+	pub := store.Publication{SegmentKey: key, NextRowCursor: next, RowCount: int64(rows), CreatedAtMs: rs.now, ExpiresAtMs: rs.now + e.limits.SegmentTTL.Milliseconds()}
+	if err := e.segs.Put(ctx, id, body, pub, rs.now); err != nil {
+		return next, false, false, storeErr(err, "store segment")
+	}
+	if err := ps.sendRef(ctx, id, pub, digest); err != nil {
+		return next, false, false, err
+	}
+	return next, !more, false, nil
+}
+
+// sendRef writes a SEGMENT_REF for a publication, with a signed URL when
+// the client advertised bit 3 and the host mints them (§5.4).
+func (ps *pullState) sendRef(ctx context.Context, id string, pub store.Publication, digest string) error {
+	seg, err := ps.e.segs.Lookup(ctx, id)
+	if err != nil {
+		return storeErr(err, "look up segment")
+	}
+	ref := &wire.SegmentRef{
+		SegmentID: id, MediaType: wire.MediaRows, Table: pub.Table, ByteLength: seg.ByteLength,
+		RowCount: pub.RowCount, AsOfCommitSeq: pub.AsOfCommitSeq, ScopeDigest: digest,
+		RowCursor: pub.RowCursor, NextRowCursor: pub.NextRowCursor,
+	}
+	if ps.lim.accept&wire.AcceptSignedURL != 0 {
+		url, exp, ok, err := ps.e.signedURL(ctx, ps.rs, id, digest)
+		if err != nil {
+			return err
+		}
+		if ok {
+			ref.URL, ref.URLExpiresAtMs = wire.Some(url), wire.Some(exp)
+		}
+	}
+	if err := ps.write(ref); err != nil {
+		return err
+	}
+	ps.sentData = true
+	ps.rs.report.SegmentsSent++
+	return nil
+}
+
+// errPageFull stops a row scan once the page is full.
+var errPageFull = errors.New("page full")
+
+// buildPage encodes the next page of rows matching the effective scopes:
+// at most snapshotRows rows and about SegmentMaxBytes bytes. Rows are
+// stored row-codec encoded, so for a same-version client the segment is
+// a byte copy of stored payloads.
+func (ps *pullState) buildPage(ctx context.Context, p *subPlan, asOf int64, cursor wire.Opt[string]) (body []byte, rows int, last string, more bool, err error) {
+	e := ps.e
+	rs := ps.rs
+	st, _ := e.schema.Versions[e.schema.Latest].Table(p.table.Name)
+	var buf bytes.Buffer
+	enc, err := segment.NewEncoder(&buf, p.table.Name, rs.schemaV.Number, p.table.Columns, segment.EncoderOptions{})
+	if err != nil {
+		return nil, 0, "", false, fmt.Errorf("start segment: %w", err)
+	}
+	budget := e.limits.SegmentMaxBytes - 64
+	var scanErr error
+	err = e.store.ScanRows(ctx, rs.auth.Partition, p.table.Name, cursor.Value, cursor.Present, func(r *store.Row) bool {
+		if !matchesScopes(r.Scopes, p.effective) {
+			return true
+		}
+		if rows >= ps.lim.snapshotRows || (rows > 0 && buf.Len()+len(r.Payload)+16 > budget) {
+			more = true
+			return false
+		}
+		payload, terr := e.transcode(nil, st, p.table, r.Payload)
+		if terr != nil {
+			scanErr = terr
+			return false
+		}
+		if scanErr = enc.AppendRow(r.Version, payload); scanErr != nil {
+			return false
+		}
+		rows++
+		last = r.RowID
+		return true
+	})
+	if err != nil {
+		return nil, 0, "", false, storeErr(err, "scan rows")
+	}
+	if scanErr != nil {
+		return nil, 0, "", false, scanErr
+	}
+	if _, err := enc.Close(); err != nil {
+		return nil, 0, "", false, fmt.Errorf("finish segment: %w", err)
+	}
+	_ = asOf
+	return buf.Bytes(), rows, last, more, nil
+}
+

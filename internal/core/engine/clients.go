@@ -1,0 +1,94 @@
+package engine
+
+import (
+	"context"
+	"sync"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+)
+
+// clientCache remembers client records this instance has read or written,
+// keyed by (partition, logEpoch, clientId). A binding of a clientId to an
+// actor never changes within an epoch (§1.5; rotation deletes records and
+// changes the epoch, so stale entries can never match), so a warm Lambda
+// instance checks the binding of a returning client without a read, and a
+// quiet pull costs only the head read.
+type clientCache struct {
+	mu  sync.Mutex
+	max int
+	m   map[clientKey]store.Client
+}
+
+type clientKey struct{ partition, epoch, clientID string }
+
+func newClientCache(max int) *clientCache {
+	return &clientCache{max: max, m: make(map[clientKey]store.Client)}
+}
+
+func (c *clientCache) get(k clientKey) (store.Client, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c *clientCache) put(k clientKey, v store.Client) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
+		// Random eviction (map order) keeps this O(1) and bounded.
+		for old := range c.m {
+			delete(c.m, old)
+			break
+		}
+	}
+	c.m[k] = v
+}
+
+// checkClient enforces the §1.5 actor binding and returns the known
+// record (nil for a client never seen).
+func (e *Engine) checkClient(ctx context.Context, rs *reqState) error {
+	k := clientKey{rs.auth.Partition, rs.head.LogEpoch, rs.clientID}
+	if c, ok := e.clients.get(k); ok {
+		rs.client = &c
+	} else {
+		c, err := e.store.GetClient(ctx, rs.auth.Partition, rs.clientID)
+		if err != nil {
+			return storeErr(err, "read client record")
+		}
+		if c != nil {
+			e.clients.put(k, *c)
+		}
+		rs.client = c
+	}
+	if rs.client != nil && rs.client.ActorID != rs.auth.ActorID {
+		return syncerr.New(syncerr.InvalidClientID, "clientId is bound to a different actor in this partition (§1.5)")
+	}
+	return nil
+}
+
+// recordClient writes the client record when it is new, when the cursor
+// changed, or when it aged past CursorRecordMaxAge (§4.5 watermark).
+// cursor < 0 means "no active subscription": the stored cursor is kept.
+func (e *Engine) recordClient(ctx context.Context, rs *reqState, cursor int64, hasCursor bool) error {
+	now := rs.now
+	prev := rs.client
+	next := store.Client{ClientID: rs.clientID, ActorID: rs.auth.ActorID, UpdatedAtMs: now, WireVersion: rs.version, Cursor: -1}
+	if prev != nil {
+		next.Cursor = prev.Cursor
+	}
+	if hasCursor {
+		next.Cursor = cursor
+	}
+	if prev != nil && prev.Cursor == next.Cursor && prev.WireVersion == next.WireVersion &&
+		now-prev.UpdatedAtMs < e.limits.CursorRecordMaxAge.Milliseconds() {
+		return nil
+	}
+	if err := e.store.PutClient(ctx, rs.auth.Partition, &next); err != nil {
+		return storeErr(err, "write client record")
+	}
+	e.clients.put(clientKey{rs.auth.Partition, rs.head.LogEpoch, rs.clientID}, next)
+	rs.client = &next
+	return nil
+}

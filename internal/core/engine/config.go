@@ -1,0 +1,239 @@
+// Package engine implements SSP2 server semantics over the storage
+// interfaces of package store: push with idempotency and optimistic
+// concurrency (§6), pull with incremental windows and paged pinned
+// bootstrap (§4, §5), scopes and authorization (§3), segment delivery and
+// signed URLs (§5.4, §5.5), and pruning (§4.6). It has no AWS import and no
+// transport: callers hand it authenticated request bytes and an io.Writer.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+)
+
+// ScopeMap is variable → allowed or effective values (§3.2).
+type ScopeMap map[string][]string
+
+// ScopeResolver returns the allowed scopes of an actor (§3.2 rule 3). It is
+// called at most once per request; an error fails closed (revoked
+// subscriptions, forbidden writes).
+type ScopeResolver interface {
+	ResolveScopes(ctx context.Context, partition, actorID, clientID string) (ScopeMap, error)
+}
+
+// ResolverFunc adapts a function to ScopeResolver.
+type ResolverFunc func(ctx context.Context, partition, actorID, clientID string) (ScopeMap, error)
+
+// ResolveScopes calls f.
+func (f ResolverFunc) ResolveScopes(ctx context.Context, partition, actorID, clientID string) (ScopeMap, error) {
+	return f(ctx, partition, actorID, clientID)
+}
+
+// Auth is the host's authentication output: the engine trusts it and never
+// sees credentials (§1.1).
+type Auth struct {
+	Partition string
+	ActorID   string
+}
+
+// SignedURLMode selects how SEGMENT_REF urls are minted (§5.4).
+type SignedURLMode int
+
+const (
+	// SignedURLsOff never sets url: clients use the direct endpoint.
+	SignedURLsOff SignedURLMode = iota
+	// SignedURLsNative mints HMAC `st` tokens verified by this server.
+	SignedURLsNative
+	// SignedURLsPresign delegates to the configured store.Presigner.
+	SignedURLsPresign
+)
+
+// Limits are the host-configurable bounds. Zero fields take the defaults.
+type Limits struct {
+	// MaxOperations caps operations across all PUSH_COMMIT frames of one
+	// request (§6.1).
+	MaxOperations int
+	// ResponseBudgetBytes is where a pull stops adding commits and inline
+	// pages: a Lambda buffered response (6 MB with base64) must hold it.
+	ResponseBudgetBytes int
+	// InlineSegmentMaxBytes is the largest rows segment sent inline (§5.7).
+	InlineSegmentMaxBytes int
+	// SegmentMaxBytes caps one rows segment, so every segment fits the
+	// segment function's response too.
+	SegmentMaxBytes int
+	// SegmentTTL is a publication's lifetime (§5.1).
+	SegmentTTL time.Duration
+	// SignedURLTTL is the lifetime of minted URLs (§5.4, at most 15 min).
+	SignedURLTTL time.Duration
+	// CursorRecordMaxAge is how old a client cursor record may get before
+	// an unchanged cursor is rewritten anyway (§4.6 active window input).
+	CursorRecordMaxAge time.Duration
+	// Retention floors (§4.6); hosts may only raise them.
+	ActiveWindow       time.Duration
+	AgeForce           time.Duration
+	MinRetainedCommits int64
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxOperations         = 500
+	DefaultResponseBudgetBytes   = 4 << 20
+	DefaultInlineSegmentMaxBytes = 256 << 10
+	DefaultSegmentMaxBytes       = 4 << 20
+	DefaultSegmentTTL            = 24 * time.Hour
+	DefaultSignedURLTTL          = 5 * time.Minute
+	MaxSignedURLTTL              = 15 * time.Minute
+	DefaultCursorRecordMaxAge    = 6 * time.Hour
+	DefaultActiveWindow          = 14 * 24 * time.Hour
+	DefaultAgeForce              = 30 * 24 * time.Hour
+	DefaultMinRetainedCommits    = 1000
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxOperations <= 0 {
+		l.MaxOperations = DefaultMaxOperations
+	}
+	if l.ResponseBudgetBytes <= 0 {
+		l.ResponseBudgetBytes = DefaultResponseBudgetBytes
+	}
+	if l.InlineSegmentMaxBytes <= 0 {
+		l.InlineSegmentMaxBytes = DefaultInlineSegmentMaxBytes
+	}
+	if l.SegmentMaxBytes <= 0 {
+		l.SegmentMaxBytes = DefaultSegmentMaxBytes
+	}
+	if l.SegmentTTL <= 0 {
+		l.SegmentTTL = DefaultSegmentTTL
+	}
+	if l.SignedURLTTL <= 0 {
+		l.SignedURLTTL = DefaultSignedURLTTL
+	}
+	if l.SignedURLTTL > MaxSignedURLTTL {
+		l.SignedURLTTL = MaxSignedURLTTL
+	}
+	if l.CursorRecordMaxAge <= 0 {
+		l.CursorRecordMaxAge = DefaultCursorRecordMaxAge
+	}
+	if l.ActiveWindow < DefaultActiveWindow {
+		l.ActiveWindow = DefaultActiveWindow
+	}
+	if l.AgeForce < DefaultAgeForce {
+		l.AgeForce = DefaultAgeForce
+	}
+	if l.MinRetainedCommits < DefaultMinRetainedCommits {
+		l.MinRetainedCommits = DefaultMinRetainedCommits
+	}
+	return l
+}
+
+// Config wires an Engine.
+type Config struct {
+	Schema    *schema.Schema
+	Store     store.Store
+	Segments  store.SegmentStore
+	Resolver  ScopeResolver
+	Presigner store.Presigner // used with SignedURLsPresign
+	// SignedURLs selects url minting; SigningKey is required for native
+	// tokens (and keys the partition-derived `aud`).
+	SignedURLs SignedURLMode
+	SigningKey []byte
+	Limits     Limits
+	// Clock returns the current time in epoch ms; nil means the wall clock.
+	Clock func() int64
+	// NewEpoch mints an unpredictable log epoch; nil means 128 random bits.
+	NewEpoch func() string
+	Logger   *slog.Logger
+}
+
+// Engine serves SSP2 requests. It is safe for concurrent use.
+type Engine struct {
+	cfg     Config
+	limits  Limits
+	schema  *schema.Schema
+	store   store.Store
+	segs    store.SegmentStore
+	now     func() int64
+	epoch   func() string
+	log     *slog.Logger
+	clients *clientCache
+}
+
+// New validates cfg and returns an Engine.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Schema == nil {
+		return nil, errors.New("engine: Config.Schema is required")
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("engine: Config.Store is required")
+	}
+	if cfg.Segments == nil {
+		return nil, errors.New("engine: Config.Segments is required")
+	}
+	if cfg.Resolver == nil {
+		return nil, errors.New("engine: Config.Resolver is required")
+	}
+	switch cfg.SignedURLs {
+	case SignedURLsOff:
+	case SignedURLsNative:
+		if len(cfg.SigningKey) < 32 {
+			return nil, errors.New("engine: native signed URLs need a SigningKey of at least 32 bytes")
+		}
+	case SignedURLsPresign:
+		if cfg.Presigner == nil {
+			return nil, errors.New("engine: presigned URLs need a Presigner")
+		}
+	default:
+		return nil, fmt.Errorf("engine: unknown signed URL mode %d", cfg.SignedURLs)
+	}
+	e := &Engine{
+		cfg:     cfg,
+		limits:  cfg.Limits.withDefaults(),
+		schema:  cfg.Schema,
+		store:   cfg.Store,
+		segs:    cfg.Segments,
+		now:     cfg.Clock,
+		epoch:   cfg.NewEpoch,
+		log:     cfg.Logger,
+		clients: newClientCache(4096),
+	}
+	if e.now == nil {
+		e.now = func() int64 { return time.Now().UnixMilli() }
+	}
+	if e.epoch == nil {
+		e.epoch = RandomEpoch
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	return e, nil
+}
+
+// Limits returns the effective limits (defaults applied).
+func (e *Engine) Limits() Limits { return e.limits }
+
+// SetSignedURLTTL changes the lifetime of minted URLs (capped at 15 min).
+// Intended for hosts and test drivers; not synchronized with requests in
+// flight beyond a plain field write, so call it between requests.
+func (e *Engine) SetSignedURLTTL(d time.Duration) {
+	if d > MaxSignedURLTTL {
+		d = MaxSignedURLTTL
+	}
+	e.limits.SignedURLTTL = d
+}
+
+// RandomEpoch returns 128 random bits, base64url encoded.
+func RandomEpoch() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("engine: crypto/rand failed: %v", err))
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,339 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+)
+
+// Pull limits of §4.2: requested values are clamped silently.
+type pullLimits struct {
+	commits, snapshotRows, snapshotPages int
+	accept                               uint8
+}
+
+func clamp(v int32, def, lo, hi int) int {
+	if v == 0 {
+		return def
+	}
+	n := int(v)
+	if n < lo {
+		return lo
+	}
+	if n > hi {
+		return hi
+	}
+	return n
+}
+
+func clampLimits(h *wire.PullHeader) pullLimits {
+	return pullLimits{
+		commits:       clamp(h.LimitCommits, 1000, 1, 1000),
+		snapshotRows:  clamp(h.LimitSnapshotRows, 1000, 1, 50000),
+		snapshotPages: clamp(h.MaxSnapshotPages, 4, 1, 50),
+		accept:        h.Accept,
+	}
+}
+
+// subPlan is one subscription after request validation and scope
+// resolution (§3.2).
+type subPlan struct {
+	sub       *wire.Subscription
+	table     *schema.Table
+	active    bool
+	effective ScopeMap
+}
+
+// planPull performs every request-level pull validation before the first
+// response byte (§1.7 request-level surface) and computes effective scopes.
+func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) ([]*subPlan, error) {
+	if req.Pull.Accept&(wire.AcceptInlineRows|wire.AcceptExternalRows) == 0 {
+		return nil, syncerr.New(syncerr.InvalidRequest, "accept must include rows segments (bit 0 or bit 1, §4.2)")
+	}
+	plans := make([]*subPlan, len(req.Subscriptions))
+	ids := make(map[string]bool, len(req.Subscriptions))
+	for i := range req.Subscriptions {
+		s := &req.Subscriptions[i]
+		if ids[s.ID] {
+			return nil, syncerr.New(syncerr.InvalidSubscription, "duplicate subscription id %q (§4.1)", s.ID)
+		}
+		ids[s.ID] = true
+		t, ok := rs.schemaV.Table(s.Table)
+		if !ok {
+			return nil, syncerr.New(syncerr.UnknownTable, "subscription %q names unknown table %q (§4.3)", s.ID, s.Table)
+		}
+		for _, sc := range s.Scopes {
+			if !t.HasVariable(sc.Key) {
+				return nil, syncerr.New(syncerr.InvalidSubscription, "subscription %q requests scope %q, which table %q does not declare (§3.2)", s.ID, sc.Key, s.Table)
+			}
+			if slices.Contains(sc.Values, "*") {
+				return nil, syncerr.New(syncerr.InvalidSubscription, "subscription %q requests '*' for %q; wildcards are for allowed scopes only (§3.2)", s.ID, sc.Key)
+			}
+		}
+		plans[i] = &subPlan{sub: s, table: t}
+	}
+	if len(plans) == 0 {
+		return plans, nil
+	}
+	allowed, err := e.allowedScopes(ctx, rs)
+	if err != nil {
+		return plans, nil // §3.2 rule 5: every subscription revokes
+	}
+	for k := range allowed {
+		if !rs.schemaV.HasVariable(k) {
+			return nil, syncerr.New(syncerr.InvalidSubscription, "the scope resolver returned %q, which no table declares (§3.2)", k)
+		}
+	}
+	for _, p := range plans {
+		p.effective, p.active = effectiveScopes(p.sub.Scopes, allowed)
+	}
+	return plans, nil
+}
+
+// servePull writes every subscription section in request order (§1.6)
+// and returns the minimum nextCursor of the active subscriptions (§4.5).
+func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request, plans []*subPlan, enc *wire.Encoder, cw *countingWriter) (int64, bool, error) {
+	lim := clampLimits(req.Pull)
+	ps := &pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: rs.head.MaxCommitSeq, horizon: rs.head.HorizonSeq}
+	ps.log = &logWindow{e: e, partition: rs.auth.Partition, through: ps.maxSeq, lo: -2}
+	minCursor, has := int64(0), false
+	for _, p := range plans {
+		next, active, err := ps.section(ctx, p)
+		if err != nil {
+			return 0, false, err
+		}
+		if active && (!has || next < minCursor) {
+			minCursor, has = next, true
+		}
+	}
+	return minCursor, has, nil
+}
+
+type pullState struct {
+	e       *Engine
+	rs      *reqState
+	lim     pullLimits
+	enc     *wire.Encoder
+	cw      *countingWriter
+	maxSeq  int64
+	horizon int64
+	log     *logWindow
+	// sentData is set once any COMMIT or segment frame went out: from then
+	// on the byte budget may stop the response short (progress is made).
+	sentData bool
+}
+
+func (ps *pullState) write(f wire.Frame) error {
+	if err := ps.enc.WriteFrame(f); err != nil {
+		return fmt.Errorf("write %T: %w", f, err)
+	}
+	return nil
+}
+
+// overBudget reports whether adding n more bytes would pass the response
+// byte budget. The first data frame of a response is always allowed, so
+// every pull makes progress even when one commit or page is large.
+func (ps *pullState) overBudget(n int) bool {
+	return ps.sentData && ps.cw.n+int64(n) > int64(ps.e.limits.ResponseBudgetBytes)
+}
+
+// section produces SUB_START … SUB_END for one subscription.
+func (ps *pullState) section(ctx context.Context, p *subPlan) (int64, bool, error) {
+	sub := p.sub
+	if !p.active {
+		// §3.3: no data, empty effective scopes, cursor echoed.
+		if err := ps.write(&wire.SubStart{ID: sub.ID, Status: wire.SubRevoked, ReasonCode: string(syncerr.ScopeRevoked), EffectiveScopes: wire.ScopeMap{}}); err != nil {
+			return 0, false, err
+		}
+		return sub.Cursor, false, ps.write(&wire.SubEnd{NextCursor: sub.Cursor})
+	}
+	tok, tokOK := parseBootstrapToken(sub.BootstrapState, sub.Table)
+	if !tokOK && sub.Cursor >= 0 && sub.Cursor < ps.horizon {
+		// §4.6: behind the horizon, no deltas can be computed.
+		if err := ps.write(&wire.SubStart{ID: sub.ID, Status: wire.SubReset, ReasonCode: string(syncerr.CursorExpired), EffectiveScopes: wire.ScopeMap{}}); err != nil {
+			return 0, false, err
+		}
+		return sub.Cursor, false, ps.write(&wire.SubEnd{NextCursor: sub.Cursor})
+	}
+	if tokOK || sub.Cursor < 0 || sub.Cursor > ps.maxSeq {
+		return ps.bootstrap(ctx, p, tok, tokOK)
+	}
+	return ps.incremental(ctx, p)
+}
+
+// incremental serves the §4.5 window cursor < commitSeq ≤ maxSeq.
+func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, error) {
+	sub := p.sub
+	if err := ps.write(&wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: toWireScopes(p.effective)}); err != nil {
+		return 0, false, err
+	}
+	next := sub.Cursor
+	if sub.Cursor >= ps.maxSeq {
+		// Quiet subscription: no log read at all.
+		return next, true, ps.write(&wire.SubEnd{NextCursor: next})
+	}
+	delivered := 0
+	exhausted := true
+	var werr error
+	err := ps.log.each(ctx, sub.Cursor, func(c *store.Commit) bool {
+		frame := commitFrame(c, sub.Table, p.effective)
+		if frame == nil {
+			next = c.Seq // nothing for this subscription: the cursor still advances
+			return true
+		}
+		n := len(frame.Changes)
+		if delivered > 0 && delivered+n > ps.lim.commits {
+			exhausted = false
+			return false
+		}
+		if ps.overBudget(frameSize(frame)) {
+			exhausted = false
+			return false
+		}
+		if werr = ps.write(frame); werr != nil {
+			return false
+		}
+		ps.sentData = true
+		ps.rs.report.CommitsSent++
+		delivered += n
+		next = c.Seq
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if exhausted && next < ps.maxSeq {
+		next = ps.maxSeq
+	}
+	return next, true, ps.write(&wire.SubEnd{NextCursor: next})
+}
+
+// commitFrame filters a commit to one subscription's table and effective
+// scopes; nil when nothing matches.
+func commitFrame(c *store.Commit, table string, eff ScopeMap) *wire.Commit {
+	var f *wire.Commit
+	for i := range c.Changes {
+		ch := &c.Changes[i]
+		if ch.Table != table || !matchesScopes(ch.Scopes, eff) {
+			continue
+		}
+		if f == nil {
+			f = &wire.Commit{CommitSeq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Tables: []string{table}}
+		}
+		wc := wire.Change{TableIndex: 0, RowID: ch.RowID, Op: ch.Op, Scopes: ch.Scopes}
+		if ch.Op == wire.OpUpsert {
+			wc.RowVersion = wire.Some(ch.RowVersion)
+			wc.Row = wire.Some(ch.Row)
+		}
+		f.Changes = append(f.Changes, wc)
+	}
+	return f
+}
+
+// frameSize estimates a COMMIT frame's encoded size from its variable
+// parts (exact enough for a budget that has headroom under the hard cap).
+func frameSize(f *wire.Commit) int {
+	n := 5 + 8 + 8 + 4 + len(f.ActorID) + 4 + 4
+	for _, t := range f.Tables {
+		n += 4 + len(t)
+	}
+	for i := range f.Changes {
+		ch := &f.Changes[i]
+		n += 2 + 4 + len(ch.RowID) + 1 + 9 + 4 + 1 + 4 + len(ch.Row.Value)
+		for _, s := range ch.Scopes {
+			n += 8 + len(s.Key) + len(s.Value)
+		}
+	}
+	return n
+}
+
+// scopeDigest is §3.5 over an effective map.
+func scopeDigest(eff ScopeMap) string {
+	return canonjson.ScopeDigest(map[string][]string(eff))
+}
+
+// logWindow reads the commit log once per request for all incremental
+// subscriptions: a client's subscriptions usually share one cursor, so
+// the window is fetched in chunks and replayed from memory instead of one
+// log query per subscription. Past maxCached commits it reads directly.
+type logWindow struct {
+	e         *Engine
+	partition string
+	through   int64
+	lo, hi    int64 // cached commits cover (lo, hi]; lo = -2 means empty
+	commits   []*store.Commit
+}
+
+const (
+	logChunk  = 256
+	maxCached = 4096
+)
+
+func (l *logWindow) each(ctx context.Context, after int64, fn func(*store.Commit) bool) error {
+	if l.lo == -2 {
+		l.lo, l.hi = after, after
+	}
+	if after < l.lo {
+		return l.direct(ctx, after, fn)
+	}
+	// Replay the cached part.
+	i, _ := slices.BinarySearchFunc(l.commits, after+1, func(c *store.Commit, seq int64) int {
+		switch {
+		case c.Seq < seq:
+			return -1
+		case c.Seq > seq:
+			return 1
+		}
+		return 0
+	})
+	for ; i < len(l.commits); i++ {
+		if !fn(l.commits[i]) {
+			return nil
+		}
+	}
+	pos := max(after, l.hi)
+	for pos < l.through {
+		if len(l.commits) >= maxCached {
+			return l.direct(ctx, pos, fn)
+		}
+		var chunk []*store.Commit
+		err := l.e.store.ReadLog(ctx, l.partition, pos, l.through, func(c *store.Commit) bool {
+			chunk = append(chunk, c)
+			return len(chunk) < logChunk
+		})
+		if err != nil {
+			return storeErr(err, "read commit log")
+		}
+		if len(chunk) == 0 {
+			l.hi = l.through
+			return nil
+		}
+		if pos == l.hi {
+			l.commits = append(l.commits, chunk...)
+			l.hi = chunk[len(chunk)-1].Seq
+		}
+		for _, c := range chunk {
+			if !fn(c) {
+				return nil
+			}
+		}
+		pos = chunk[len(chunk)-1].Seq
+	}
+	return nil
+}
+
+func (l *logWindow) direct(ctx context.Context, after int64, fn func(*store.Commit) bool) error {
+	if err := l.e.store.ReadLog(ctx, l.partition, after, l.through, fn); err != nil {
+		return storeErr(err, "read commit log")
+	}
+	return nil
+}

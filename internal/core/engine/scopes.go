@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+)
+
+// effectiveScopes computes requested ∩ allowed per §3.2 rule 4 and
+// reports whether the subscription stays active under rule 5.
+// requested keys were validated against the table beforehand.
+func effectiveScopes(requested wire.ScopeMap, allowed ScopeMap) (ScopeMap, bool) {
+	eff := make(ScopeMap, len(requested))
+	for _, r := range requested {
+		av, ok := allowed[r.Key]
+		if !ok {
+			return nil, false // rule 5: a requested key missing from effective
+		}
+		var vals []string
+		if slices.Contains(av, "*") {
+			vals = dedupSorted(r.Values)
+		} else {
+			for _, v := range r.Values {
+				if slices.Contains(av, v) {
+					vals = append(vals, v)
+				}
+			}
+			vals = dedupSorted(vals)
+		}
+		if len(vals) == 0 {
+			return nil, false // empty intersection excludes the key → revoked
+		}
+		eff[r.Key] = vals
+	}
+	if len(eff) == 0 {
+		return nil, false // rule 5: effective is empty
+	}
+	return eff, true
+}
+
+func dedupSorted(v []string) []string {
+	out := slices.Clone(v)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// matchesScopes is the §3.2 read rule: for every effective key, the
+// stored value is one of the effective values. A stored map lacking a key
+// never matches (fail closed).
+func matchesScopes(stored wire.StoredScopes, eff ScopeMap) bool {
+	for k, vals := range eff {
+		v, ok := storedValue(stored, k)
+		if !ok || !containsSorted(vals, v) {
+			return false
+		}
+	}
+	return true
+}
+
+func storedValue(s wire.StoredScopes, key string) (string, bool) {
+	for _, e := range s {
+		if e.Key == key {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+func containsSorted(sorted []string, v string) bool {
+	_, ok := slices.BinarySearch(sorted, v)
+	return ok
+}
+
+// authorizeRow is §3.4 steps 2–3 on a row's stored scopes: every declared
+// variable must be present, non-empty and allowed (or allowed '*').
+func authorizeRow(t *schema.Table, scopes wire.StoredScopes, allowed ScopeMap) bool {
+	for _, p := range t.Scopes {
+		v, ok := storedValue(scopes, p.Variable)
+		if !ok || v == "" {
+			return false
+		}
+		av := allowed[p.Variable]
+		if !slices.Contains(av, "*") && !slices.Contains(av, v) {
+			return false
+		}
+	}
+	return len(t.Scopes) > 0
+}
+
+// extractScopes builds the stored scopes of a row from its values (§3.1):
+// variable → the scope column's value rendered as text. ok is false when a
+// scope column is NULL or empty (§3.4: missing or empty ⇒ deny).
+func extractScopes(t *schema.Table, vals []rowcodec.Value) (wire.StoredScopes, bool) {
+	out := make(wire.StoredScopes, 0, len(t.Scopes))
+	for _, p := range t.Scopes {
+		v := vals[p.ColumnIndex]
+		if v.Null {
+			return nil, false
+		}
+		s := valueText(t.Columns[p.ColumnIndex].Type, v)
+		if s == "" {
+			return nil, false
+		}
+		out = append(out, wire.StoredScope{Key: p.Variable, Value: s})
+	}
+	slices.SortFunc(out, func(a, b wire.StoredScope) int { return wire.CompareUTF16(a.Key, b.Key) })
+	return out, true
+}
+
+// toWireScopes renders an effective map for SUB_START (the encoder sorts).
+func toWireScopes(m ScopeMap) wire.ScopeMap {
+	out := make(wire.ScopeMap, 0, len(m))
+	for k, v := range m {
+		out = append(out, wire.ScopeEntry{Key: k, Values: v})
+	}
+	slices.SortFunc(out, func(a, b wire.ScopeEntry) int { return wire.CompareUTF16(a.Key, b.Key) })
+	return out
+}
+
+// plainScopes converts a wire scope map to a ScopeMap.
+func plainScopes(m wire.ScopeMap) map[string][]string {
+	out := make(map[string][]string, len(m))
+	for _, e := range m {
+		out[e.Key] = e.Values
+	}
+	return out
+}

@@ -1,0 +1,277 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+)
+
+// Mode restricts which halves of a request a route serves.
+type Mode int
+
+const (
+	// ModeSync is POST <mount>/sync: push and pull (§1.1).
+	ModeSync Mode = iota
+	// ModePush is POST <mount>/push: PUSH_COMMIT frames only.
+	ModePush
+	// ModePull is POST <mount>/pull: a PUSH_COMMIT frame is an error.
+	ModePull
+)
+
+// SyncOptions carry per-request transport facts the engine needs.
+type SyncOptions struct {
+	Mode Mode
+	// SegmentBaseURL is the absolute URL of <mount>/segments on this host,
+	// used to mint native signed URLs (§5.4). Empty disables native URLs
+	// for the request.
+	SegmentBaseURL string
+}
+
+// Report summarizes one request for the host's log line and metrics.
+type Report struct {
+	WireVersion    uint16
+	ClientID       string
+	Commits        int // PUSH_COMMIT frames
+	Applied        int
+	Cached         int
+	Rejected       int
+	Subscriptions  int
+	CommitsSent    int
+	SegmentsSent   int
+	BytesOut       int64
+	ResetRequired  bool
+	SchemaFloor    bool
+	ErrorCode      string // in-band ERROR frame code, if any
+	ResolverFailed bool
+}
+
+// reqState is everything one request computes once.
+type reqState struct {
+	auth     Auth
+	opts     SyncOptions
+	version  uint16
+	clientID string
+	schemaV  *schema.Version
+	head     store.Head
+	now      int64
+	client   *store.Client
+
+	allowedDone bool
+	allowed     ScopeMap
+	allowedErr  error
+
+	report *Report
+}
+
+// countingWriter tracks how many bytes the response has so far, so errors
+// after the first byte go in-band (§1.1) and the byte budget can be kept.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// HandleSync serves one SSP2 request body for an authenticated caller and
+// streams the response to w. A returned error means nothing was written:
+// the host answers with the §10.1 JSON shape and the error's HTTP status.
+// Failures after the first byte are written in-band as an ERROR frame
+// (§1.6) and reported in Report.ErrorCode.
+func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
+	rep := &Report{}
+	if auth.Partition == "" || auth.ActorID == "" {
+		return rep, syncerr.New(syncerr.AuthRequired, "authentication required")
+	}
+	msg, err := wire.Decode(body)
+	if err != nil {
+		return rep, err
+	}
+	if msg.Kind != wire.KindRequest {
+		return rep, syncerr.New(syncerr.InvalidRequest, "expected an SSP2 request message (§1.2)")
+	}
+	req, err := msg.Request()
+	if err != nil {
+		return rep, err
+	}
+	rep.WireVersion = req.WireVersion
+	rep.ClientID = req.Header.ClientID
+	rep.Commits = len(req.Commits)
+	if req.Pull != nil {
+		rep.Subscriptions = len(req.Subscriptions)
+	}
+	switch opts.Mode {
+	case ModePull:
+		if len(req.Commits) > 0 {
+			return rep, syncerr.New(syncerr.InvalidRequest, "the pull route does not accept PUSH_COMMIT frames; use /sync or /push")
+		}
+	case ModePush:
+		if req.Pull != nil {
+			return rep, syncerr.New(syncerr.InvalidRequest, "the push route does not accept PULL_HEADER frames; use /sync or /pull")
+		}
+	}
+
+	rs := &reqState{auth: auth, opts: opts, version: req.WireVersion, clientID: req.Header.ClientID, now: e.now(), report: rep}
+	// §2.1: the registry entry is created on first sight and its epoch
+	// compared before any other request work.
+	rs.head, err = e.store.TouchPartition(ctx, auth.Partition, rs.now, e.epoch())
+	if err != nil {
+		return rep, storeErr(err, "read partition head")
+	}
+	if req.WireVersion == wire.Version1 && rs.head.EpochRequired {
+		return rep, syncerr.New(syncerr.ClientWireUnsupported, "this partition's log epoch rotated; a wire version 2 client is required (§1.5)")
+	}
+	epochReset := false
+	if req.WireVersion >= wire.Version2 {
+		if !req.Header.LogEpoch.Present && len(req.Commits) > 0 {
+			return rep, syncerr.New(syncerr.InvalidRequest, "epoch acquisition must not carry PUSH_COMMIT frames (§2.1)")
+		}
+		epochReset = !req.Header.LogEpoch.Present || req.Header.LogEpoch.Value != rs.head.LogEpoch
+	}
+
+	cw := &countingWriter{w: w}
+	defer func() { rep.BytesOut = cw.n }()
+
+	// §1.6 schema floor: an unserved version processes nothing.
+	v, served := e.schema.Versions[req.Header.SchemaVersion]
+	if !served {
+		rep.SchemaFloor = true
+		enc := wire.NewEncoder(cw, req.WireVersion, wire.KindResponse)
+		hdr := e.respHeader(rs, epochReset)
+		hdr.RequiredSchemaVersion = wire.Some(e.schema.Latest)
+		if err := enc.WriteFrame(hdr); err != nil {
+			return rep, fmt.Errorf("write response header: %w", err)
+		}
+		return rep, enc.Close()
+	}
+	rs.schemaV = v
+	if epochReset {
+		rep.ResetRequired = true
+		enc := wire.NewEncoder(cw, req.WireVersion, wire.KindResponse)
+		if err := enc.WriteFrame(e.respHeader(rs, true)); err != nil {
+			return rep, fmt.Errorf("write response header: %w", err)
+		}
+		return rep, enc.Close()
+	}
+
+	if strings.HasPrefix(rs.clientID, `["remote-command",`) {
+		return rep, syncerr.New(syncerr.InvalidClientID, "clientId uses the reserved server-command namespace (§1.5)")
+	}
+	if err := e.checkClient(ctx, rs); err != nil {
+		return rep, err
+	}
+	ops := 0
+	for i := range req.Commits {
+		ops += len(req.Commits[i].Operations)
+	}
+	if ops > e.limits.MaxOperations {
+		return rep, syncerr.New(syncerr.TooManyOperations, "request carries %d operations; the cap is %d (§6.1)", ops, e.limits.MaxOperations)
+	}
+	var plans []*subPlan
+	if req.Pull != nil {
+		if plans, err = e.planPull(ctx, rs, req); err != nil {
+			return rep, err
+		}
+	}
+
+	enc := wire.NewEncoder(cw, req.WireVersion, wire.KindResponse)
+	if err := enc.WriteFrame(e.respHeader(rs, false)); err != nil {
+		return rep, fmt.Errorf("write response header: %w", err)
+	}
+	if err := e.serve(ctx, rs, req, plans, enc, cw); err != nil {
+		se := syncerr.As(err)
+		if se == nil || se.Entry().Category == "internal" {
+			e.log.ErrorContext(ctx, "sync request failed mid-stream", "partition", auth.Partition, "error", err.Error())
+		}
+		if se == nil {
+			se = syncerr.Internal(err)
+		}
+		rep.ErrorCode = string(se.Code)
+		en := se.Entry()
+		ef := &wire.ErrorFrame{Code: string(se.Code), Message: se.Message, Category: en.Category, Retryable: en.Retryable, RecommendedAction: en.RecommendedAction}
+		if len(se.Details) > 0 {
+			ef.Details = wire.Some(wire.JSON(se.Details))
+		}
+		if werr := enc.WriteFrame(ef); werr != nil {
+			return rep, errors.Join(err, werr)
+		}
+	}
+	return rep, enc.Close()
+}
+
+func (e *Engine) respHeader(rs *reqState, reset bool) *wire.RespHeader {
+	h := &wire.RespHeader{LatestSchemaVersion: wire.Some(e.schema.Latest)}
+	if rs.version >= wire.Version2 {
+		h.LogEpoch = rs.head.LogEpoch
+		h.ResetRequired = reset
+	}
+	return h
+}
+
+// serve runs the push half then the pull half after the header is out.
+func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, plans []*subPlan, enc *wire.Encoder, cw *countingWriter) error {
+	seen := make(map[string]bool, len(req.Commits))
+	for i := range req.Commits {
+		pc := &req.Commits[i]
+		res, err := e.pushCommit(ctx, rs, pc, seen[pc.ClientCommitID])
+		if err != nil {
+			return err
+		}
+		seen[pc.ClientCommitID] = true
+		switch res.Status {
+		case wire.PushApplied:
+			rs.report.Applied++
+		case wire.PushCached:
+			rs.report.Cached++
+		default:
+			rs.report.Rejected++
+		}
+		if err := enc.WriteFrame(res); err != nil {
+			return fmt.Errorf("write PUSH_RESULT: %w", err)
+		}
+	}
+	if req.Pull == nil {
+		return e.recordClient(ctx, rs, 0, false)
+	}
+	minCursor, hasCursor, err := e.servePull(ctx, rs, req, plans, enc, cw)
+	if err != nil {
+		return err
+	}
+	return e.recordClient(ctx, rs, minCursor, hasCursor)
+}
+
+// allowedScopes resolves the actor's allowed scopes at most once per
+// request (§3.2 rule 3, §3.4 step 1).
+func (e *Engine) allowedScopes(ctx context.Context, rs *reqState) (ScopeMap, error) {
+	if !rs.allowedDone {
+		rs.allowedDone = true
+		rs.allowed, rs.allowedErr = e.cfg.Resolver.ResolveScopes(ctx, rs.auth.Partition, rs.auth.ActorID, rs.clientID)
+		if rs.allowedErr != nil {
+			rs.report.ResolverFailed = true
+			e.log.WarnContext(ctx, "scope resolver failed; failing closed", "partition", rs.auth.Partition, "actor", rs.auth.ActorID, "error", rs.allowedErr.Error())
+		}
+	}
+	return rs.allowed, rs.allowedErr
+}
+
+// storeErr turns a storage failure into a catalog error: errors that
+// already carry a code (throttling → sync.rate_limited) keep it.
+func storeErr(err error, what string) error {
+	if se := syncerr.As(err); se != nil {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return syncerr.Wrap(err, syncerr.RateLimited, "%s: request deadline exceeded", what)
+	}
+	return syncerr.Wrap(err, syncerr.OperationExecutionFailed, "%s failed", what)
+}
