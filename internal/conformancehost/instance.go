@@ -1,0 +1,191 @@
+package conformancehost
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/memstore"
+)
+
+// createOptions is ServerCreateOptions (driver.ts).
+type createOptions struct {
+	Schema     json.RawMessage `json:"schema"`
+	Partition  string          `json:"partition"`
+	NowMs      *int64          `json:"nowMs"`
+	Limits     *limitOptions   `json:"limits"`
+	SignedURLs *struct {
+		TTLSeconds *int64 `json:"ttlSeconds"`
+	} `json:"signedUrls"`
+	Leases json.RawMessage `json:"leases"`
+}
+
+// limitOptions is ServerLimitsOptions.
+type limitOptions struct {
+	MaxOperationsPerRequest *int   `json:"maxOperationsPerRequest"`
+	InlineSegmentMaxBytes   *int   `json:"inlineSegmentMaxBytes"`
+	MaxDeltaBytes           *int   `json:"maxDeltaBytes"`
+	SegmentTTLMs            *int64 `json:"segmentTtlMs"`
+	MaxPresenceBytes        *int   `json:"maxPresenceBytes"`
+}
+
+// defaultSignedURLTTLSeconds matches the reference driver's default.
+const defaultSignedURLTTLSeconds = 900
+
+// instance is one isolated server under test.
+type instance struct {
+	id        string
+	partition string
+	schema    *schema.Schema
+
+	// mu serializes every request and control call: the catalog drives an
+	// instance sequentially, and engine knobs (signed URL TTL) are plain
+	// fields that must not change under a request in flight.
+	mu      sync.Mutex
+	clock   atomic.Int64
+	grants  *grants
+	store   *journalStore
+	segs    *memstore.Segments
+	eng     *engine.Engine
+	api     *httpapi.Handler
+	signed  bool
+	backup  int // journal position of the captured backup; -1 none
+	ttlSecs int64
+}
+
+func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *controlError) {
+	if len(o.Schema) == 0 || string(o.Schema) == "null" {
+		return nil, badArgs("schema is required")
+	}
+	if o.Partition == "" {
+		return nil, badArgs("partition is required")
+	}
+	if o.NowMs == nil || *o.NowMs < 0 {
+		return nil, badArgs("nowMs (virtual clock start, epoch ms) is required")
+	}
+	if len(o.Leases) > 0 && string(o.Leases) != "null" {
+		return nil, unsupported("auth leases (§7.3)")
+	}
+	sc, err := schema.Parse(o.Schema)
+	if err != nil {
+		return nil, badArgs("schema: %v", err)
+	}
+	var lim engine.Limits
+	if l := o.Limits; l != nil {
+		if v := l.MaxOperationsPerRequest; v != nil {
+			if *v < 1 {
+				return nil, badArgs("limits.maxOperationsPerRequest must be ≥ 1")
+			}
+			lim.MaxOperations = *v
+		}
+		if v := l.InlineSegmentMaxBytes; v != nil {
+			if *v < 0 {
+				return nil, badArgs("limits.inlineSegmentMaxBytes must be ≥ 0")
+			}
+			// The engine reads 0 as "default"; every rows segment is longer
+			// than one byte, so 1 is the same "never inline" bound.
+			lim.InlineSegmentMaxBytes = max(*v, 1)
+		}
+		if v := l.SegmentTTLMs; v != nil {
+			if *v < 1 {
+				return nil, badArgs("limits.segmentTtlMs must be ≥ 1")
+			}
+			lim.SegmentTTL = time.Duration(*v) * time.Millisecond
+		}
+		// maxDeltaBytes and maxPresenceBytes bound realtime traffic, which
+		// this host does not serve; they change nothing over HTTP.
+	}
+	inst := &instance{
+		id: id, partition: o.Partition, schema: sc,
+		grants: &grants{byActor: map[string]engine.ScopeMap{}},
+		store:  newJournalStore(), segs: memstore.NewSegments(), backup: -1,
+	}
+	inst.clock.Store(*o.NowMs)
+	cfg := engine.Config{
+		Schema: sc, Store: inst.store, Segments: inst.segs, Resolver: inst.grants,
+		Limits: lim, Clock: inst.clock.Load,
+	}
+	if o.SignedURLs != nil {
+		inst.signed = true
+		inst.ttlSecs = defaultSignedURLTTLSeconds
+		if t := o.SignedURLs.TTLSeconds; t != nil {
+			if *t < 0 {
+				return nil, badArgs("signedUrls.ttlSeconds must be ≥ 0")
+			}
+			inst.ttlSecs = *t
+		}
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, failed(err)
+		}
+		cfg.SignedURLs, cfg.SigningKey = engine.SignedURLsNative, key
+	}
+	if inst.eng, err = engine.New(cfg); err != nil {
+		return nil, badArgs("engine: %v", err)
+	}
+	if inst.signed {
+		inst.eng.SetSignedURLTTL(time.Duration(inst.ttlSecs) * time.Second)
+	}
+	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments, Logger: log}
+	return inst, nil
+}
+
+// serveHTTP serves /i/{id}/sync and /i/{id}/segments/... through httpapi.
+func (in *instance) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, httpapi.DefaultMaxBodyBytes+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "read body: "+err.Error())
+		return
+	}
+	req := &httpapi.Request{
+		Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.Query(), Header: r.Header,
+		Body: body, BaseURL: "http://" + r.Host,
+	}
+	if actor := r.Header.Get("X-Actor"); actor != "" {
+		req.Auth = &engine.Auth{Partition: in.partition, ActorID: actor}
+	}
+	resp := in.serve(r.Context(), req)
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+func (in *instance) serve(ctx context.Context, req *httpapi.Request) *httpapi.Response {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.api.Serve(ctx, req)
+}
+
+// grants is the scriptable scope resolver: actor → allowed scopes, or a
+// failing state (setResolverFailing). Unset actors hold nothing.
+type grants struct {
+	mu      sync.Mutex
+	byActor map[string]engine.ScopeMap
+	failing bool
+}
+
+// ResolveScopes implements engine.ScopeResolver.
+func (g *grants) ResolveScopes(_ context.Context, _, actor, _ string) (engine.ScopeMap, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failing {
+		return nil, fmt.Errorf("injected: resolveScopes failure")
+	}
+	m := g.byActor[actor]
+	if m == nil {
+		return engine.ScopeMap{}, nil
+	}
+	return m, nil
+}
