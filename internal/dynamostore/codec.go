@@ -1,0 +1,397 @@
+package dynamostore
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+)
+
+// Commit log body encoding (version 1), compact and self-delimiting:
+//
+//	u8      format (1)
+//	uvarint table count, then each table name as str
+//	uvarint change count, then per change:
+//	        uvarint table index, str rowId, u8 op, varint rowVersion,
+//	        scopes, bytes row
+//	u8      1 when explicit row writes follow (only when the request's
+//	        Rows are not derivable from its Changes), else 0; then
+//	        uvarint count and per write: uvarint table index, str rowId,
+//	        u8 delete, varint version, scopes, bytes payload
+//
+// str/bytes are uvarint length + raw bytes; scopes are uvarint count +
+// (str key, str value) pairs in stored (canonical) order. Table names are
+// interned because a commit usually touches one or two tables.
+const logFormat = 1
+
+var errCorrupt = errors.New("dynamostore: corrupt encoded data")
+
+type enc struct{ b []byte }
+
+func (e *enc) u8(v byte)        { e.b = append(e.b, v) }
+func (e *enc) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
+func (e *enc) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *enc) str(s string)     { e.uvarint(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *enc) bytes(p []byte)   { e.uvarint(uint64(len(p))); e.b = append(e.b, p...) }
+func (e *enc) scopes(s wire.StoredScopes) {
+	e.uvarint(uint64(len(s)))
+	for _, kv := range s {
+		e.str(kv.Key)
+		e.str(kv.Value)
+	}
+}
+
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) fail() { d.err = errCorrupt; d.b = nil }
+
+func (d *dec) u8() byte {
+	if d.err != nil || len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *dec) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads a length that must be satisfiable by the remaining input
+// (each element needs at least min bytes), so corrupt input cannot make
+// the decoder allocate unbounded memory.
+func (d *dec) count(min int) int {
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(d.b)/max(min, 1)+1) {
+		d.fail()
+		return 0
+	}
+	return int(n)
+}
+
+func (d *dec) raw() []byte {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) str() string { return string(d.raw()) }
+
+// bytes returns an owned copy (callers may keep and modify it).
+func (d *dec) bytes() []byte {
+	r := d.raw()
+	if len(r) == 0 {
+		return nil
+	}
+	return append([]byte(nil), r...)
+}
+
+func (d *dec) scopes() wire.StoredScopes {
+	n := d.count(2)
+	if n == 0 {
+		return nil
+	}
+	out := make(wire.StoredScopes, 0, n)
+	for range n {
+		k := d.str()
+		v := d.str()
+		out = append(out, wire.StoredScope{Key: k, Value: v})
+	}
+	return out
+}
+
+func encodeScopes(s wire.StoredScopes) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	e := &enc{}
+	e.scopes(s)
+	return e.b
+}
+
+func decodeScopes(b []byte) (wire.StoredScopes, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	d := &dec{b: b}
+	s := d.scopes()
+	if d.err == nil && len(d.b) != 0 {
+		d.fail()
+	}
+	return s, d.err
+}
+
+// rowsFromChanges derives the row writes a commit's changes imply (the
+// engine builds them 1:1), so the log need not store rows twice.
+func rowsFromChanges(seq int64, changes []store.Change) []store.RowWrite {
+	out := make([]store.RowWrite, len(changes))
+	for i := range changes {
+		c := &changes[i]
+		w := store.RowWrite{Table: c.Table, Delete: c.Op == wire.OpDelete, Row: store.Row{RowID: c.RowID}}
+		if !w.Delete {
+			w.Row = store.Row{RowID: c.RowID, Version: c.RowVersion, Scopes: c.Scopes, Payload: c.Row, CommitSeq: seq}
+		}
+		out[i] = w
+	}
+	return out
+}
+
+// encodeLogBody encodes the commit's changes and, when rows is non-nil,
+// explicit row writes.
+func encodeLogBody(changes []store.Change, rows []store.RowWrite) []byte {
+	size := 16
+	tables := map[string]uint64{}
+	var names []string
+	intern := func(t string) {
+		if _, ok := tables[t]; !ok {
+			tables[t] = uint64(len(names))
+			names = append(names, t)
+		}
+	}
+	for i := range changes {
+		intern(changes[i].Table)
+		size += 24 + len(changes[i].RowID) + len(changes[i].Row)
+	}
+	for i := range rows {
+		intern(rows[i].Table)
+		size += 24 + len(rows[i].Row.RowID) + len(rows[i].Row.Payload)
+	}
+	e := &enc{b: make([]byte, 0, size)}
+	e.u8(logFormat)
+	e.uvarint(uint64(len(names)))
+	for _, n := range names {
+		e.str(n)
+	}
+	e.uvarint(uint64(len(changes)))
+	for i := range changes {
+		c := &changes[i]
+		e.uvarint(tables[c.Table])
+		e.str(c.RowID)
+		e.u8(byte(c.Op))
+		e.varint(c.RowVersion)
+		e.scopes(c.Scopes)
+		e.bytes(c.Row)
+	}
+	if rows == nil {
+		e.u8(0)
+		return e.b
+	}
+	e.u8(1)
+	e.uvarint(uint64(len(rows)))
+	for i := range rows {
+		w := &rows[i]
+		e.uvarint(tables[w.Table])
+		e.str(w.Row.RowID)
+		if w.Delete {
+			e.u8(1)
+		} else {
+			e.u8(0)
+		}
+		e.varint(w.Row.Version)
+		e.scopes(w.Row.Scopes)
+		e.bytes(w.Row.Payload)
+	}
+	return e.b
+}
+
+// decodeLogBody is the inverse of encodeLogBody; rows is nil when the
+// body carries no explicit row writes.
+func decodeLogBody(b []byte, seq int64) (changes []store.Change, rows []store.RowWrite, err error) {
+	d := &dec{b: b}
+	if d.u8() != logFormat {
+		return nil, nil, errCorrupt
+	}
+	nt := d.count(1)
+	names := make([]string, 0, nt)
+	for range nt {
+		names = append(names, d.str())
+	}
+	table := func() string {
+		i := d.uvarint()
+		if d.err != nil || i >= uint64(len(names)) {
+			d.fail()
+			return ""
+		}
+		return names[i]
+	}
+	nc := d.count(5)
+	changes = make([]store.Change, 0, nc)
+	for range nc {
+		c := store.Change{Table: table(), RowID: d.str(), Op: wire.Op(d.u8()), RowVersion: d.varint()}
+		c.Scopes = d.scopes()
+		c.Row = d.bytes()
+		changes = append(changes, c)
+	}
+	if d.u8() == 1 {
+		nr := d.count(5)
+		rows = make([]store.RowWrite, 0, nr)
+		for range nr {
+			w := store.RowWrite{Table: table()}
+			w.Row.RowID = d.str()
+			w.Delete = d.u8() == 1
+			w.Row.Version = d.varint()
+			w.Row.Scopes = d.scopes()
+			w.Row.Payload = d.bytes()
+			w.Row.CommitSeq = seq
+			rows = append(rows, w)
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail()
+	}
+	if d.err != nil {
+		return nil, nil, d.err
+	}
+	return changes, rows, nil
+}
+
+// Attribute readers: ok is false when the attribute is absent or of
+// another type.
+
+func getS(item map[string]types.AttributeValue, name string) (string, bool) {
+	v, ok := item[name].(*types.AttributeValueMemberS)
+	if !ok {
+		return "", false
+	}
+	return v.Value, true
+}
+
+func getN(item map[string]types.AttributeValue, name string) (int64, bool) {
+	v, ok := item[name].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v.Value, 10, 64)
+	return n, err == nil
+}
+
+// getB returns the binary attribute; absent means empty.
+func getB(item map[string]types.AttributeValue, name string) ([]byte, bool) {
+	switch v := item[name].(type) {
+	case nil:
+		return nil, true
+	case *types.AttributeValueMemberB:
+		return v.Value, true
+	}
+	return nil, false
+}
+
+func getBool(item map[string]types.AttributeValue, name string) (bool, bool) {
+	v, ok := item[name].(*types.AttributeValueMemberBOOL)
+	if !ok {
+		return false, false
+	}
+	return v.Value, true
+}
+
+// Item size per the DynamoDB rules (attribute name bytes + value bytes;
+// a number is about one byte per two significant digits plus one).
+// Used to refuse oversize items before DynamoDB does and to estimate
+// capacity.
+
+// MaxItemBytes is DynamoDB's item size limit (400 KB).
+const MaxItemBytes = 400 * 1024
+
+// ItemSize returns the DynamoDB size of an item in bytes.
+func ItemSize(item map[string]types.AttributeValue) int {
+	n := 0
+	for k, v := range item {
+		n += len(k) + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v types.AttributeValue) int {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(v.Value)
+	case *types.AttributeValueMemberB:
+		return len(v.Value)
+	case *types.AttributeValueMemberN:
+		return numberSize(v.Value)
+	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
+		return 1
+	case *types.AttributeValueMemberSS:
+		n := 0
+		for _, s := range v.Value {
+			n += len(s)
+		}
+		return n
+	case *types.AttributeValueMemberBS:
+		n := 0
+		for _, s := range v.Value {
+			n += len(s)
+		}
+		return n
+	case *types.AttributeValueMemberNS:
+		n := 0
+		for _, s := range v.Value {
+			n += numberSize(s)
+		}
+		return n
+	case *types.AttributeValueMemberL:
+		n := 3
+		for _, e := range v.Value {
+			n += 1 + valueSize(e)
+		}
+		return n
+	case *types.AttributeValueMemberM:
+		n := 3
+		for k, e := range v.Value {
+			n += 1 + len(k) + valueSize(e)
+		}
+		return n
+	}
+	return 0
+}
+
+func numberSize(s string) int {
+	digits := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] >= '0' && s[i] <= '9' {
+			digits++
+		}
+	}
+	return (digits+1)/2 + 1
+}
+
+// validKeyPart reports whether s can be part of a key: DynamoDB requires
+// valid UTF-8 in S attributes.
+func validKeyPart(s string) bool { return utf8.ValidString(s) }

@@ -1,0 +1,101 @@
+package dynamostore
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Key layout (single table, every key attribute of type S):
+//
+//	item            pk                                  sk
+//	partition head  P#<p>                               HEAD
+//	commit log      P#<p>#L                             <seq:020d>[#<chunk:04d>]
+//	push outcome    P#<p>#O#<clientId>                  O<clientCommitId>
+//	row             P#<p>#T#<table>                     R<rowId>
+//	client record   P#<p>#C                             C<clientId>
+//	segment         SEG#<sha256 hex>                    OBJ | PUB#<context hash>
+//	segment lookup  P#<p>#SF                            <key hash>#<sha256 hex>#<context hash>
+//
+// Injectivity: a name embedded in a pk is escaped with esc, which leaves
+// no '#' in it, so the first '#' after a name always ends it and two
+// different (partition, table, clientId) tuples never share a pk. A sort
+// key holds at most one free-form part, behind a one-letter prefix (an
+// S key may not be empty, and an id may be ""), so it needs no escaping;
+// the prefix keeps the byte order of the ids (DynamoDB sorts S keys by
+// UTF-8 bytes, which is the order ScanRows promises).
+
+// esc percent-encodes '%' and '#' so the result contains no '#'. It is
+// injective because percent-decoding inverts it.
+func esc(s string) string {
+	if !strings.ContainsAny(s, "%#") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '#':
+			b.WriteString("%23")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// PartitionPK is the pk prefix of everything a partition owns; exported
+// for the segment store, which keeps its lookup items beside it.
+func PartitionPK(partition string) string { return "P#" + esc(partition) }
+
+func headPK(p string) string              { return PartitionPK(p) }
+func logPK(p string) string               { return PartitionPK(p) + "#L" }
+func outcomePK(p, clientID string) string { return PartitionPK(p) + "#O#" + esc(clientID) }
+func rowPK(p, table string) string        { return PartitionPK(p) + "#T#" + esc(table) }
+func clientPK(p string) string            { return PartitionPK(p) + "#C" }
+
+const headSK = "HEAD"
+
+// seqSK is a commit's first log item; further chunks sort right after it
+// and before the next seq ("#" sorts below every digit).
+func seqSK(seq int64) string { return fmt.Sprintf("%020d", seq) }
+
+func chunkSK(seq int64, chunk int) string {
+	if chunk == 0 {
+		return seqSK(seq)
+	}
+	return fmt.Sprintf("%020d#%04d", seq, chunk)
+}
+
+// seqRangeHi is the upper bound (inclusive) of all log items of seq.
+func seqRangeHi(seq int64) string { return seqSK(seq) + "#~" }
+
+func outcomeSK(clientCommitID string) string { return "O" + clientCommitID }
+func rowSK(rowID string) string              { return "R" + rowID }
+func clientSK(clientID string) string        { return "C" + clientID }
+
+// DynamoDB key size limits (bytes of UTF-8).
+const (
+	maxPKBytes = 2048
+	maxSKBytes = 1024
+)
+
+// Key builds a primary key attribute map.
+func Key(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrPK: S(pk), AttrSK: S(sk)}
+}
+
+// S, N and B build attribute values.
+func S(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+
+// N builds a number attribute from an int64.
+func N(n int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: fmt.Sprint(n)} }
+
+// B builds a binary attribute.
+func B(b []byte) types.AttributeValue { return &types.AttributeValueMemberB{Value: b} }
+
+// BOOL builds a boolean attribute.
+func BOOL(v bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: v} }

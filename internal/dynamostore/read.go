@@ -1,0 +1,383 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+)
+
+// batchGetMax is BatchGetItem's key limit.
+const batchGetMax = 100
+
+// GetRows implements store.Store. The head rides along in the first
+// BatchGetItem, so a push's row read costs no extra round trip: when it
+// shows an unmaterialized commit, that commit is rolled forward and the
+// rows are read again. Rows read in the same batch as a finished head
+// can only be newer than it, and any evaluation built on them commits
+// only if the head has not moved since (Commit's condition).
+func (s *Store) GetRows(ctx context.Context, partition, table string, rowIDs []string) (map[string]*store.Row, error) {
+	out := make(map[string]*store.Row, len(rowIDs))
+	if len(rowIDs) == 0 {
+		return out, nil
+	}
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	if err := checkName("table", table); err != nil {
+		return nil, err
+	}
+	pk := rowPK(partition, table)
+	seen := make(map[string]bool, len(rowIDs))
+	var keys []map[string]types.AttributeValue
+	for _, id := range rowIDs {
+		if seen[id] || !validKeyPart(id) || len(rowSK(id)) > maxSKBytes || len(pk) > maxPKBytes {
+			continue // duplicates, or ids no row can have
+		}
+		seen[id] = true
+		keys = append(keys, Key(pk, rowSK(id)))
+	}
+	headKey := Key(headPK(partition), headSK)
+	read := func(withHead bool) (*head, error) {
+		var h *head
+		for start := 0; start < len(keys) || withHead; {
+			batch := keys[start:min(len(keys), start+batchGetMax)]
+			if withHead {
+				batch = append([]map[string]types.AttributeValue{headKey}, keys[start:min(len(keys), start+batchGetMax-1)]...)
+			}
+			items, err := s.batchGet(ctx, "read rows", batch)
+			if err != nil {
+				return nil, err
+			}
+			for _, it := range items {
+				if sk, _ := getS(it, AttrSK); sk == headSK {
+					if pkv, _ := getS(it, AttrPK); pkv == headKey[AttrPK].(*types.AttributeValueMemberS).Value {
+						hh, err := parseHead(it)
+						if err != nil {
+							return nil, err
+						}
+						h = &hh
+						continue
+					}
+				}
+				r, err := parseRow(it)
+				if err != nil {
+					return nil, err
+				}
+				out[r.RowID] = r
+			}
+			start += len(batch)
+			if withHead {
+				start--
+				withHead = false
+			}
+		}
+		return h, nil
+	}
+	h, err := read(true)
+	if err != nil {
+		return nil, err
+	}
+	if h != nil && h.applied < h.MaxCommitSeq {
+		if err := s.rollForward(ctx, partition, *h); err != nil {
+			return nil, err
+		}
+		clear(out)
+		if _, err := read(false); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ensureApplied reads the head and finishes an unmaterialized commit, so
+// a following row read reflects every commit up to the head.
+func (s *Store) ensureApplied(ctx context.Context, p string) error {
+	h, ok, err := s.readHead(ctx, p)
+	if err != nil || !ok || h.applied >= h.MaxCommitSeq {
+		return err
+	}
+	return s.rollForward(ctx, p, h)
+}
+
+// ScanRows implements store.Store: one consistent Query on the table's
+// row partition, sorted by rowId bytes (the sk is "R"+rowId).
+func (s *Store) ScanRows(ctx context.Context, partition, table string, after string, hasAfter bool, fn func(*store.Row) bool) error {
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	if err := checkName("table", table); err != nil {
+		return err
+	}
+	if err := s.ensureApplied(ctx, partition); err != nil {
+		return err
+	}
+	in := &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(rowPK(partition, table))},
+		Limit:                     aws.Int32(s.scanPage),
+	}
+	if hasAfter {
+		if !validKeyPart(after) {
+			return fmt.Errorf("dynamostore: scan cursor is not valid UTF-8")
+		}
+		// A key condition value is limited to the 1024-byte sk size: a
+		// longer cursor is cut at a rune boundary (a lower bound, so no
+		// row is skipped) and the exact bound is applied below.
+		lo := rowSK(after)
+		if len(lo) > maxSKBytes {
+			cut := maxSKBytes
+			for cut > 0 && !utf8.RuneStart(lo[cut]) {
+				cut--
+			}
+			lo = lo[:cut]
+		}
+		in.KeyConditionExpression = aws.String("pk = :pk AND sk > :after")
+		in.ExpressionAttributeValues[":after"] = S(lo)
+	}
+	var perr error
+	err := s.query(ctx, "scan rows", in, func(items []map[string]types.AttributeValue) bool {
+		for _, it := range items {
+			r, err := parseRow(it)
+			if err != nil {
+				perr = err
+				return false
+			}
+			if hasAfter && r.RowID <= after {
+				continue
+			}
+			if !fn(r) {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return perr
+}
+
+// ReadLog implements store.Store.
+func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) error {
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	var derr error
+	err := s.readLog(ctx, partition, afterSeq, throughSeq, func(c *store.Commit, _ []store.RowWrite, err error) bool {
+		if err != nil {
+			derr = err
+			return false
+		}
+		return fn(c)
+	})
+	if err != nil {
+		return err
+	}
+	return derr
+}
+
+// readLog queries log items for afterSeq < seq ≤ throughSeq in sk order,
+// reassembles chunked commits and decodes them. A commit with missing
+// chunks can only be one Prune is deleting (the horizon advances before
+// deletes start), so it is skipped like the already deleted ones.
+func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int64, fn func(*store.Commit, []store.RowWrite, error) bool) error {
+	afterSeq = max(afterSeq, 0)
+	if throughSeq <= afterSeq {
+		return nil
+	}
+	var (
+		cur    *store.Commit
+		want   int
+		parts  [][]byte
+		stop   bool
+		hasCur bool
+	)
+	flush := func() {
+		if !hasCur || len(parts) != want {
+			hasCur = false
+			return
+		}
+		hasCur = false
+		body := make([]byte, 0, func() int {
+			n := 0
+			for _, b := range parts {
+				n += len(b)
+			}
+			return n
+		}())
+		for _, b := range parts {
+			body = append(body, b...)
+		}
+		changes, rows, err := decodeLogBody(body, cur.Seq)
+		if err != nil {
+			fn(nil, nil, fmt.Errorf("dynamostore: log item %d: %w", cur.Seq, err))
+			stop = true
+			return
+		}
+		cur.Changes = changes
+		if !fn(cur, rows, nil) {
+			stop = true
+		}
+	}
+	err := s.query(ctx, "read commit log", &dynamodb.QueryInput{
+		KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :lo AND :hi"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": S(logPK(p)), ":lo": S(seqSK(afterSeq + 1)), ":hi": S(seqRangeHi(throughSeq)),
+		},
+		Limit: aws.Int32(s.logPage),
+	}, func(items []map[string]types.AttributeValue) bool {
+		for _, it := range items {
+			sk, _ := getS(it, AttrSK)
+			seq, chunk, ok := parseLogSK(sk)
+			if !ok {
+				continue
+			}
+			data, _ := getB(it, lData)
+			if chunk == 0 {
+				if hasCur {
+					flush()
+					if stop {
+						return false
+					}
+				}
+				created, ok1 := getN(it, lCreated)
+				actor, ok2 := getS(it, lActor)
+				client, ok3 := getS(it, lClient)
+				cc, ok4 := getS(it, lCommit)
+				n, ok5 := getN(it, lChunks)
+				if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || n < 1 {
+					fn(nil, nil, fmt.Errorf("dynamostore: log item %d is malformed: %w", seq, errCorrupt))
+					stop = true
+					return false
+				}
+				cur = &store.Commit{Seq: seq, CreatedAtMs: created, ActorID: actor, ClientID: client, ClientCommitID: cc}
+				want, parts, hasCur = int(n), [][]byte{data}, true
+				continue
+			}
+			if !hasCur || cur.Seq != seq || chunk != len(parts) {
+				hasCur = false // orphan chunk of a commit being pruned
+				continue
+			}
+			parts = append(parts, data)
+		}
+		return true
+	})
+	if err != nil || stop {
+		return err
+	}
+	flush()
+	return nil
+}
+
+// parseLogSK splits "<seq:020d>[#<chunk>]".
+func parseLogSK(sk string) (seq int64, chunk int, ok bool) {
+	s, c, has := strings.Cut(sk, "#")
+	seq, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	if has {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 {
+			return 0, 0, false
+		}
+		chunk = n
+	}
+	return seq, chunk, true
+}
+
+// CommitTimes implements store.Store. It projects the log to (sk,
+// createdAtMs); chunk items beyond the first carry no createdAtMs and
+// are skipped. (Capacity is charged on whole items regardless.)
+func (s *Store) CommitTimes(ctx context.Context, partition string, afterSeq int64, fn func(seq, createdAtMs int64) bool) error {
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	return s.query(ctx, "read commit times", &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("pk = :pk AND sk >= :lo"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(logPK(partition)), ":lo": S(seqSK(max(afterSeq, 0) + 1))},
+		ProjectionExpression:      aws.String("sk, ca"),
+		Limit:                     aws.Int32(s.logPage),
+	}, func(items []map[string]types.AttributeValue) bool {
+		for _, it := range items {
+			sk, _ := getS(it, AttrSK)
+			seq, chunk, ok := parseLogSK(sk)
+			created, okc := getN(it, lCreated)
+			if !ok || chunk != 0 || !okc {
+				continue
+			}
+			if !fn(seq, created) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// Prune implements store.Store (§4.6). The horizon is clamped to the
+// head (after finishing any unmaterialized commit, whose log it still
+// needs) and advanced with a monotonic condition before any delete, so
+// a reader never sees a hole above the horizon. Log items at or below it
+// are then deleted page by page.
+func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (int, error) {
+	if err := checkPartition(partition); err != nil {
+		return 0, err
+	}
+	var target int64
+	for attempt := 0; ; attempt++ {
+		h, ok, err := s.readHead(ctx, partition)
+		if err != nil || !ok {
+			return 0, err
+		}
+		if h.applied < h.MaxCommitSeq {
+			if err := s.rollForward(ctx, partition, h); err != nil {
+				return 0, err
+			}
+		}
+		target = min(horizonSeq, h.MaxCommitSeq)
+		if target <= h.HorizonSeq {
+			return 0, nil
+		}
+		_, err = s.updateItem(ctx, "advance horizon", &dynamodb.UpdateItemInput{
+			Key:                       Key(headPK(partition), headSK),
+			UpdateExpression:          aws.String("SET hz = :h"),
+			ConditionExpression:       aws.String("hz < :h AND ap >= :h"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":h": N(target)},
+		})
+		if err == nil {
+			break
+		}
+		if !isConditionFailed(err) || attempt >= 3 {
+			return 0, err
+		}
+	}
+	removed := 0
+	var derr error
+	err := s.query(ctx, "list pruned log items", &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("pk = :pk AND sk <= :hi"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(logPK(partition)), ":hi": S(seqRangeHi(target))},
+		ProjectionExpression:      aws.String("pk, sk"),
+		Limit:                     aws.Int32(500),
+	}, func(items []map[string]types.AttributeValue) bool {
+		for _, it := range items {
+			sk, _ := getS(it, AttrSK)
+			if _, chunk, ok := parseLogSK(sk); ok && chunk == 0 {
+				removed++
+			}
+		}
+		derr = s.batchDelete(ctx, "delete pruned log items", items)
+		return derr == nil
+	})
+	if err == nil {
+		err = derr
+	}
+	return removed, err
+}
