@@ -1,0 +1,235 @@
+/**
+ * ServerDriver shim: drives a conformance-host (cmd/conformance-host) over
+ * HTTP so the Syncular conformance catalog can run against the Go engine.
+ * Copied next to the catalog's src/ by run.sh; imports resolve there.
+ */
+import type {
+  BytesResult,
+  DriverError,
+  DriverScopeMap,
+  RealtimeConnectResult,
+  RetentionOptions,
+  ServerCapability,
+  ServerCreateOptions,
+  ServerDriver,
+  ServerInstance,
+  ServerRowState,
+} from '../src/driver';
+
+const SYNC_CONTENT_TYPE = 'application/vnd.syncular.sync.v2';
+
+function toU8(bytes: Uint8Array): { $u8: string } {
+  return { $u8: Buffer.from(bytes).toString('base64') };
+}
+
+function fromU8(value: { $u8: string }): Uint8Array {
+  return new Uint8Array(Buffer.from(value.$u8, 'base64'));
+}
+
+interface WireBytesResult {
+  ok: boolean;
+  bytes?: { $u8: string };
+  error?: DriverError;
+}
+
+function bytesResult(r: WireBytesResult): BytesResult {
+  if (r.ok && r.bytes !== undefined) return { ok: true, bytes: fromU8(r.bytes) };
+  return {
+    ok: false,
+    error: r.error ?? { code: 'sync.internal', message: 'no error body' },
+  };
+}
+
+/** Turn a non-2xx §10.1 JSON response into a DriverError. */
+async function httpError(res: Response): Promise<DriverError> {
+  const text = await res.text();
+  try {
+    const body = JSON.parse(text) as Partial<DriverError>;
+    if (typeof body.code === 'string') {
+      return {
+        code: body.code,
+        message: body.message ?? '',
+        ...(body.category !== undefined ? { category: body.category } : {}),
+        ...(body.retryable !== undefined ? { retryable: body.retryable } : {}),
+        ...(body.recommendedAction !== undefined
+          ? { recommendedAction: body.recommendedAction }
+          : {}),
+      };
+    }
+  } catch {
+    // fall through
+  }
+  return { code: 'sync.internal', message: `HTTP ${res.status}: ${text}` };
+}
+
+class HttpServerInstance implements ServerInstance {
+  readonly #base: string;
+  readonly #id: string;
+
+  constructor(hostUrl: string, id: string, methods: readonly string[]) {
+    this.#base = `${hostUrl}/i/${id}`;
+    this.#id = id;
+    // Optional driver methods exist only when the host implements them.
+    const optional = [
+      'fetchSegmentUrl',
+      'setSignedUrlTtlSeconds',
+      'captureBackup',
+      'restoreBackup',
+      'failNextIdempotencyLookup',
+    ] as const;
+    for (const name of optional) {
+      if (!methods.includes(name)) {
+        (this as Record<string, unknown>)[name] = undefined;
+      }
+    }
+  }
+
+  async #control<T>(method: string, ...args: unknown[]): Promise<T> {
+    const res = await fetch(`${this.#base}/control/${method}`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(args),
+    });
+    const body = (await res.json()) as {
+      result?: T;
+      error?: { code: string; message: string };
+    };
+    if (!res.ok || body.error !== undefined) {
+      throw new Error(
+        `conformance-host ${this.#id}.${method}: ${body.error?.code}: ${body.error?.message}`,
+      );
+    }
+    return body.result as T;
+  }
+
+  async handleSyncRequest(
+    actorId: string,
+    request: Uint8Array,
+  ): Promise<BytesResult> {
+    const res = await fetch(`${this.#base}/sync`, {
+      method: 'POST',
+      headers: { 'Content-Type': SYNC_CONTENT_TYPE, 'X-Actor': actorId },
+      body: request,
+    });
+    if (!res.ok) return { ok: false, error: await httpError(res) };
+    return { ok: true, bytes: new Uint8Array(await res.arrayBuffer()) };
+  }
+
+  async downloadSegment(
+    actorId: string,
+    segmentId: string,
+    scopesHeaderJson: string,
+  ): Promise<BytesResult> {
+    const res = await fetch(
+      `${this.#base}/segments/${encodeURIComponent(segmentId)}`,
+      {
+        headers: { 'X-Actor': actorId, 'X-Syncular-Scopes': scopesHeaderJson },
+      },
+    );
+    if (!res.ok) return { ok: false, error: await httpError(res) };
+    return { ok: true, bytes: new Uint8Array(await res.arrayBuffer()) };
+  }
+
+  async fetchSegmentUrl(url: string): Promise<BytesResult> {
+    return bytesResult(
+      await this.#control<WireBytesResult>('fetchSegmentUrl', url),
+    );
+  }
+
+  async setSignedUrlTtlSeconds(ttlSeconds: number): Promise<void> {
+    await this.#control('setSignedUrlTtlSeconds', ttlSeconds);
+  }
+
+  async connectRealtime(): Promise<RealtimeConnectResult> {
+    return {
+      ok: false,
+      error: {
+        code: 'sync.not_found',
+        message: 'conformance-host: realtime is not supported',
+      },
+    };
+  }
+
+  async setAllowedScopes(
+    actorId: string,
+    allowed: DriverScopeMap,
+  ): Promise<void> {
+    await this.#control('setAllowedScopes', actorId, allowed);
+  }
+
+  async setResolverFailing(failing: boolean): Promise<void> {
+    await this.#control('setResolverFailing', failing);
+  }
+
+  async advanceClock(ms: number): Promise<void> {
+    await this.#control('advanceClock', ms);
+  }
+
+  async nowMs(): Promise<number> {
+    return this.#control<number>('nowMs');
+  }
+
+  async captureBackup(): Promise<void> {
+    await this.#control('captureBackup');
+  }
+
+  async restoreBackup(): Promise<void> {
+    await this.#control('restoreBackup');
+  }
+
+  async prune(retention?: RetentionOptions): Promise<number> {
+    return retention === undefined
+      ? this.#control<number>('prune')
+      : this.#control<number>('prune', retention);
+  }
+
+  async getMaxCommitSeq(): Promise<number> {
+    return this.#control<number>('getMaxCommitSeq');
+  }
+
+  async getHorizonSeq(): Promise<number> {
+    return this.#control<number>('getHorizonSeq');
+  }
+
+  async readRows(table: string): Promise<ServerRowState[]> {
+    return this.#control<ServerRowState[]>('readRows', table);
+  }
+
+  async failNextIdempotencyLookup(): Promise<void> {
+    await this.#control('failNextIdempotencyLookup');
+  }
+
+  async close(): Promise<void> {
+    await fetch(this.#base, { method: 'DELETE' });
+  }
+}
+
+/** Build a ServerDriver for the conformance-host at hostUrl. */
+export async function httpServerDriver(hostUrl: string): Promise<ServerDriver> {
+  const info = (await (await fetch(`${hostUrl}/__conformance/info`)).json()) as {
+    name: string;
+    capabilities: ServerCapability[];
+  };
+  return {
+    name: info.name,
+    capabilities: info.capabilities,
+    async create(options: ServerCreateOptions): Promise<ServerInstance> {
+      const res = await fetch(`${hostUrl}/__conformance/instances`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify(options),
+      });
+      const body = (await res.json()) as {
+        id?: string;
+        methods?: string[];
+        error?: { code: string; message: string };
+      };
+      if (!res.ok || body.id === undefined) {
+        throw new Error(
+          `conformance-host create: ${body.error?.code}: ${body.error?.message}`,
+        );
+      }
+      return new HttpServerInstance(hostUrl, body.id, body.methods ?? []);
+    },
+  };
+}
