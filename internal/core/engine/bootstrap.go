@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
@@ -112,7 +111,13 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 		if err != nil {
 			return next, false, false, storeErr(err, "find segment")
 		}
-		if ok && (!canInline || pub.RowCount > 0) {
+		// §4.2: pages hold up to limitSnapshotRows rows, and §5.1 shares a
+		// build per page window: reuse only a publication this request's
+		// page size could have cut (a full page, or a last page that fits),
+		// never a larger page built for a client with a bigger limit.
+		fits := pub.RowCount == int64(ps.lim.snapshotRows) ||
+			(!pub.NextRowCursor.Present && pub.RowCount <= int64(ps.lim.snapshotRows))
+		if ok && fits && (!canInline || pub.RowCount > 0) {
 			if err := ps.sendRef(ctx, id, pub, digest); err != nil {
 				return next, false, false, err
 			}
@@ -178,9 +183,6 @@ func (ps *pullState) sendRef(ctx context.Context, id string, pub store.Publicati
 	return nil
 }
 
-// errPageFull stops a row scan once the page is full.
-var errPageFull = errors.New("page full")
-
 // buildPage encodes the next page of rows matching the effective scopes:
 // at most snapshotRows rows and about SegmentMaxBytes bytes. Rows are
 // stored row-codec encoded, so for a same-version client the segment is
@@ -228,4 +230,3 @@ func (ps *pullState) buildPage(ctx context.Context, p *subPlan, asOf int64, curs
 	_ = asOf
 	return buf.Bytes(), rows, last, more, nil
 }
-

@@ -154,14 +154,22 @@ func (ps *pullState) section(ctx context.Context, p *subPlan) (int64, bool, erro
 		return sub.Cursor, false, ps.write(&wire.SubEnd{NextCursor: sub.Cursor})
 	}
 	tok, tokOK := parseBootstrapToken(sub.BootstrapState, sub.Table)
-	if !tokOK && sub.Cursor >= 0 && sub.Cursor < ps.horizon {
+	// §4.7: a present token — usable or not — marks the subscription as
+	// still bootstrapping (its cursor is only the pin, its rows are partial).
+	// An unusable token silently restarts the bootstrap with a fresh pin:
+	// it must neither fall through to incremental (rows past the token's
+	// row cursor would never be delivered) nor answer reset.
+	if sub.BootstrapState.Present {
+		return ps.bootstrap(ctx, p, tok, tokOK)
+	}
+	if sub.Cursor >= 0 && sub.Cursor < ps.horizon {
 		// §4.6: behind the horizon, no deltas can be computed.
 		if err := ps.write(&wire.SubStart{ID: sub.ID, Status: wire.SubReset, ReasonCode: string(syncerr.CursorExpired), EffectiveScopes: wire.ScopeMap{}}); err != nil {
 			return 0, false, err
 		}
 		return sub.Cursor, false, ps.write(&wire.SubEnd{NextCursor: sub.Cursor})
 	}
-	if tokOK || sub.Cursor < 0 || sub.Cursor > ps.maxSeq {
+	if sub.Cursor < 0 || sub.Cursor > ps.maxSeq {
 		return ps.bootstrap(ctx, p, tok, tokOK)
 	}
 	return ps.incremental(ctx, p)

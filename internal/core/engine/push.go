@@ -258,13 +258,17 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			current[k] = nr
 			continue
 		}
-		// Insert path (§6.2).
-		if op.BaseVersion.Present && op.BaseVersion.Value != 0 {
-			return fail(i, syncerr.RowMissing, "baseVersion names a row that does not exist (§6.2)")
-		}
+		// Insert path (§6.2). §3.4 step 2: with no stored row the pushed
+		// payload is the authorization row, and §3.4 applies to every push
+		// operation — so authorize before answering sync.row_missing, which
+		// would otherwise tell an actor without the scope that the row is
+		// absent.
 		scopes, ok := extractScopes(t, vals)
 		if !ok || resolveErr != nil || !authorizeRow(t, scopes, allowed) {
 			return fail(i, syncerr.Forbidden, "insert denied by scope authorization (§3.4)")
+		}
+		if op.BaseVersion.Present && op.BaseVersion.Value != 0 {
+			return fail(i, syncerr.RowMissing, "baseVersion names a row that does not exist (§6.2)")
 		}
 		payload, err := e.toStorage(st, t, vals)
 		if err != nil {

@@ -118,12 +118,3 @@ func toWireScopes(m ScopeMap) wire.ScopeMap {
 	slices.SortFunc(out, func(a, b wire.ScopeEntry) int { return wire.CompareUTF16(a.Key, b.Key) })
 	return out
 }
-
-// plainScopes converts a wire scope map to a ScopeMap.
-func plainScopes(m wire.ScopeMap) map[string][]string {
-	out := make(map[string][]string, len(m))
-	for _, e := range m {
-		out[e.Key] = e.Values
-	}
-	return out
-}
