@@ -2,40 +2,27 @@ package dynamostore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"net/http"
-	"os"
-	"strings"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
 
-// TEMPORARY until internal/testenv lands.
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// ddbClient returns a new SDK client (its own connection pool: a
+// separate "Lambda instance") for the shared DynamoDB Local.
 func ddbClient(t testing.TB) *dynamodb.Client {
-	ep := os.Getenv("DEV_DYNAMO_ENDPOINT")
-	if ep == "" {
-		t.Skip("no DynamoDB Local")
-	}
-	return dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(ep),
-		Credentials:  credentials.NewStaticCredentialsProvider("fake", "fake", ""),
-		HTTPClient:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
-	})
+	t.Helper()
+	return testenv.DynamoDB(t).Client(t)
 }
 
-func uniqueName(t testing.TB, prefix string) string {
-	n := prefix + "-" + strings.ToLower(rand.Text()[:10])
-	return n
-}
-
+// newTable creates a fresh table named after the test.
 func newTable(t testing.TB, c *dynamodb.Client) string {
-	name := uniqueName(t, "tbl")
+	t.Helper()
+	name := testenv.UniqueName(t, "ds")
 	if err := dynamostore.CreateTable(context.Background(), c, name); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,653 @@
+// Package s3segments is the AWS implementation of store.SegmentStore and
+// store.Presigner: segment bytes live in S3 under their content address,
+// written once; publications (who may see them, until when) live in the
+// DynamoDB table of package dynamostore (SPEC §5.1, §5.4, §5.5).
+//
+// # Object lifetime
+//
+// Objects are never deleted by this package. The bucket carries an S3
+// lifecycle rule that expires objects under <prefix>segments/ after
+// ObjectLifetime (for example 2 days with publications of at most 24 h:
+// S3 expires an object no earlier than creation + N days). Every object
+// write records, in a per-segment OBJ item, the time until which the
+// object is guaranteed to exist (write time + ObjectLifetime). A
+// publication is recorded only when that guarantee covers its expiry
+// plus MaxURLTTL (a presigned URL minted just before expiry must still
+// work) plus Margin (clock skew, lifecycle timing); when it does not —
+// the object is old, or was re-published after its age ran down — the
+// object's age is reset first: a self-copy (CopyObject with REPLACE
+// metadata) creates it anew, so lifecycle counts from then. Find only
+// returns publications whose recorded guarantee covers them, hence a
+// returned publication's object outlives it.
+package s3segments
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	dtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	stypes "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+)
+
+// Defaults; see Options.
+const (
+	DefaultObjectLifetime = 48 * time.Hour
+	DefaultMargin         = time.Hour
+	DefaultTTLGrace       = 24 * time.Hour
+	// MaxURLTTL is the §5.4 ceiling of a presigned URL's lifetime.
+	MaxURLTTL = 15 * time.Minute
+)
+
+// Options configures Segments.
+type Options struct {
+	// ObjectLifetime must equal (or be shorter than) the bucket's lifecycle
+	// expiration of segment objects (default 2 days). It must exceed the
+	// longest publication lifetime + MaxURLTTL + Margin.
+	ObjectLifetime time.Duration
+	// Margin is added to every object-lifetime requirement (default 1 h).
+	Margin time.Duration
+	// TTLGrace keeps expired publication items this long past their
+	// expiry before DynamoDB TTL may delete them (default 24 h), so a
+	// download in that window answers sync.segment_expired rather than
+	// sync.not_found (§5.5).
+	TTLGrace time.Duration
+	// Retry bounds DynamoDB retries (zero: dynamostore.DefaultRetryPolicy).
+	Retry dynamostore.RetryPolicy
+	// Now is the wall clock object ages are measured with (S3 lifecycle
+	// runs on real time; tests substitute a fake one). Default time.Now.
+	Now func() time.Time
+}
+
+// Segments implements store.SegmentStore and store.Presigner.
+type Segments struct {
+	s3     *s3.Client
+	bucket string
+	prefix string
+	ddb    *dynamodb.Client
+	table  *string
+	opts   Options
+}
+
+var (
+	_ store.SegmentStore = (*Segments)(nil)
+	_ store.Presigner    = (*Segments)(nil)
+)
+
+// New returns Segments over bucket (object keys start with prefix) and
+// the dynamostore table.
+func New(s3Client *s3.Client, bucket, prefix string, ddb *dynamodb.Client, table string, opts Options) *Segments {
+	if opts.ObjectLifetime <= 0 {
+		opts.ObjectLifetime = DefaultObjectLifetime
+	}
+	if opts.Margin <= 0 {
+		opts.Margin = DefaultMargin
+	}
+	if opts.TTLGrace <= 0 {
+		opts.TTLGrace = DefaultTTLGrace
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Segments{s3: s3Client, bucket: bucket, prefix: prefix, ddb: ddb, table: aws.String(table), opts: opts}
+}
+
+// ObjectKey is the S3 key of a segment: it embeds the content address,
+// as §5.4 requires of presigned delivery.
+func (s *Segments) ObjectKey(segmentID string) (string, bool) {
+	h, ok := hexOf(segmentID)
+	if !ok {
+		return "", false
+	}
+	return s.prefix + "segments/" + h, true
+}
+
+// hexOf returns the hex digest of a well-formed "sha256:<64 hex>" id.
+func hexOf(segmentID string) (string, bool) {
+	h, ok := strings.CutPrefix(segmentID, "sha256:")
+	if !ok || len(h) != 64 {
+		return "", false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", false
+		}
+	}
+	return h, true
+}
+
+// DynamoDB items (see dynamostore's key table):
+//
+//	SEG#<hex>   OBJ                 bl byteLength, gu object-guaranteed-until ms, ttl
+//	SEG#<hex>   PUB#<ctx hash>      one publication (all SegmentKey fields, nc, rn, cr, ex), ttl
+//	P#<p>#SF    <key hash>#<hex>#<ctx hash>   the Find index of that publication, + gu, ttl
+//
+// The publication context (SegmentKey + NextRowCursor + RowCount) is
+// hashed into the sort keys: its fields are unbounded (partition names,
+// row cursors), sort keys are limited to 1024 bytes, and the fields are
+// stored in full beside the hash and compared on read.
+const (
+	aLen     = "bl"
+	aGuard   = "gu"
+	aPart    = "p"
+	aEpoch   = "ep"
+	aTable   = "tb"
+	aSchema  = "sv"
+	aMedia   = "mt"
+	aDigest  = "sd"
+	aAsOf    = "as"
+	aCursor  = "rc" // present iff RowCursor.Present
+	aNext    = "nc" // present iff NextRowCursor.Present
+	aRows    = "rn"
+	aCreated = "cr"
+	aExpires = "ex"
+	aSeg     = "sg"
+)
+
+func segPK(h string) string { return "SEG#" + h }
+
+const objSK = "OBJ"
+
+func findPK(partition string) string { return dynamostore.PartitionPK(partition) + "#SF" }
+
+// fieldHash hashes length-prefixed fields: injective input, fixed-size
+// output for sort keys.
+func fieldHash(fields ...string) string {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, f := range fields {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
+		h.Write([]byte(f))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func optField(o wire.Opt[string]) string {
+	if !o.Present {
+		return "-"
+	}
+	return "+" + o.Value
+}
+
+func keyHash(k *store.SegmentKey) string {
+	return fieldHash(k.Partition, k.LogEpoch, k.Table, strconv.Itoa(int(k.SchemaVersion)),
+		strconv.Itoa(int(k.MediaType)), k.ScopeDigest, strconv.FormatInt(k.AsOfCommitSeq, 10), optField(k.RowCursor))
+}
+
+// ctxHash identifies a publication context: the build-once key plus how
+// the page was cut (§5.1); equal contexts merge lifetimes.
+func ctxHash(p *store.Publication) string {
+	return fieldHash(keyHash(&p.SegmentKey), optField(p.NextRowCursor), strconv.FormatInt(p.RowCount, 10))
+}
+
+func pubSK(p *store.Publication) string { return "PUB#" + ctxHash(p) }
+
+func findSK(h string, p *store.Publication) string {
+	return keyHash(&p.SegmentKey) + "#" + h + "#" + ctxHash(p)
+}
+
+func pubAttrs(item map[string]dtypes.AttributeValue, p *store.Publication) {
+	item[aPart], item[aEpoch], item[aTable] = dynamostore.S(p.Partition), dynamostore.S(p.LogEpoch), dynamostore.S(p.Table)
+	item[aSchema], item[aMedia] = dynamostore.N(int64(p.SchemaVersion)), dynamostore.N(int64(p.MediaType))
+	item[aDigest], item[aAsOf] = dynamostore.S(p.ScopeDigest), dynamostore.N(p.AsOfCommitSeq)
+	if p.RowCursor.Present {
+		item[aCursor] = dynamostore.S(p.RowCursor.Value)
+	}
+	if p.NextRowCursor.Present {
+		item[aNext] = dynamostore.S(p.NextRowCursor.Value)
+	}
+	item[aRows], item[aCreated], item[aExpires] = dynamostore.N(p.RowCount), dynamostore.N(p.CreatedAtMs), dynamostore.N(p.ExpiresAtMs)
+}
+
+func parsePub(item map[string]dtypes.AttributeValue) (store.Publication, bool) {
+	var p store.Publication
+	var ok [10]bool
+	var sv, mt int64
+	p.Partition, ok[0] = str(item, aPart)
+	p.LogEpoch, ok[1] = str(item, aEpoch)
+	p.Table, ok[2] = str(item, aTable)
+	sv, ok[3] = num(item, aSchema)
+	mt, ok[4] = num(item, aMedia)
+	p.ScopeDigest, ok[5] = str(item, aDigest)
+	p.AsOfCommitSeq, ok[6] = num(item, aAsOf)
+	p.RowCount, ok[7] = num(item, aRows)
+	p.CreatedAtMs, ok[8] = num(item, aCreated)
+	p.ExpiresAtMs, ok[9] = num(item, aExpires)
+	for _, v := range ok {
+		if !v {
+			return p, false
+		}
+	}
+	p.SchemaVersion, p.MediaType = int32(sv), wire.MediaType(mt)
+	if v, ok := str(item, aCursor); ok {
+		p.RowCursor = wire.Some(v)
+	}
+	if v, ok := str(item, aNext); ok {
+		p.NextRowCursor = wire.Some(v)
+	}
+	return p, true
+}
+
+func str(item map[string]dtypes.AttributeValue, name string) (string, bool) {
+	v, ok := item[name].(*dtypes.AttributeValueMemberS)
+	if !ok {
+		return "", false
+	}
+	return v.Value, true
+}
+
+func num(item map[string]dtypes.AttributeValue, name string) (int64, bool) {
+	v, ok := item[name].(*dtypes.AttributeValueMemberN)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v.Value, 10, 64)
+	return n, err == nil
+}
+
+func ttlSeconds(ms int64, grace time.Duration) int64 {
+	return (ms+grace.Milliseconds())/1000 + 1
+}
+
+// segState is what the table knows about one segment.
+type segState struct {
+	hasObj     bool
+	byteLength int64
+	guardMs    int64 // object guaranteed to exist until then (wall clock)
+	pubs       map[string]store.Publication
+}
+
+func (s *Segments) readSegment(ctx context.Context, h string) (*segState, error) {
+	st := &segState{pubs: map[string]store.Publication{}}
+	in := &dynamodb.QueryInput{
+		TableName:                 s.table,
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]dtypes.AttributeValue{":pk": dynamostore.S(segPK(h))},
+		ConsistentRead:            aws.Bool(true),
+		ReturnConsumedCapacity:    dtypes.ReturnConsumedCapacityTotal,
+	}
+	for {
+		var out *dynamodb.QueryOutput
+		err := dynamostore.Call(ctx, s.opts.Retry, "read segment", func(ctx context.Context) error {
+			o, err := s.ddb.Query(ctx, in, dynamostore.NoSDKRetry)
+			if o != nil && o.ConsumedCapacity != nil {
+				dynamostore.RecordConsumed(ctx, false, *o.ConsumedCapacity)
+			}
+			out = o
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		size := 0
+		for _, it := range out.Items {
+			size += dynamostore.ItemSize(it)
+			sk, _ := str(it, dynamostore.AttrSK)
+			if sk == objSK {
+				st.hasObj = true
+				st.byteLength, _ = num(it, aLen)
+				st.guardMs, _ = num(it, aGuard)
+				continue
+			}
+			if p, ok := parsePub(it); ok && strings.HasPrefix(sk, "PUB#") {
+				st.pubs[sk] = p
+			}
+		}
+		dynamostore.RecordEstimate(ctx, float64(max(1, (size+4095)/4096)), 0)
+		if len(out.LastEvaluatedKey) == 0 {
+			return st, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// Put implements store.SegmentStore.
+func (s *Segments) Put(ctx context.Context, segmentID string, body []byte, pub store.Publication, nowMs int64) error {
+	h, ok := hexOf(segmentID)
+	if !ok {
+		return fmt.Errorf("s3segments: malformed segment id %q", segmentID)
+	}
+	if sum := sha256.Sum256(body); hex.EncodeToString(sum[:]) != h {
+		// The id is the content address (§5.1): other bytes under it are
+		// a collision by definition, and are never written.
+		return store.ErrCollision
+	}
+	need := pub.ExpiresAtMs + MaxURLTTL.Milliseconds() + s.opts.Margin.Milliseconds()
+	for attempt := 0; ; attempt++ {
+		st, err := s.readSegment(ctx, h)
+		if err != nil {
+			return err
+		}
+		if !st.hasObj || st.guardMs < need {
+			if st, err = s.ensureObject(ctx, h, body, need); err != nil {
+				return err
+			}
+		}
+		err = s.recordPublication(ctx, h, st, pub, nowMs)
+		if err == nil || !errors.Is(err, errRace) || attempt >= 4 {
+			return err
+		}
+	}
+}
+
+var errRace = errors.New("s3segments: publication changed concurrently")
+
+// ensureObject makes the object exist with a guarantee of at least
+// needMs, writing it once (If-None-Match: *) or resetting its age with a
+// self-copy, and records the guarantee in the OBJ item.
+func (s *Segments) ensureObject(ctx context.Context, h string, body []byte, needMs int64) (*segState, error) {
+	key := s.prefix + "segments/" + h
+	for range 3 {
+		start := s.opts.Now()
+		_, err := s.s3.PutObject(ctx, &s3.PutObjectInput{
+			Bucket:        aws.String(s.bucket),
+			Key:           aws.String(key),
+			Body:          bytes.NewReader(body),
+			ContentLength: aws.Int64(int64(len(body))),
+			ContentType:   aws.String("application/octet-stream"),
+			IfNoneMatch:   aws.String("*"),
+		})
+		if err != nil && !isStatus(err, http.StatusPreconditionFailed, "PreconditionFailed") {
+			return nil, s3Err("write segment object", err)
+		}
+		if err != nil {
+			// The object exists: it must hold exactly these bytes (§5.1),
+			// and its lifecycle age restarts from a self-copy.
+			same, err := s.sameObject(ctx, key, h, int64(len(body)))
+			if errors.Is(err, store.ErrNotFound) {
+				continue // expired between the two requests: write it again
+			}
+			if err != nil {
+				return nil, err
+			}
+			if !same {
+				return nil, store.ErrCollision
+			}
+			start = s.opts.Now()
+			_, err = s.s3.CopyObject(ctx, &s3.CopyObjectInput{
+				Bucket:            aws.String(s.bucket),
+				Key:               aws.String(key),
+				CopySource:        aws.String(s.bucket + "/" + key),
+				MetadataDirective: stypes.MetadataDirectiveReplace,
+				ContentType:       aws.String("application/octet-stream"),
+				Metadata:          map[string]string{"refreshed-at": strconv.FormatInt(start.UnixMilli(), 10)},
+			})
+			if isStatus(err, http.StatusNotFound, "NoSuchKey") {
+				continue
+			}
+			if err != nil {
+				return nil, s3Err("refresh segment object", err)
+			}
+		}
+		guard := start.Add(s.opts.ObjectLifetime).UnixMilli()
+		if guard < needMs {
+			return nil, fmt.Errorf("s3segments: publication until %d needs the object until %d, but the lifecycle keeps it only until %d: raise ObjectLifetime (and the bucket rule) or shorten SegmentTTL", needMs-MaxURLTTL.Milliseconds()-s.opts.Margin.Milliseconds(), needMs, guard)
+		}
+		if err := s.recordObject(ctx, h, int64(len(body)), guard); err != nil {
+			return nil, err
+		}
+		return s.readSegment(ctx, h)
+	}
+	return nil, fmt.Errorf("s3segments: segment object %s kept disappearing while being written", h)
+}
+
+// sameObject streams the stored object through SHA-256.
+func (s *Segments) sameObject(ctx context.Context, key, h string, n int64) (bool, error) {
+	out, err := s.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
+	if isStatus(err, http.StatusNotFound, "NoSuchKey") {
+		return false, store.ErrNotFound
+	}
+	if err != nil {
+		return false, s3Err("read segment object", err)
+	}
+	defer out.Body.Close()
+	sum := sha256.New()
+	m, err := io.Copy(sum, out.Body)
+	if err != nil {
+		return false, s3Err("read segment object", err)
+	}
+	return m == n && hex.EncodeToString(sum.Sum(nil)) == h, nil
+}
+
+// recordObject raises the OBJ item's guarantee (never lowers it).
+func (s *Segments) recordObject(ctx context.Context, h string, n, guard int64) error {
+	err := dynamostore.Call(ctx, s.opts.Retry, "record segment object", func(ctx context.Context) error {
+		o, err := s.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:           s.table,
+			Key:                 dynamostore.Key(segPK(h), objSK),
+			UpdateExpression:    aws.String("SET bl = :bl, gu = :gu, #ttl = :ttl"),
+			ConditionExpression: aws.String("attribute_not_exists(gu) OR gu < :gu"),
+			ExpressionAttributeNames: map[string]string{
+				"#ttl": dynamostore.TTLAttribute,
+			},
+			ExpressionAttributeValues: map[string]dtypes.AttributeValue{
+				":bl": dynamostore.N(n), ":gu": dynamostore.N(guard), ":ttl": dynamostore.N(ttlSeconds(guard, s.opts.TTLGrace)),
+			},
+			ReturnConsumedCapacity: dtypes.ReturnConsumedCapacityTotal,
+		}, dynamostore.NoSDKRetry)
+		if o != nil && o.ConsumedCapacity != nil {
+			dynamostore.RecordConsumed(ctx, true, *o.ConsumedCapacity)
+		}
+		return err
+	})
+	dynamostore.RecordEstimate(ctx, 0, 1)
+	var cf *dtypes.ConditionalCheckFailedException
+	if errors.As(err, &cf) {
+		return nil // a later write already recorded a longer guarantee
+	}
+	return err
+}
+
+// recordPublication merges pub into its context (earliest creation,
+// latest expiry) and prunes publications expired at nowMs, in one
+// transaction conditioned on the publication items it read, so
+// concurrent Puts never lose a merge (errRace makes Put re-read).
+func (s *Segments) recordPublication(ctx context.Context, h string, st *segState, pub store.Publication, nowMs int64) error {
+	sk := pubSK(&pub)
+	merged := pub
+	old, had := st.pubs[sk]
+	if had {
+		merged.CreatedAtMs = min(old.CreatedAtMs, pub.CreatedAtMs)
+		merged.ExpiresAtMs = max(old.ExpiresAtMs, pub.ExpiresAtMs)
+	}
+	var acts []dtypes.TransactWriteItem
+	est := 0.0
+	add := func(w dtypes.TransactWriteItem, item map[string]dtypes.AttributeValue) {
+		acts = append(acts, w)
+		est += 2 * float64(max(1, (dynamostore.ItemSize(item)+1023)/1024))
+	}
+	live := merged.ExpiresAtMs > nowMs
+	if live {
+		if merged.ExpiresAtMs+MaxURLTTL.Milliseconds() > st.guardMs {
+			return fmt.Errorf("s3segments: object guarantee %d does not cover publication expiry %d", st.guardMs, merged.ExpiresAtMs)
+		}
+		item := dynamostore.Key(segPK(h), sk)
+		pubAttrs(item, &merged)
+		item[aLen] = dynamostore.N(st.byteLength)
+		item[dynamostore.TTLAttribute] = dynamostore.N(ttlSeconds(merged.ExpiresAtMs, s.opts.TTLGrace))
+		put := &dtypes.Put{TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}
+		if had {
+			put.ConditionExpression = aws.String("cr = :cr AND ex = :ex")
+			put.ExpressionAttributeValues = map[string]dtypes.AttributeValue{":cr": dynamostore.N(old.CreatedAtMs), ":ex": dynamostore.N(old.ExpiresAtMs)}
+		}
+		add(dtypes.TransactWriteItem{Put: put}, item)
+		fitem := dynamostore.Key(findPK(merged.Partition), findSK(h, &merged))
+		pubAttrs(fitem, &merged)
+		fitem[aSeg], fitem[aGuard] = dynamostore.S(h), dynamostore.N(st.guardMs)
+		fitem[dynamostore.TTLAttribute] = item[dynamostore.TTLAttribute]
+		add(dtypes.TransactWriteItem{Put: &dtypes.Put{TableName: s.table, Item: fitem}}, fitem)
+	}
+	// Prune what expired (§5.1 "pruned on write"), within the 100-action
+	// transaction limit; the rest goes with a later Put.
+	for osk, p := range st.pubs {
+		if p.ExpiresAtMs > nowMs || (osk == sk && live) || len(acts) >= 98 {
+			continue
+		}
+		k := dynamostore.Key(segPK(h), osk)
+		add(dtypes.TransactWriteItem{Delete: &dtypes.Delete{
+			TableName: s.table, Key: k,
+			ConditionExpression:       aws.String("ex = :ex"),
+			ExpressionAttributeValues: map[string]dtypes.AttributeValue{":ex": dynamostore.N(p.ExpiresAtMs)},
+		}}, k)
+		fk := dynamostore.Key(findPK(p.Partition), findSK(h, &p))
+		add(dtypes.TransactWriteItem{Delete: &dtypes.Delete{TableName: s.table, Key: fk}}, fk)
+	}
+	if len(acts) == 0 {
+		return nil
+	}
+	err := dynamostore.Call(ctx, s.opts.Retry, "record segment publication", func(ctx context.Context) error {
+		o, err := s.ddb.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems:          acts,
+			ReturnConsumedCapacity: dtypes.ReturnConsumedCapacityTotal,
+		}, dynamostore.NoSDKRetry)
+		if o != nil {
+			dynamostore.RecordConsumed(ctx, true, o.ConsumedCapacity...)
+		}
+		return err
+	})
+	dynamostore.RecordEstimate(ctx, 0, est)
+	var tc *dtypes.TransactionCanceledException
+	if errors.As(err, &tc) {
+		for _, r := range tc.CancellationReasons {
+			if aws.ToString(r.Code) == "ConditionalCheckFailed" {
+				return errRace
+			}
+		}
+	}
+	return err
+}
+
+// Find implements store.SegmentStore: one consistent Query of the
+// partition's lookup items for the key. Among live publications it
+// returns the one expiring last.
+func (s *Segments) Find(ctx context.Context, key store.SegmentKey, nowMs int64) (string, store.Publication, bool, error) {
+	in := &dynamodb.QueryInput{
+		TableName:              s.table,
+		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :k)"),
+		ExpressionAttributeValues: map[string]dtypes.AttributeValue{
+			":pk": dynamostore.S(findPK(key.Partition)), ":k": dynamostore.S(keyHash(&key) + "#"),
+		},
+		ConsistentRead:         aws.Bool(true),
+		ReturnConsumedCapacity: dtypes.ReturnConsumedCapacityTotal,
+	}
+	var (
+		bestID  string
+		best    store.Publication
+		matched bool
+	)
+	for {
+		var out *dynamodb.QueryOutput
+		err := dynamostore.Call(ctx, s.opts.Retry, "find segment", func(ctx context.Context) error {
+			o, err := s.ddb.Query(ctx, in, dynamostore.NoSDKRetry)
+			if o != nil && o.ConsumedCapacity != nil {
+				dynamostore.RecordConsumed(ctx, false, *o.ConsumedCapacity)
+			}
+			out = o
+			return err
+		})
+		if err != nil {
+			return "", store.Publication{}, false, err
+		}
+		size := 0
+		for _, it := range out.Items {
+			size += dynamostore.ItemSize(it)
+			p, ok := parsePub(it)
+			h, okh := str(it, aSeg)
+			guard, okg := num(it, aGuard)
+			if !ok || !okh || !okg || p.SegmentKey != key || p.ExpiresAtMs <= nowMs {
+				continue
+			}
+			if p.ExpiresAtMs+MaxURLTTL.Milliseconds() > guard {
+				continue // the object is not known to outlive it
+			}
+			id := "sha256:" + h
+			if !matched || p.ExpiresAtMs > best.ExpiresAtMs || (p.ExpiresAtMs == best.ExpiresAtMs && id < bestID) {
+				bestID, best, matched = id, p, true
+			}
+		}
+		dynamostore.RecordEstimate(ctx, float64(max(1, (size+4095)/4096)), 0)
+		if len(out.LastEvaluatedKey) == 0 {
+			break
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+	return bestID, best, matched, nil
+}
+
+// Lookup implements store.SegmentStore.
+func (s *Segments) Lookup(ctx context.Context, segmentID string) (*store.Segment, error) {
+	h, ok := hexOf(segmentID)
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	st, err := s.readSegment(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	if !st.hasObj && len(st.pubs) == 0 {
+		return nil, store.ErrNotFound
+	}
+	seg := &store.Segment{SegmentID: segmentID, ByteLength: st.byteLength, Publications: make([]store.Publication, 0, len(st.pubs))}
+	for _, p := range st.pubs {
+		seg.Publications = append(seg.Publications, p)
+	}
+	return seg, nil
+}
+
+// Open implements store.SegmentStore: the GetObject body, streamed.
+func (s *Segments) Open(ctx context.Context, segmentID string) (io.ReadCloser, error) {
+	key, ok := s.ObjectKey(segmentID)
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	out, err := s.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
+	if isStatus(err, http.StatusNotFound, "NoSuchKey") {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, s3Err("open segment object", err)
+	}
+	return out.Body, nil
+}
+
+// isStatus matches an S3 error by HTTP status or error code.
+func isStatus(err error, status int, code string) bool {
+	if err == nil {
+		return false
+	}
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() == status {
+		return true
+	}
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == code
+}
+
+// s3Err maps throttling and 5xx (after the SDK's bounded retries) to
+// sync.rate_limited and names the operation on anything else.
+func s3Err(op string, err error) error {
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && (re.HTTPStatusCode() == http.StatusServiceUnavailable || re.HTTPStatusCode() == http.StatusTooManyRequests || re.HTTPStatusCode() >= 500) {
+		return syncerr.Wrap(err, syncerr.RateLimited, "object storage is busy (%s)", op)
+	}
+	return fmt.Errorf("s3segments: %s: %w", op, err)
+}
