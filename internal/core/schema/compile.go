@@ -124,6 +124,11 @@ func compileTable(p *problems, rt *rawTable, position int) *Table {
 			t.CRDTColumns = append(t.CRDTColumns, i)
 		}
 	}
+	// The compiled row codec (§2.4); nil only when a column type was
+	// rejected, in which case Parse reports the problem and fails.
+	if c, err := rowcodec.New(t.Columns); err == nil {
+		t.Codec = c
+	}
 	if rt.Materialize != nil {
 		t.Materialize = *rt.Materialize
 	} else {

@@ -104,6 +104,8 @@ type Table struct {
 	Name string
 	// Columns is in IR declaration order, which is the row-codec order.
 	Columns []rowcodec.Column
+	// Codec encodes and decodes this table's rows (§2.4).
+	Codec *rowcodec.Codec
 	// Meta carries the per-column IR metadata that never reaches the wire,
 	// parallel to Columns.
 	Meta []ColumnMeta

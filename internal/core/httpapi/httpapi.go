@@ -1,0 +1,305 @@
+// Package httpapi is the transport-neutral HTTP surface of the sync
+// endpoints (SPEC §1.1, §1.3, §5.5): routing under a mount prefix, content
+// type and size checks, gzip request bodies, zstd/gzip responses, the
+// §10.1 JSON error shape and one structured log line per request. Hosts
+// (the Lambda adapter, the local runner, the conformance host) translate
+// their own request type to Request and authenticate before calling Serve.
+package httpapi
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+)
+
+// ContentType is the SSP2 body media type (§1.1).
+const ContentType = "application/vnd.syncular.sync.v2"
+
+// Route names one endpoint family.
+type Route int
+
+const (
+	RouteSync Route = 1 << iota
+	RoutePush
+	RoutePull
+	RouteSegments
+	// RouteAll serves every route (local runner, conformance host).
+	RouteAll = RouteSync | RoutePush | RoutePull | RouteSegments
+)
+
+// Request is one HTTP request as the host received it.
+type Request struct {
+	Method string
+	// Path is the URL path, still percent-encoded as received.
+	Path   string
+	Query  url.Values
+	Header http.Header
+	Body   []byte
+	// Auth is the host's authentication result; nil when the request
+	// carried no valid credentials.
+	Auth *engine.Auth
+	// AuthError explains why Auth is nil (never logged with the token).
+	AuthError error
+	// BaseURL is scheme://host of this request, used to mint native
+	// signed segment URLs.
+	BaseURL   string
+	RequestID string
+}
+
+// Response is what the host writes back.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Handler serves the routes it is configured for.
+type Handler struct {
+	Engine *engine.Engine
+	// Mount is the route prefix ("" or e.g. "/api"), without a trailing slash.
+	Mount  string
+	Routes Route
+	// MaxBodyBytes caps request bodies after decompression (413 above).
+	MaxBodyBytes int
+	Logger       *slog.Logger
+	// Now is the clock for request durations; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultMaxBodyBytes matches API Gateway's 10 MB request limit.
+const DefaultMaxBodyBytes = 10 << 20
+
+// Serve handles one request. It never returns nil.
+func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
+	now := h.Now
+	if now == nil {
+		now = time.Now
+	}
+	start := now()
+	resp, rep, partition, actor := h.route(ctx, r)
+	if h.Logger != nil {
+		attrs := []slog.Attr{
+			slog.String("requestId", r.RequestID),
+			slog.String("method", r.Method),
+			slog.String("path", r.Path),
+			slog.Int("status", resp.Status),
+			slog.String("partition", partition),
+			slog.String("actor", actor),
+			slog.Float64("durationMs", float64(now().Sub(start).Microseconds())/1000),
+		}
+		if rep != nil {
+			attrs = append(attrs,
+				slog.String("clientId", rep.ClientID),
+				slog.Int("wireVersion", int(rep.WireVersion)),
+				slog.Int("pushCommits", rep.Commits),
+				slog.Int("applied", rep.Applied),
+				slog.Int("cached", rep.Cached),
+				slog.Int("rejected", rep.Rejected),
+				slog.Int("subscriptions", rep.Subscriptions),
+				slog.Int("commitsSent", rep.CommitsSent),
+				slog.Int("segmentsSent", rep.SegmentsSent),
+				slog.Int64("bytesOut", rep.BytesOut),
+			)
+			if rep.ErrorCode != "" {
+				attrs = append(attrs, slog.String("inBandError", rep.ErrorCode))
+			}
+		}
+		if resp.Status >= 400 {
+			attrs = append(attrs, slog.String("errorCode", resp.Header.Get("X-Syncular-Error")))
+		}
+		h.Logger.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	}
+	resp.Header.Del("X-Syncular-Error")
+	return resp
+}
+
+func (h *Handler) route(ctx context.Context, r *Request) (*Response, *engine.Report, string, string) {
+	partition, actor := "", ""
+	if r.Auth != nil {
+		partition, actor = r.Auth.Partition, r.Auth.ActorID
+	}
+	path := r.Path
+	if h.Mount != "" {
+		if !strings.HasPrefix(path, h.Mount+"/") {
+			return errorResponse(syncerr.New(syncerr.NotFound, "no route for %s", path).WithStatus(http.StatusNotFound)), nil, partition, actor
+		}
+		path = path[len(h.Mount):]
+	}
+	switch {
+	case path == "/sync" && h.Routes&RouteSync != 0:
+		return h.sync(ctx, r, engine.ModeSync)
+	case path == "/push" && h.Routes&RoutePush != 0:
+		return h.sync(ctx, r, engine.ModePush)
+	case path == "/pull" && h.Routes&RoutePull != 0:
+		return h.sync(ctx, r, engine.ModePull)
+	case strings.HasPrefix(path, "/segments/") && h.Routes&RouteSegments != 0:
+		resp := h.segment(ctx, r, path[len("/segments/"):])
+		return resp, nil, partition, actor
+	}
+	return errorResponse(syncerr.New(syncerr.NotFound, "no route for %s %s", r.Method, r.Path).WithStatus(http.StatusNotFound)), nil, partition, actor
+}
+
+func (h *Handler) sync(ctx context.Context, r *Request, mode engine.Mode) (*Response, *engine.Report, string, string) {
+	if r.Method != http.MethodPost {
+		return errorResponse(syncerr.New(syncerr.InvalidRequest, "use POST").WithStatus(http.StatusMethodNotAllowed)), nil, "", ""
+	}
+	if r.Auth == nil {
+		msg := "authentication required"
+		if r.AuthError != nil {
+			msg = "authentication failed: " + r.AuthError.Error()
+		}
+		return errorResponse(syncerr.New(syncerr.AuthRequired, "%s", msg)), nil, "", ""
+	}
+	if mt := mediaType(r.Header.Get("Content-Type")); mt != ContentType {
+		return errorResponse(syncerr.New(syncerr.InvalidRequest, "Content-Type must be %s (§1.1)", ContentType).WithStatus(http.StatusUnsupportedMediaType)), nil, r.Auth.Partition, r.Auth.ActorID
+	}
+	body, err := h.requestBody(r)
+	if err != nil {
+		return errorResponse(err), nil, r.Auth.Partition, r.Auth.ActorID
+	}
+	enc := negotiate(r.Header.Get("Accept-Encoding"))
+	var buf bytes.Buffer
+	w, closeW := compressor(&buf, enc)
+	segBase := ""
+	if r.BaseURL != "" {
+		segBase = strings.TrimRight(r.BaseURL, "/") + h.Mount + "/segments"
+	}
+	rep, err := h.Engine.HandleSync(ctx, *r.Auth, body, engine.SyncOptions{Mode: mode, SegmentBaseURL: segBase}, w)
+	if err != nil && (rep == nil || rep.BytesOut == 0) {
+		return errorResponse(err), rep, r.Auth.Partition, r.Auth.ActorID
+	}
+	if cerr := closeW(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// Bytes went out and the stream broke: the body is truncated, which
+		// clients treat as an abort (§1.4 rule 5). Log it; send what we have.
+		if h.Logger != nil {
+			h.Logger.ErrorContext(ctx, "response stream failed", "requestId", r.RequestID, "error", err.Error())
+		}
+	}
+	hdr := http.Header{}
+	hdr.Set("Content-Type", ContentType)
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("Vary", "Accept-Encoding")
+	if enc != "" {
+		hdr.Set("Content-Encoding", enc)
+	}
+	return &Response{Status: http.StatusOK, Header: hdr, Body: buf.Bytes()}, rep, r.Auth.Partition, r.Auth.ActorID
+}
+
+// requestBody applies Content-Encoding (gzip accepted, §1.3) and the size cap.
+func (h *Handler) requestBody(r *Request) ([]byte, error) {
+	max := h.MaxBodyBytes
+	if max <= 0 {
+		max = DefaultMaxBodyBytes
+	}
+	tooLarge := syncerr.New(syncerr.InvalidRequest, "request body exceeds %d bytes", max).WithStatus(http.StatusRequestEntityTooLarge)
+	switch ce := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); ce {
+	case "", "identity":
+		if len(r.Body) > max {
+			return nil, tooLarge
+		}
+		return r.Body, nil
+	case "gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(r.Body))
+		if err != nil {
+			return nil, syncerr.New(syncerr.InvalidRequest, "request body is not valid gzip: %v", err)
+		}
+		b, err := io.ReadAll(io.LimitReader(zr, int64(max)+1))
+		if err != nil {
+			return nil, syncerr.New(syncerr.InvalidRequest, "request body is not valid gzip: %v", err)
+		}
+		if len(b) > max {
+			return nil, tooLarge
+		}
+		return b, nil
+	default:
+		return nil, syncerr.New(syncerr.InvalidRequest, "unsupported Content-Encoding %q (gzip only)", ce).WithStatus(http.StatusUnsupportedMediaType)
+	}
+}
+
+func mediaType(ct string) string {
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.ToLower(strings.TrimSpace(ct))
+}
+
+// negotiate picks zstd, then gzip, from Accept-Encoding (§1.3); "" means
+// identity. q=0 excludes a coding.
+func negotiate(accept string) string {
+	zstdOK, gzipOK := false, false
+	for _, part := range strings.Split(accept, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		name = strings.ToLower(strings.TrimSpace(name))
+		if q := strings.TrimSpace(params); strings.HasPrefix(q, "q=") {
+			if v := strings.TrimSpace(q[2:]); v == "0" || v == "0.0" || v == "0.00" || v == "0.000" {
+				continue
+			}
+		}
+		switch name {
+		case "zstd":
+			zstdOK = true
+		case "gzip", "x-gzip":
+			gzipOK = true
+		}
+	}
+	switch {
+	case zstdOK:
+		return "zstd"
+	case gzipOK:
+		return "gzip"
+	}
+	return ""
+}
+
+// zstdEncoderOpts favours speed: responses are built per request.
+var zstdEncoderOpts = []zstd.EOption{zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true)}
+
+func compressor(w io.Writer, enc string) (io.Writer, func() error) {
+	switch enc {
+	case "zstd":
+		zw, err := zstd.NewWriter(w, zstdEncoderOpts...)
+		if err != nil {
+			panic(fmt.Sprintf("httpapi: zstd writer: %v", err)) // options are static
+		}
+		return zw, zw.Close
+	case "gzip":
+		gw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+		return gw, gw.Close
+	}
+	return w, func() error { return nil }
+}
+
+// errorResponse renders an error in the §10.1 JSON shape with its status.
+func errorResponse(err error) *Response {
+	se := syncerr.As(err)
+	if se == nil {
+		se = syncerr.Internal(err)
+	}
+	body, _ := json.Marshal(se.Body())
+	hdr := http.Header{}
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Syncular-Error", string(se.Code))
+	return &Response{Status: se.HTTPStatus(), Header: hdr, Body: body}
+}
+
+// ErrorResponse exposes the §10.1 rendering to hosts (e.g. an adapter
+// rejecting a request before routing).
+func ErrorResponse(err error) *Response { return errorResponse(err) }
+
