@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/skyfold/syncular-lambda/internal/app"
+	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+	"github.com/skyfold/syncular-lambda/internal/memstore"
+)
+
+// awsDeps points the runner at real DynamoDB and/or S3 endpoints (DynamoDB
+// Local, a local S3 server, or AWS itself). Whichever is not given stays in
+// memory.
+func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Schema, logger *slog.Logger) (app.Deps, error) {
+	var opts []func(*awsconfig.LoadOptions) error
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
+		// Local emulators accept any credentials; skip the slow IMDS probe.
+		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("local", "local", "")))
+	}
+	if os.Getenv("AWS_REGION") == "" && os.Getenv("AWS_DEFAULT_REGION") == "" {
+		opts = append(opts, awsconfig.WithRegion("us-east-1"))
+	}
+	clients, err := app.NewAWSClients(ctx, cfg, opts...)
+	if err != nil {
+		return app.Deps{}, err
+	}
+	d := app.Deps{Schema: sch, Logger: logger, Store: memstore.New(), Segments: memstore.NewSegments()}
+	if o.dynamoEndpoint != "" {
+		if o.create {
+			if err := dynamostore.CreateTable(ctx, clients.DynamoDB, cfg.TableName); err != nil {
+				return app.Deps{}, err
+			}
+		}
+		d.Store = dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{})
+		d.Grants, d.PKAttr, d.SKAttr = clients.DynamoDB, dynamostore.AttrPK, dynamostore.AttrSK
+	}
+	if o.s3Endpoint != "" {
+		segs, presigner, err := localS3Segments(ctx, clients, cfg, o.create)
+		if err != nil {
+			return app.Deps{}, fmt.Errorf("S3 segments: %w", err)
+		}
+		d.Segments, d.Presigner = segs, presigner
+	}
+	return d, nil
+}

@@ -1,0 +1,160 @@
+// Command syncular-local runs the three sync functions on one local HTTP
+// server (default 127.0.0.1:8787), so an app can sync a stock Syncular
+// client against this backend with no AWS account: each request becomes
+// the API Gateway v2 event the deployed API would send and goes through
+// the same handlers the Lambda mains run, over an in-memory store (or
+// DynamoDB/S3 endpoints given by flag). Auth is HS256; the start banner
+// prints a 24-hour dev token and a curl that performs a pull.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "syncular-local:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("syncular-local", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8787", "listen address")
+	fs.StringVar(&o.schemaPath, "schema", "examples/todo/schema.json", "schema file to serve")
+	fs.StringVar(&o.secret, "secret", "", "HS256 secret for bearer tokens (≥32 bytes; random when empty, so tokens die with the process)")
+	fs.StringVar(&o.scopes, "scopes", "", `dev token scopes claim as JSON, e.g. {"project_id":["p1"]} (default: every scope variable of the schema, "*")`)
+	fs.StringVar(&o.actor, "actor", "dev-user", "dev token subject (actorId)")
+	fs.StringVar(&o.partition, "partition", "default", "partition of every request")
+	fs.StringVar(&o.mount, "mount", "", "route prefix, e.g. /api")
+	fs.StringVar(&o.signedURLs, "signed-urls", config.SignedNative, "segment URLs: native, presign (needs -s3-endpoint) or off")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.dynamoEndpoint, "dynamodb-endpoint", "", "use this DynamoDB endpoint (e.g. DynamoDB Local http://127.0.0.1:8000) instead of memory")
+	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "use this S3 endpoint (path-style) for segments instead of memory")
+	fs.StringVar(&o.table, "table", "syncular-local", "DynamoDB table with -dynamodb-endpoint")
+	fs.StringVar(&o.bucket, "bucket", "syncular-local", "S3 bucket with -s3-endpoint")
+	fs.BoolVar(&o.create, "create", false, "create the table and bucket first")
+	printPull := fs.Bool("print-pull", false, "write a minimal SSP2 pull request body to stdout and exit")
+	render := fs.Bool("render", false, "read an SSP2 message (or a JSON error) on stdin and print its debug rendering")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *render {
+		return renderStdin(os.Stdin, stdout)
+	}
+
+	level := slog.LevelInfo
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rn, err := newRunner(ctx, o, logger)
+	if err != nil {
+		return err
+	}
+	scopes, err := devScopes(rn.schema, o.scopes)
+	if err != nil {
+		return err
+	}
+	body, err := pullBody(rn.schema, scopes)
+	if err != nil {
+		return err
+	}
+	if *printPull {
+		_, err := stdout.Write(body)
+		return err
+	}
+	token, err := rn.devToken(o.actor, scopes)
+	if err != nil {
+		return err
+	}
+	pullFile := filepath.Join(os.TempDir(), "syncular-local-pull.bin")
+	if err := os.WriteFile(pullFile, body, 0o644); err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return err
+	}
+	base := "http://" + ln.Addr().String() + rn.cfg.Mount
+	scopesJSON, _ := json.Marshal(scopes)
+	fmt.Fprintf(stdout, `syncular-local: serving %s over %s
+  base URL   %s   (POST /sync, /push, /pull; GET /segments/{id})
+  dev token  %s
+             (sub %q, partition %q, scopes %s, valid 24h)
+  try a pull:
+    curl -sS %s/sync -H 'Authorization: Bearer %s' -H 'Content-Type: application/vnd.syncular.sync.v2' --data-binary @%s | go run ./cmd/syncular-local -render
+Ctrl-C stops.
+`, o.schemaPath, rn.backend, base, token, o.actor, o.partition, scopesJSON, base, token, shellQuote(pullFile))
+
+	srv := &http.Server{Handler: rn, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// renderStdin prints the §11.1 debug rendering of an SSP2 message, or a
+// JSON error body as is.
+func renderStdin(r io.Reader, w io.Writer) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
+		_, err := w.Write(append(t, '\n'))
+		return err
+	}
+	m, err := wire.Decode(b)
+	if err != nil {
+		return fmt.Errorf("not an SSP2 message: %w", err)
+	}
+	out, err := wire.Render(m)
+	if err != nil {
+		return err
+	}
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, out, "", "  ") != nil {
+		pretty.Reset()
+		pretty.Write(out)
+	}
+	pretty.WriteByte('\n')
+	_, err = w.Write(pretty.Bytes())
+	return err
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/skyfold/syncular-lambda/internal/app"
+	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
+	"github.com/skyfold/syncular-lambda/internal/memstore"
+)
+
+// options are the runner's flags.
+type options struct {
+	addr       string
+	schemaPath string
+	secret     string
+	scopes     string
+	actor      string
+	partition  string
+	mount      string
+	signedURLs string
+	logLevel   string
+
+	dynamoEndpoint string
+	s3Endpoint     string
+	table          string
+	bucket         string
+	create         bool
+}
+
+// runner serves every route over net/http by turning each request into the
+// API Gateway v2 event the deployed API would send and invoking the same
+// handler the matching Lambda function runs.
+type runner struct {
+	cfg      *config.Config
+	schema   *schema.Schema
+	handlers map[string]*lambdahttp.Handler
+	key      []byte
+	logger   *slog.Logger
+	backend  string
+}
+
+// maxRequestBytes mirrors API Gateway's HTTP API request cap.
+const maxRequestBytes = 10 << 20
+
+func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, error) {
+	sch, err := schema.ReadFile(o.schemaPath)
+	if err != nil {
+		return nil, fmt.Errorf("schema %s: %w (pass -schema path/to/schema.json)", o.schemaPath, err)
+	}
+	secret := []byte(o.secret)
+	if len(secret) == 0 {
+		var b [32]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		secret = []byte(hex.EncodeToString(b[:]))
+	}
+	if len(secret) < config.MinKeyBytes {
+		return nil, fmt.Errorf("-secret must be at least %d bytes", config.MinKeyBytes)
+	}
+	// Separate keys per purpose: a bearer token must never verify as a
+	// segment token or the other way round.
+	signing := derive(secret, "syncular-local segment urls")
+	overrides := map[string]string{
+		"SYNC_TABLE_NAME":        o.table,
+		"SYNC_BUCKET":            o.bucket,
+		"SYNC_SCHEMA_PATH":       o.schemaPath,
+		"SYNC_MOUNT":             o.mount,
+		"SYNC_AUTH_MODE":         config.AuthHS256,
+		"SYNC_HS256_SECRET":      string(secret),
+		"SYNC_HS256_SECRET_REF":  "",
+		"SYNC_DEFAULT_PARTITION": o.partition,
+		"SYNC_PARTITION_CLAIM":   "",
+		"SYNC_ACTOR_CLAIM":       "sub",
+		"SYNC_SCOPES_MODE":       config.ScopesClaim,
+		"SYNC_SCOPES_CLAIM":      "syncular_scopes",
+		"SYNC_SIGNED_URLS":       o.signedURLs,
+		"SYNC_SIGNING_KEY":       "",
+		"SYNC_SIGNING_KEY_REF":   "",
+		"SYNC_LOG_LEVEL":         o.logLevel,
+	}
+	if o.signedURLs == config.SignedNative {
+		overrides["SYNC_SIGNING_KEY"] = hex.EncodeToString(signing)
+	}
+	cfg, err := config.Load(func(k string) string {
+		if v, ok := overrides[k]; ok {
+			return v
+		}
+		return os.Getenv(k) // limits and endpoints may come from the environment
+	})
+	if err != nil {
+		return nil, err
+	}
+	if o.dynamoEndpoint != "" {
+		cfg.DynamoDBEndpoint = o.dynamoEndpoint
+	}
+	if o.s3Endpoint != "" {
+		cfg.S3Endpoint, cfg.S3PathStyle = o.s3Endpoint, true
+	}
+	deps := app.Deps{Schema: sch, Logger: logger}
+	backend := "in-memory store and segments"
+	if o.dynamoEndpoint != "" || o.s3Endpoint != "" {
+		if deps, err = awsDeps(ctx, cfg, o, sch, logger); err != nil {
+			return nil, err
+		}
+		backend = "DynamoDB " + cfg.DynamoDBEndpoint + " table " + cfg.TableName + ", S3 " + cfg.S3Endpoint + " bucket " + cfg.Bucket
+	} else {
+		if cfg.SignedURLs == config.SignedPresign {
+			return nil, errors.New("-signed-urls presign needs -s3-endpoint")
+		}
+		deps.Store, deps.Segments = memstore.New(), memstore.NewSegments()
+	}
+	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend}
+	for _, fn := range app.Functions {
+		d := deps
+		d.Logger = logger.With("function", fn.Name)
+		h, err := app.Build(cfg, fn, d)
+		if err != nil {
+			return nil, fmt.Errorf("%s function: %w", fn.Name, err)
+		}
+		rn.handlers[fn.Name] = h
+	}
+	return rn, nil
+}
+
+func derive(secret []byte, purpose string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
+}
+
+// ServeHTTP routes like API Gateway (unknown route → 404), then invokes the
+// function's handler with the JSON event, exactly as the Lambda runtime
+// hands it over.
+func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	reqID := newRequestID()
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+	if err != nil {
+		writeErr(w, syncerr.New(syncerr.InvalidRequest, "read body: %v", err))
+		return
+	}
+	if len(body) > maxRequestBytes {
+		writeErr(w, syncerr.New(syncerr.InvalidRequest, "request body exceeds API Gateway's 10 MB limit").WithStatus(http.StatusRequestEntityTooLarge))
+		return
+	}
+	fn, ok := app.Match(rn.cfg.Mount, r.Method, r.URL.EscapedPath())
+	if !ok {
+		writeErr(w, syncerr.New(syncerr.NotFound, "no route for %s %s", r.Method, r.URL.EscapedPath()).WithStatus(http.StatusNotFound))
+		return
+	}
+	ev := lambdahttp.EventFromHTTP(r, body, r.Method+" "+r.URL.Path, reqID)
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		writeErr(w, syncerr.Internal(err))
+		return
+	}
+	out, err := rn.handlers[fn.Name].Invoke(r.Context(), payload)
+	if err != nil {
+		http.Error(w, "function error: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	var resp events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(out, &resp); err != nil {
+		http.Error(w, "bad function response", http.StatusBadGateway)
+		return
+	}
+	_ = lambdahttp.WriteV2Response(w, &resp)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	resp := httpapi.ErrorResponse(err)
+	for k, vs := range resp.Header {
+		if k != "X-Syncular-Error" {
+			w.Header()[k] = vs
+		}
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// devScopes is the dev token's scopes claim: the -scopes JSON, or every
+// scope variable of the schema allowed "*".
+func devScopes(sch *schema.Schema, flag string) (map[string]any, error) {
+	if flag != "" {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(flag), &m); err != nil {
+			return nil, fmt.Errorf("-scopes: %w", err)
+		}
+		return m, nil
+	}
+	m := map[string]any{}
+	for _, v := range sch.Versions[sch.Latest].Variables() {
+		m[v] = []any{"*"}
+	}
+	return m, nil
+}
+
+// devToken mints the printed token, valid 24 h.
+func (rn *runner) devToken(actor string, scopes map[string]any) (string, error) {
+	return auth.MintHS256(rn.key, auth.Claims{"sub": actor, "syncular_scopes": scopes}, 24*time.Hour, time.Now())
+}
+
+// pullBody is a minimal pull request: wire version 1 (no log epoch to
+// acquire first), one subscription bootstrapping the first scoped table
+// for a value the dev token allows.
+func pullBody(sch *schema.Schema, scopes map[string]any) ([]byte, error) {
+	v := sch.Versions[sch.Latest]
+	for _, t := range v.Tables {
+		vars := t.ScopeVariables()
+		if len(vars) == 0 {
+			continue
+		}
+		req := wire.ScopeMap{}
+		for _, name := range vars {
+			req = append(req, wire.ScopeEntry{Key: name, Values: []string{sampleValue(scopes[name])}})
+		}
+		return wire.Encode(&wire.Message{WireVersion: wire.Version1, Kind: wire.KindRequest, Frames: []wire.Frame{
+			&wire.ReqHeader{ClientID: "curl-demo", SchemaVersion: sch.Latest},
+			&wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows},
+			&wire.Subscription{ID: "demo-" + t.Name, Table: t.Name, Scopes: req, Cursor: -1},
+		}})
+	}
+	return nil, errors.New("the schema has no scoped table to subscribe to")
+}
+
+func sampleValue(allowed any) string {
+	if l, ok := allowed.([]any); ok {
+		for _, v := range l {
+			if s, ok := v.(string); ok && s != "*" {
+				return s
+			}
+		}
+	}
+	return "demo"
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,7 @@
+// Command segment is the segment Lambda function (see app.Segment for its routes). Build
+// with -tags lambda.norpc for the provided.al2023 runtime.
+package main
+
+import "github.com/skyfold/syncular-lambda/internal/app"
+
+func main() { app.Main(app.Segment) }

@@ -1,0 +1,163 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/skyfold/syncular-lambda/internal/app"
+	"github.com/skyfold/syncular-lambda/internal/app/apptest"
+	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
+	"github.com/skyfold/syncular-lambda/internal/memstore"
+)
+
+var secret = []byte("test-secret-test-secret-test-secret!")
+
+func todoSchema(t testing.TB) *schema.Schema {
+	_, file, _, _ := runtime.Caller(0)
+	s, err := schema.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "examples", "todo", "schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func localConfig(t testing.TB, extra map[string]string) *config.Config {
+	env := map[string]string{
+		"SYNC_TABLE_NAME": "t", "SYNC_BUCKET": "b", "SYNC_AUTH_MODE": "hs256", "SYNC_HS256_SECRET": string(secret),
+		"SYNC_SIGNED_URLS": "native", "SYNC_SIGNING_KEY": strings.Repeat("s", 32),
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	cfg, err := config.Load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// memDeployment builds the three functions over one in-memory store, the
+// way the local runner does.
+func memDeployment(t testing.TB, cfg *config.Config) (*apptest.Deployment, map[string]*lambdahttp.Handler) {
+	sch := todoSchema(t)
+	deps := app.Deps{Schema: sch, Store: memstore.New(), Segments: memstore.NewSegments()}
+	hs := map[string]*lambdahttp.Handler{}
+	for _, fn := range app.Functions {
+		h, err := app.Build(cfg, fn, deps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs[fn.Name] = h
+	}
+	d := &apptest.Deployment{
+		Schema: sch,
+		Invoke: func(t testing.TB, fn string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+			t.Helper()
+			out, err := hs[fn].Invoke(context.Background(), apptest.MustJSON(t, ev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var resp events.APIGatewayV2HTTPResponse
+			if err := json.Unmarshal(out, &resp); err != nil {
+				t.Fatal(err)
+			}
+			return resp
+		},
+		Token: func(t testing.TB, actor string, scopes map[string][]string) string {
+			claims := auth.Claims{"sub": actor, "syncular_scopes": scopes}
+			tok, err := auth.MintHS256(secret, claims, time.Hour, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		},
+	}
+	d.FetchURL = apptest.NativeFetcher(d)
+	return d, hs
+}
+
+func TestFlowInProcess(t *testing.T) {
+	d, _ := memDeployment(t, localConfig(t, nil))
+	apptest.RunFlow(t, d)
+}
+
+// Each function serves only its own routes: API Gateway never sends it the
+// others, and a misrouted request must not be served by the wrong role.
+func TestFunctionsServeOnlyTheirRoutes(t *testing.T) {
+	d, _ := memDeployment(t, localConfig(t, nil))
+	tok := d.Token(t, "a", map[string][]string{"project_id": {"*"}})
+	for _, fn := range app.Functions {
+		for _, other := range app.Functions {
+			if other.Name == fn.Name {
+				continue
+			}
+			for _, e := range other.Endpoints {
+				path := strings.ReplaceAll(e.Path, "{segmentId}", "sha256:00")
+				resp := d.Invoke(t, fn.Name, apptest.Event(e.Method, path, map[string]string{"Authorization": "Bearer " + tok, "Content-Type": apptest.ContentType}, []byte("x")))
+				if resp.StatusCode != 404 {
+					t.Errorf("%s served %s %s: HTTP %d", fn.Name, e.Method, path, resp.StatusCode)
+				}
+			}
+		}
+	}
+}
+
+func TestMatch(t *testing.T) {
+	cases := []struct {
+		mount, method, path, want string
+	}{
+		{"", "POST", "/sync", "push"},
+		{"", "POST", "/push", "push"},
+		{"", "POST", "/pull", "pull"},
+		{"", "GET", "/segments/sha256%3Aab", "segment"},
+		{"", "GET", "/segments/", ""},
+		{"", "GET", "/segments/a/b", ""},
+		{"", "GET", "/sync", ""},
+		{"/api", "POST", "/api/sync", "push"},
+		{"/api", "POST", "/sync", ""},
+	}
+	for _, c := range cases {
+		f, ok := app.Match(c.mount, c.method, c.path)
+		if (c.want == "") == ok || f.Name != c.want {
+			t.Errorf("%s %s %s: got %q %v", c.mount, c.method, c.path, f.Name, ok)
+		}
+	}
+}
+
+func TestBuildRejects(t *testing.T) {
+	sch := todoSchema(t)
+	deps := app.Deps{Schema: sch, Store: memstore.New(), Segments: memstore.NewSegments()}
+	if _, err := app.Build(localConfig(t, map[string]string{"SYNC_SIGNED_URLS": "presign", "SYNC_SIGNING_KEY": ""}), app.Push, deps); err == nil || !strings.Contains(err.Error(), "presign") {
+		t.Fatalf("presign without presigner: %v", err)
+	}
+	if _, err := app.Build(localConfig(t, map[string]string{"SYNC_SCOPES_MODE": "table"}), app.Push, deps); err == nil || !strings.Contains(err.Error(), "table") {
+		t.Fatalf("table resolver without client: %v", err)
+	}
+	if _, err := app.Build(localConfig(t, nil), app.Push, app.Deps{}); err == nil {
+		t.Fatal("built without stores")
+	}
+}
+
+func TestClassifySecretRef(t *testing.T) {
+	for ref, want := range map[string]app.SecretKind{
+		"/syncular/signing-key": app.SecretSSM,
+		"syncular-signing-key":  app.SecretSSM,
+		"arn:aws:ssm:eu-west-1:123456789012:parameter/syncular/key":                  app.SecretSSM,
+		"arn:aws:secretsmanager:eu-west-1:123456789012:secret:syncular/key-AbCdEf":   app.SecretsManager,
+		"arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:key-AbCdEf": app.SecretsManager,
+	} {
+		if got := app.ClassifySecretRef(ref); got != want {
+			t.Errorf("%s: %v, want %v", ref, got, want)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
+)
+
+// AWSClients are the SDK clients of a deployment, with endpoint overrides
+// applied (DynamoDB Local and a local S3 server for sam local and tests).
+type AWSClients struct {
+	Config   aws.Config
+	DynamoDB *dynamodb.Client
+	S3       *s3.Client
+}
+
+// NewAWSClients loads the SDK configuration from the environment (the
+// Lambda role's credentials in AWS) and builds the clients. opts are
+// appended to the load options (the local runner adds static credentials).
+func NewAWSClients(ctx context.Context, cfg *config.Config, opts ...func(*awsconfig.LoadOptions) error) (*AWSClients, error) {
+	opts = append([]func(*awsconfig.LoadOptions) error{awsconfig.WithHTTPClient(awshttp.NewBuildableClient().WithTimeout(25 * time.Second))}, opts...)
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("load AWS configuration: %w", err)
+	}
+	c := &AWSClients{Config: awsCfg}
+	c.DynamoDB = dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		if cfg.DynamoDBEndpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.DynamoDBEndpoint)
+		}
+	})
+	c.S3 = s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		if cfg.S3Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.S3Endpoint)
+		}
+		o.UsePathStyle = cfg.S3PathStyle
+	})
+	return c, nil
+}
+
+// NewAWS resolves cfg's secret references and returns the deployed
+// dependencies: the schema file, DynamoDB store, S3 segment store and
+// presigner, and the grant reader.
+func NewAWS(ctx context.Context, cfg *config.Config, logger *slog.Logger) (Deps, error) {
+	sch, err := schema.ReadFile(cfg.SchemaFile())
+	if err != nil {
+		return Deps{}, fmt.Errorf("load schema %s (SYNC_SCHEMA_PATH): %w", cfg.SchemaFile(), err)
+	}
+	clients, err := NewAWSClients(ctx, cfg)
+	if err != nil {
+		return Deps{}, err
+	}
+	if err := resolveKeys(ctx, clients.Config, cfg); err != nil {
+		return Deps{}, err
+	}
+	segs, presigner, err := newS3Segments(clients, cfg)
+	if err != nil {
+		return Deps{}, err
+	}
+	return Deps{
+		Schema:    sch,
+		Store:     dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{}),
+		Segments:  segs,
+		Presigner: presigner,
+		Grants:    clients.DynamoDB,
+		PKAttr:    dynamostore.AttrPK,
+		SKAttr:    dynamostore.AttrSK,
+		Logger:    logger,
+	}, nil
+}
+
+// FromEnv builds fn's handler from the process environment.
+func FromEnv(ctx context.Context, fn Function, logger *slog.Logger) (*lambdahttp.Handler, error) {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	deps, err := NewAWS(ctx, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	return Build(cfg, fn, deps)
+}
+
+// Main is the whole main of a Lambda function: build once at init, fail
+// fast with one log line on bad configuration (Lambda reports the init
+// error and retries on the next invoke), then serve.
+func Main(fn Function) {
+	start := time.Now()
+	level := slog.LevelInfo
+	_ = level.UnmarshalText([]byte(os.Getenv("SYNC_LOG_LEVEL"))) // config validates it properly
+	logger := NewLogger(os.Stdout, level, fn)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	h, err := FromEnv(ctx, fn, logger)
+	cancel()
+	if err != nil {
+		logger.Error("init failed", "error", err.Error())
+		os.Exit(1)
+	}
+	logger.Debug("init done", "initMs", float64(time.Since(start).Microseconds())/1000)
+	lambda.Start(h)
+}

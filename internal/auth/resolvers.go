@@ -1,0 +1,175 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
+)
+
+// ClaimResolver reads the allowed scopes (§3.2 rule 3) from a claim of the
+// request's verified token: a JSON object of variable → list of values, or
+// a JSON string holding one (API Gateway's JWT authorizer passes claims as
+// strings; Cognito custom attributes are strings). A missing or malformed
+// claim is an error, so the engine fails closed.
+type ClaimResolver struct {
+	Claim string
+}
+
+// ResolveScopes implements engine.ScopeResolver.
+func (r *ClaimResolver) ResolveScopes(ctx context.Context, _, _, _ string) (engine.ScopeMap, error) {
+	c := ClaimsFrom(ctx)
+	if c == nil {
+		return nil, errors.New("claim resolver: request carries no claims")
+	}
+	v, ok := c[r.Claim]
+	if !ok || v == nil {
+		return nil, fmt.Errorf("claim resolver: claim %q is missing", r.Claim)
+	}
+	m, err := scopeMapFromAny(v)
+	if err != nil {
+		return nil, fmt.Errorf("claim resolver: claim %q: %w", r.Claim, err)
+	}
+	return m, nil
+}
+
+// scopeMapFromAny accepts a decoded JSON object or a JSON string of one.
+func scopeMapFromAny(v any) (engine.ScopeMap, error) {
+	switch t := v.(type) {
+	case string:
+		m, err := canonjson.ParseScopeMap([]byte(t))
+		if err != nil {
+			return nil, errors.New("not a JSON scope map")
+		}
+		return engine.ScopeMap(m), nil
+	case map[string]any:
+		out := make(engine.ScopeMap, len(t))
+		for k, raw := range t {
+			list, ok := raw.([]any)
+			if !ok {
+				return nil, fmt.Errorf("value of %q is not a list of strings", k)
+			}
+			vals := make([]string, 0, len(list))
+			for _, e := range list {
+				s, ok := e.(string)
+				if !ok {
+					return nil, fmt.Errorf("value of %q is not a list of strings", k)
+				}
+				vals = append(vals, s)
+			}
+			out[k] = vals
+		}
+		return out, nil
+	}
+	return nil, errors.New("not a JSON scope map")
+}
+
+// GetItemAPI is the one DynamoDB call the table resolver makes.
+type GetItemAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}
+
+// Grant item layout in the sync table. The "GRANT#" prefix keeps grants
+// apart from every engine item (those start with "P#" or "SEG#").
+const (
+	GrantPKPrefix   = "GRANT#"
+	GrantScopesAttr = "scopes"
+)
+
+// GrantKey returns the (pk, sk) values of the grant item of an actor.
+func GrantKey(partition, actorID string) (string, string) {
+	return GrantPKPrefix + partition, actorID
+}
+
+// TableResolver reads allowed scopes from the grant item
+// (pk "GRANT#<partition>", sk "<actorId>") with a consistent GetItem, so a
+// revocation is seen by the next request. The item's "scopes" attribute is
+// a map of variable → list or string set of values, or a string holding
+// the JSON scope map. A missing item grants nothing; a malformed item or a
+// failed read is an error (fail closed).
+type TableResolver struct {
+	Client GetItemAPI
+	Table  string
+	// PKAttr and SKAttr are the table's key attribute names.
+	PKAttr, SKAttr string
+}
+
+// ResolveScopes implements engine.ScopeResolver.
+func (r *TableResolver) ResolveScopes(ctx context.Context, partition, actorID, _ string) (engine.ScopeMap, error) {
+	pk, sk := GrantKey(partition, actorID)
+	out, err := r.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:            aws.String(r.Table),
+		ConsistentRead:       aws.Bool(true),
+		ProjectionExpression: aws.String("#s"),
+		ExpressionAttributeNames: map[string]string{
+			"#s": GrantScopesAttr,
+		},
+		Key: map[string]types.AttributeValue{
+			r.PKAttr: &types.AttributeValueMemberS{Value: pk},
+			r.SKAttr: &types.AttributeValueMemberS{Value: sk},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("table resolver: read grant: %w", err)
+	}
+	if len(out.Item) == 0 {
+		return engine.ScopeMap{}, nil
+	}
+	av, ok := out.Item[GrantScopesAttr]
+	if !ok {
+		return nil, errors.New("table resolver: grant item has no scopes attribute")
+	}
+	m, err := scopeMapFromAttr(av)
+	if err != nil {
+		return nil, fmt.Errorf("table resolver: grant item: %w", err)
+	}
+	return m, nil
+}
+
+func scopeMapFromAttr(av types.AttributeValue) (engine.ScopeMap, error) {
+	switch t := av.(type) {
+	case *types.AttributeValueMemberS:
+		return scopeMapFromAny(t.Value)
+	case *types.AttributeValueMemberM:
+		out := make(engine.ScopeMap, len(t.Value))
+		for k, v := range t.Value {
+			switch vv := v.(type) {
+			case *types.AttributeValueMemberSS:
+				out[k] = append([]string(nil), vv.Value...)
+			case *types.AttributeValueMemberL:
+				vals := make([]string, 0, len(vv.Value))
+				for _, e := range vv.Value {
+					s, ok := e.(*types.AttributeValueMemberS)
+					if !ok {
+						return nil, fmt.Errorf("scopes.%s is not a list of strings", k)
+					}
+					vals = append(vals, s.Value)
+				}
+				out[k] = vals
+			default:
+				return nil, fmt.Errorf("scopes.%s is not a list or string set", k)
+			}
+		}
+		return out, nil
+	}
+	return nil, errors.New("scopes is neither a map nor a JSON string")
+}
+
+// GrantItem builds a grant item for tests, tools and the local runner's
+// -create flag.
+func GrantItem(pkAttr, skAttr, partition, actorID string, scopes engine.ScopeMap) map[string]types.AttributeValue {
+	pk, sk := GrantKey(partition, actorID)
+	b, _ := json.Marshal(scopes) // map[string][]string cannot fail
+	return map[string]types.AttributeValue{
+		pkAttr:          &types.AttributeValueMemberS{Value: pk},
+		skAttr:          &types.AttributeValueMemberS{Value: sk},
+		GrantScopesAttr: &types.AttributeValueMemberS{Value: string(b)},
+	}
+}

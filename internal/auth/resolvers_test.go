@@ -1,0 +1,166 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+	"github.com/skyfold/syncular-lambda/internal/testenv"
+)
+
+func sorted(m engine.ScopeMap) engine.ScopeMap {
+	for k := range m {
+		slices.Sort(m[k])
+	}
+	return m
+}
+
+func TestClaimResolver(t *testing.T) {
+	r := &ClaimResolver{Claim: "syncular_scopes"}
+	want := engine.ScopeMap{"project_id": {"p1", "p2"}}
+	for name, v := range map[string]any{
+		"object":      map[string]any{"project_id": []any{"p1", "p2"}},
+		"json string": `{"project_id":["p2","p1"]}`,
+	} {
+		got, err := r.ResolveScopes(WithClaims(context.Background(), Claims{"syncular_scopes": v}), "p", "a", "c")
+		if err != nil || !reflect.DeepEqual(sorted(got), want) {
+			t.Fatalf("%s: got %v %v", name, got, err)
+		}
+	}
+}
+
+// Every malformed or missing input is an error: the engine then revokes
+// subscriptions and forbids writes (fail closed), never "allow all".
+func TestClaimResolverFailsClosed(t *testing.T) {
+	r := &ClaimResolver{Claim: "syncular_scopes"}
+	if _, err := r.ResolveScopes(context.Background(), "p", "a", "c"); err == nil {
+		t.Fatal("no claims in context accepted")
+	}
+	for name, v := range map[string]any{
+		"missing":         nil,
+		"number":          float64(3),
+		"list":            []any{"p1"},
+		"string not json": "project_id=p1",
+		"json list":       `["p1"]`,
+		"json dup keys":   `{"a":["x"],"a":["y"]}`,
+		"value not list":  map[string]any{"project_id": "p1"},
+		"non-string elem": map[string]any{"project_id": []any{1.0}},
+		"null json":       `null`,
+	} {
+		c := Claims{"sub": "a"}
+		if v != nil {
+			c["syncular_scopes"] = v
+		}
+		got, err := r.ResolveScopes(WithClaims(context.Background(), c), "p", "a", "c")
+		if err == nil {
+			t.Errorf("%s: accepted as %v", name, got)
+		}
+	}
+}
+
+type fakeGetItem struct {
+	item map[string]types.AttributeValue
+	err  error
+	in   *dynamodb.GetItemInput
+}
+
+func (f *fakeGetItem) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	f.in = in
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &dynamodb.GetItemOutput{Item: f.item}, nil
+}
+
+func TestTableResolverShapes(t *testing.T) {
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	want := engine.ScopeMap{"project_id": {"p1", "p2"}}
+	for name, attr := range map[string]types.AttributeValue{
+		"json string": s(`{"project_id":["p1","p2"]}`),
+		"map of list": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"project_id": &types.AttributeValueMemberL{Value: []types.AttributeValue{s("p1"), s("p2")}}}},
+		"map of set":  &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"project_id": &types.AttributeValueMemberSS{Value: []string{"p2", "p1"}}}},
+	} {
+		f := &fakeGetItem{item: map[string]types.AttributeValue{"scopes": attr}}
+		r := &TableResolver{Client: f, Table: "t", PKAttr: "pk", SKAttr: "sk"}
+		got, err := r.ResolveScopes(context.Background(), "acme", "alice", "c")
+		if err != nil || !reflect.DeepEqual(sorted(got), want) {
+			t.Fatalf("%s: got %v %v", name, got, err)
+		}
+		if !aws.ToBool(f.in.ConsistentRead) {
+			t.Fatal("grant read is not consistent: a revocation could be missed")
+		}
+		if pk := f.in.Key["pk"].(*types.AttributeValueMemberS).Value; pk != "GRANT#acme" {
+			t.Fatalf("pk %q", pk)
+		}
+	}
+}
+
+func TestTableResolverFailsClosed(t *testing.T) {
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	// No item: no scopes (not an error: a user without grants).
+	r := &TableResolver{Client: &fakeGetItem{}, Table: "t", PKAttr: "pk", SKAttr: "sk"}
+	if got, err := r.ResolveScopes(context.Background(), "p", "a", "c"); err != nil || len(got) != 0 {
+		t.Fatalf("missing item: %v %v", got, err)
+	}
+	for name, f := range map[string]*fakeGetItem{
+		"read error":      {err: errors.New("throttled")},
+		"no attribute":    {item: map[string]types.AttributeValue{"pk": s("x")}},
+		"number":          {item: map[string]types.AttributeValue{"scopes": &types.AttributeValueMemberN{Value: "1"}}},
+		"bad json":        {item: map[string]types.AttributeValue{"scopes": s(`{"project_id":`)}},
+		"map of string":   {item: map[string]types.AttributeValue{"scopes": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"project_id": s("p1")}}}},
+		"list of numbers": {item: map[string]types.AttributeValue{"scopes": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"project_id": &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberN{Value: "1"}}}}}}},
+	} {
+		r := &TableResolver{Client: f, Table: "t", PKAttr: "pk", SKAttr: "sk"}
+		if got, err := r.ResolveScopes(context.Background(), "p", "a", "c"); err == nil {
+			t.Errorf("%s: accepted as %v", name, got)
+		}
+	}
+}
+
+// Against DynamoDB Local with the real table definition: a grant written
+// with GrantItem is read back, a revoked (deleted) grant yields no scopes,
+// and a missing table fails closed.
+func TestTableResolverDynamoDBLocal(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	client := ddb.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	table := testenv.UniqueName(t, "grants")
+	if err := dynamostore.CreateTable(ctx, client, table); err != nil {
+		t.Fatal(err)
+	}
+	r := &TableResolver{Client: client, Table: table, PKAttr: dynamostore.AttrPK, SKAttr: dynamostore.AttrSK}
+	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: GrantItem(dynamostore.AttrPK, dynamostore.AttrSK, "acme", "alice", engine.ScopeMap{"project_id": {"p1"}})}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.ResolveScopes(ctx, "acme", "alice", "")
+	if err != nil || !reflect.DeepEqual(got, engine.ScopeMap{"project_id": {"p1"}}) {
+		t.Fatalf("got %v %v", got, err)
+	}
+	// Another partition's actor of the same name sees nothing.
+	if got, err := r.ResolveScopes(ctx, "other", "alice", ""); err != nil || len(got) != 0 {
+		t.Fatalf("other partition: %v %v", got, err)
+	}
+	pk, sk := GrantKey("acme", "alice")
+	if _, err := client.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: map[string]types.AttributeValue{
+		dynamostore.AttrPK: &types.AttributeValueMemberS{Value: pk}, dynamostore.AttrSK: &types.AttributeValueMemberS{Value: sk},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.ResolveScopes(ctx, "acme", "alice", ""); err != nil || len(got) != 0 {
+		t.Fatalf("after revocation: %v %v", got, err)
+	}
+	missing := &TableResolver{Client: client, Table: table + "-missing", PKAttr: dynamostore.AttrPK, SKAttr: dynamostore.AttrSK}
+	if _, err := missing.ResolveScopes(ctx, "acme", "alice", ""); err == nil {
+		t.Fatal("missing table did not fail closed")
+	}
+}

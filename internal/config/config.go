@@ -1,0 +1,395 @@
+// Package config reads the deployment configuration of the Lambda
+// functions from environment variables. It is pure (no AWS calls): secret
+// references are recorded here and resolved by the caller at init, so a
+// bad value is reported before any network round trip.
+//
+// Every variable is declared once in Vars; docs/CONFIG.md is generated from
+// that table and a test keeps the two (and template.yaml) in step.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Auth modes (SYNC_AUTH_MODE).
+const (
+	// AuthJWTAuthorizer trusts the claims API Gateway's JWT authorizer
+	// verified and placed in requestContext.authorizer.jwt.claims.
+	AuthJWTAuthorizer = "jwt-authorizer"
+	// AuthHS256 verifies an HS256 bearer token in-process (local runs,
+	// tests, or a backend that mints its own tokens).
+	AuthHS256 = "hs256"
+)
+
+// Scope resolver modes (SYNC_SCOPES_MODE).
+const (
+	// ScopesClaim reads the allowed scopes from a claim holding a JSON
+	// scope map.
+	ScopesClaim = "claim"
+	// ScopesTable reads grant items from the DynamoDB table.
+	ScopesTable = "table"
+)
+
+// Signed URL modes (SYNC_SIGNED_URLS).
+const (
+	SignedNative  = "native"
+	SignedPresign = "presign"
+	SignedOff     = "off"
+)
+
+// Config is the validated configuration of one function instance.
+type Config struct {
+	TableName string
+	Bucket    string
+	// SchemaPath is the schema document; DefaultSchemaPath when unset.
+	SchemaPath string
+	// Mount is the route prefix without a trailing slash ("" = routes at /sync).
+	Mount string
+	// PublicURL, when set, is the scheme://host[/base] that native signed
+	// URLs point at instead of the request's own host.
+	PublicURL string
+
+	AuthMode         string
+	ActorClaim       string
+	PartitionClaim   string
+	DefaultPartition string
+	// HS256Secret (local) or HS256SecretRef (SSM/Secrets Manager) key the
+	// hs256 mode; Issuer and Audience are checked when set.
+	HS256Secret    []byte
+	HS256SecretRef string
+	JWTIssuer      string
+	JWTAudience    string
+
+	ScopesMode  string
+	ScopesClaim string
+
+	SignedURLs    string
+	SignedURLTTL  time.Duration
+	SigningKey    []byte
+	SigningKeyRef string
+
+	MaxOperations         int
+	ResponseBudgetBytes   int
+	InlineSegmentMaxBytes int
+	SegmentMaxBytes       int
+	SegmentTTL            time.Duration
+	MaxBodyBytes          int
+
+	LogLevel slog.Level
+
+	DynamoDBEndpoint string
+	S3Endpoint       string
+	S3PathStyle      bool
+}
+
+// Var documents one environment variable.
+type Var struct {
+	Name    string
+	Default string
+	Doc     string
+}
+
+// Vars is the single table of every variable Load reads, in documentation
+// order.
+var Vars = []Var{
+	{"SYNC_TABLE_NAME", "(required)", "DynamoDB table holding the commit log, rows, client records, segment publications and scope grants."},
+	{"SYNC_BUCKET", "(required)", "S3 bucket holding bootstrap segments (`segments/<id>`)."},
+	{"SYNC_SCHEMA_PATH", "`schema.json` next to the `bootstrap` binary", "Schema document (driver shape or `syncular.ir.json`). The SAM build copies it into each function package."},
+	{"SYNC_MOUNT", "empty", "Route prefix, e.g. `/api` serves `/api/sync`. Empty serves `/sync`, `/push`, `/pull`, `/segments/{id}`."},
+	{"SYNC_PUBLIC_URL", "the request's `Host`", "`https://host[/base]` that native signed segment URLs point at (set it behind a custom domain with a base path)."},
+	{"SYNC_AUTH_MODE", "`jwt-authorizer`", "`jwt-authorizer`: trust the claims of API Gateway's JWT authorizer. `hs256`: verify an HS256 bearer token in-process."},
+	{"SYNC_ACTOR_CLAIM", "`sub`", "Claim that becomes the actorId."},
+	{"SYNC_PARTITION_CLAIM", "empty", "Claim that becomes the partition (e.g. `custom:tenant`). A request without it is rejected (401). Empty uses SYNC_DEFAULT_PARTITION for everyone."},
+	{"SYNC_DEFAULT_PARTITION", "`default`", "Partition of every request when SYNC_PARTITION_CLAIM is empty."},
+	{"SYNC_HS256_SECRET", "empty", "hs256 mode: the verification key itself (local runs and tests only; at least 32 bytes)."},
+	{"SYNC_HS256_SECRET_REF", "empty", "hs256 mode: SSM SecureString name/ARN or Secrets Manager ARN holding the key, read once at init."},
+	{"SYNC_JWT_ISSUER", "empty", "hs256 mode: required `iss` when set."},
+	{"SYNC_JWT_AUDIENCE", "empty", "hs256 mode: required `aud` when set."},
+	{"SYNC_SCOPES_MODE", "`claim`", "`claim`: allowed scopes come from SYNC_SCOPES_CLAIM. `table`: from grant items in the table (pk `GRANT#<partition>`, sk `<actorId>`, attribute `scopes`). Both fail closed."},
+	{"SYNC_SCOPES_CLAIM", "`syncular_scopes`", "Claim holding the allowed scope map as a JSON object or a JSON string, e.g. `{\"project_id\":[\"p1\",\"p2\"]}`; `\"*\"` allows every value."},
+	{"SYNC_SIGNED_URLS", "`presign`", "How SEGMENT_REF urls are minted for clients that accept them: `presign` (S3 presigned GET), `native` (HMAC `st` token served by the segment function) or `off` (clients use the authenticated segment route)."},
+	{"SYNC_SIGNED_URL_TTL", "`5m`", "Lifetime of signed URLs (Go duration, at most `15m`)."},
+	{"SYNC_SIGNING_KEY", "empty", "native mode: the HMAC key itself (local runs only; at least 32 bytes)."},
+	{"SYNC_SIGNING_KEY_REF", "empty", "native mode: SSM SecureString name/ARN or Secrets Manager ARN holding the HMAC key, read once at init."},
+	{"SYNC_MAX_OPERATIONS", "`500`", "Operations allowed across the PUSH_COMMIT frames of one request."},
+	{"SYNC_RESPONSE_BUDGET_BYTES", "`4194304`", "Raw bytes a pull response stops growing at (Lambda's 6 MB buffered response includes base64)."},
+	{"SYNC_INLINE_SEGMENT_MAX_BYTES", "`262144`", "Largest rows segment sent inline in a pull response."},
+	{"SYNC_SEGMENT_MAX_BYTES", "`4194304`", "Largest rows segment; every segment must fit the segment function's response."},
+	{"SYNC_SEGMENT_TTL", "`24h`", "Lifetime of a segment publication. The bucket's lifecycle rule must outlive it (template parameter SegmentObjectExpirationDays)."},
+	{"SYNC_MAX_BODY_BYTES", "`10485760`", "Request body cap after gzip decoding (413 above)."},
+	{"SYNC_LOG_LEVEL", "`info`", "`debug`, `info`, `warn` or `error`. Logs are JSON on stdout; tokens and payloads are never logged."},
+	{"SYNC_DYNAMODB_ENDPOINT", "empty", "DynamoDB endpoint override (DynamoDB Local for `sam local`)."},
+	{"SYNC_S3_ENDPOINT", "empty", "S3 endpoint override (a local S3 API server)."},
+	{"SYNC_S3_PATH_STYLE", "`false`", "Path-style S3 addressing (needed by most local S3 servers)."},
+}
+
+// Limits of the protocol and the platform that configuration may not pass.
+const (
+	MaxSignedURLTTL = 15 * time.Minute // §5.4
+	// MaxLambdaBody is API Gateway's request cap; a larger body never arrives.
+	MaxLambdaBody = 10 << 20
+	// MaxResponseBudget keeps base64 of the budget plus framing under
+	// Lambda's 6 MB buffered response.
+	MaxResponseBudget = 4_400_000
+	// MinKeyBytes is the shortest accepted HMAC key.
+	MinKeyBytes = 32
+)
+
+// FromEnv reads the process environment.
+func FromEnv() (*Config, error) { return Load(os.Getenv) }
+
+// Load reads configuration through getenv. Empty values count as unset (SAM
+// declares every variable, empty, so `sam local` can override it). All
+// problems are reported together, each naming its variable.
+func Load(getenv func(string) string) (*Config, error) {
+	l := &loader{getenv: getenv}
+	c := &Config{
+		TableName:  l.str("SYNC_TABLE_NAME", ""),
+		Bucket:     l.str("SYNC_BUCKET", ""),
+		SchemaPath: l.str("SYNC_SCHEMA_PATH", ""),
+		Mount:      l.mount("SYNC_MOUNT"),
+		PublicURL:  l.publicURL("SYNC_PUBLIC_URL"),
+
+		AuthMode:         l.oneOf("SYNC_AUTH_MODE", AuthJWTAuthorizer, AuthJWTAuthorizer, AuthHS256),
+		ActorClaim:       l.str("SYNC_ACTOR_CLAIM", "sub"),
+		PartitionClaim:   l.str("SYNC_PARTITION_CLAIM", ""),
+		DefaultPartition: l.str("SYNC_DEFAULT_PARTITION", "default"),
+		HS256Secret:      []byte(l.str("SYNC_HS256_SECRET", "")),
+		HS256SecretRef:   l.str("SYNC_HS256_SECRET_REF", ""),
+		JWTIssuer:        l.str("SYNC_JWT_ISSUER", ""),
+		JWTAudience:      l.str("SYNC_JWT_AUDIENCE", ""),
+
+		ScopesMode:  l.oneOf("SYNC_SCOPES_MODE", ScopesClaim, ScopesClaim, ScopesTable),
+		ScopesClaim: l.str("SYNC_SCOPES_CLAIM", "syncular_scopes"),
+
+		SignedURLs:    l.oneOf("SYNC_SIGNED_URLS", SignedPresign, SignedNative, SignedPresign, SignedOff),
+		SignedURLTTL:  l.duration("SYNC_SIGNED_URL_TTL", 5*time.Minute, time.Second, MaxSignedURLTTL),
+		SigningKey:    []byte(l.str("SYNC_SIGNING_KEY", "")),
+		SigningKeyRef: l.str("SYNC_SIGNING_KEY_REF", ""),
+
+		MaxOperations:         l.integer("SYNC_MAX_OPERATIONS", 500, 1, 100_000),
+		ResponseBudgetBytes:   l.integer("SYNC_RESPONSE_BUDGET_BYTES", 4<<20, 64<<10, MaxResponseBudget),
+		InlineSegmentMaxBytes: l.integer("SYNC_INLINE_SEGMENT_MAX_BYTES", 256<<10, 1<<10, MaxResponseBudget),
+		SegmentMaxBytes:       l.integer("SYNC_SEGMENT_MAX_BYTES", 4<<20, 64<<10, MaxResponseBudget),
+		SegmentTTL:            l.duration("SYNC_SEGMENT_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
+		MaxBodyBytes:          l.integer("SYNC_MAX_BODY_BYTES", MaxLambdaBody, 1<<10, 64<<20),
+
+		LogLevel: l.level("SYNC_LOG_LEVEL"),
+
+		DynamoDBEndpoint: l.endpoint("SYNC_DYNAMODB_ENDPOINT"),
+		S3Endpoint:       l.endpoint("SYNC_S3_ENDPOINT"),
+		S3PathStyle:      l.boolean("SYNC_S3_PATH_STYLE"),
+	}
+	c.validate(l)
+	if len(l.problems) > 0 {
+		return nil, &Error{Problems: l.problems}
+	}
+	return c, nil
+}
+
+// validate checks combinations that single variables cannot.
+func (c *Config) validate(l *loader) {
+	if c.TableName == "" {
+		l.fail("SYNC_TABLE_NAME", "is required")
+	}
+	if c.Bucket == "" {
+		l.fail("SYNC_BUCKET", "is required")
+	}
+	if c.ActorClaim == "" {
+		l.fail("SYNC_ACTOR_CLAIM", "must not be empty")
+	}
+	if c.PartitionClaim == "" && c.DefaultPartition == "" {
+		l.fail("SYNC_DEFAULT_PARTITION", "must not be empty when SYNC_PARTITION_CLAIM is unset")
+	}
+	if c.AuthMode == AuthHS256 {
+		l.key("SYNC_HS256_SECRET", c.HS256Secret, c.HS256SecretRef, "hs256 auth")
+	} else if len(c.HS256Secret) > 0 || c.HS256SecretRef != "" {
+		l.fail("SYNC_AUTH_MODE", "is %s but an HS256 secret is set; set SYNC_AUTH_MODE=hs256 or remove the secret", c.AuthMode)
+	}
+	if c.ScopesMode == ScopesClaim && c.ScopesClaim == "" {
+		l.fail("SYNC_SCOPES_CLAIM", "must not be empty when SYNC_SCOPES_MODE=claim")
+	}
+	if c.SignedURLs == SignedNative {
+		l.key("SYNC_SIGNING_KEY", c.SigningKey, c.SigningKeyRef, "native signed URLs")
+	}
+	if c.InlineSegmentMaxBytes > c.ResponseBudgetBytes {
+		l.fail("SYNC_INLINE_SEGMENT_MAX_BYTES", "(%d) exceeds SYNC_RESPONSE_BUDGET_BYTES (%d)", c.InlineSegmentMaxBytes, c.ResponseBudgetBytes)
+	}
+}
+
+// DefaultSchemaPath is schema.json beside the running executable, where the
+// SAM makefile build places it.
+func DefaultSchemaPath() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "schema.json"
+	}
+	return filepath.Join(filepath.Dir(exe), "schema.json")
+}
+
+// SchemaFile returns the schema path to read.
+func (c *Config) SchemaFile() string {
+	if c.SchemaPath != "" {
+		return c.SchemaPath
+	}
+	return DefaultSchemaPath()
+}
+
+// Error lists every configuration problem.
+type Error struct{ Problems []string }
+
+func (e *Error) Error() string {
+	return "invalid configuration: " + strings.Join(e.Problems, "; ")
+}
+
+// IsConfigError reports whether err came from Load.
+func IsConfigError(err error) bool {
+	var ce *Error
+	return errors.As(err, &ce)
+}
+
+type loader struct {
+	getenv   func(string) string
+	problems []string
+}
+
+func (l *loader) fail(name, format string, args ...any) {
+	sep := " "
+	if strings.HasPrefix(format, "=") {
+		sep = ""
+	}
+	l.problems = append(l.problems, name+sep+fmt.Sprintf(format, args...))
+}
+
+func (l *loader) str(name, def string) string {
+	if v := strings.TrimSpace(l.getenv(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+func (l *loader) oneOf(name, def string, allowed ...string) string {
+	v := strings.ToLower(l.str(name, def))
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	l.fail(name, "=%q: must be one of %s", v, strings.Join(allowed, ", "))
+	return def
+}
+
+func (l *loader) integer(name string, def, lo, hi int) int {
+	s := l.str(name, "")
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		l.fail(name, "=%q: not an integer", s)
+		return def
+	}
+	if n < lo || n > hi {
+		l.fail(name, "=%d: must be between %d and %d", n, lo, hi)
+		return def
+	}
+	return n
+}
+
+func (l *loader) duration(name string, def, lo, hi time.Duration) time.Duration {
+	s := l.str(name, "")
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		l.fail(name, "=%q: not a duration (e.g. 5m, 24h)", s)
+		return def
+	}
+	if d < lo || d > hi {
+		l.fail(name, "=%s: must be between %s and %s", d, lo, hi)
+		return def
+	}
+	return d
+}
+
+func (l *loader) boolean(name string) bool {
+	s := l.str(name, "")
+	if s == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		l.fail(name, "=%q: must be true or false", s)
+	}
+	return b
+}
+
+func (l *loader) level(name string) slog.Level {
+	var lv slog.Level
+	s := l.str(name, "info")
+	if err := lv.UnmarshalText([]byte(s)); err != nil {
+		l.fail(name, "=%q: must be debug, info, warn or error", s)
+		return slog.LevelInfo
+	}
+	return lv
+}
+
+func (l *loader) mount(name string) string {
+	s := l.str(name, "")
+	if s == "" || s == "/" {
+		return ""
+	}
+	if !strings.HasPrefix(s, "/") || strings.ContainsAny(s, "?#%") || strings.Contains(s, "//") {
+		l.fail(name, "=%q: must be a path like /api", s)
+		return ""
+	}
+	return strings.TrimRight(s, "/")
+}
+
+func (l *loader) publicURL(name string) string {
+	s := l.str(name, "")
+	if s == "" {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		l.fail(name, "=%q: must be an absolute http(s) URL without query", s)
+		return ""
+	}
+	return strings.TrimRight(s, "/")
+}
+
+func (l *loader) endpoint(name string) string {
+	s := l.str(name, "")
+	if s == "" {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		l.fail(name, "=%q: must be an http(s) URL", s)
+		return ""
+	}
+	return s
+}
+
+// key checks a (value, reference) pair: exactly one, and a literal value
+// long enough for HMAC-SHA256.
+func (l *loader) key(name string, value []byte, ref, what string) {
+	switch {
+	case len(value) > 0 && ref != "":
+		l.fail(name, "and %s_REF are both set; use one", name)
+	case len(value) == 0 && ref == "":
+		l.fail(name, "or %s_REF is required for %s", name, what)
+	case len(value) > 0 && len(value) < MinKeyBytes:
+		l.fail(name, "must be at least %d bytes (got %d)", MinKeyBytes, len(value))
+	}
+}

@@ -1,0 +1,165 @@
+package lambdahttp
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+)
+
+// MaxResponsePayload is Lambda's synchronous response limit (6 MB for the
+// whole JSON document, base64 body included).
+const MaxResponsePayload = 6 << 20
+
+// Handler serves API Gateway events for one function. It implements
+// lambda.Handler, so the function's main hands it to lambda.Start and the
+// local runner calls the very same Invoke.
+type Handler struct {
+	API  *httpapi.Handler
+	Auth auth.Authenticator
+	// PublicURL overrides the request-derived base URL of native signed
+	// segment URLs.
+	PublicURL string
+	Logger    *slog.Logger
+}
+
+// Invoke decodes a v2 or v1 proxy event and returns the matching response
+// document. An error return is reserved for payloads that are not API
+// Gateway events at all (a deployment mistake, not a client error).
+func (h *Handler) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	c, err := decodeEvent(payload)
+	var resp *httpapi.Response
+	switch {
+	case errors.Is(err, errBadBase64):
+		resp = httpapi.ErrorResponse(syncerr.New(syncerr.InvalidRequest, "%s", err.Error()))
+		c = &converted{req: &httpapi.Request{}}
+	case err != nil:
+		h.logger().ErrorContext(ctx, "unsupported invocation payload", "error", err.Error())
+		return nil, err
+	default:
+		resp = h.serve(ctx, c)
+	}
+	if c.v1 {
+		return json.Marshal(toV1(resp))
+	}
+	out, err := json.Marshal(toV2(resp))
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > MaxResponsePayload {
+		h.logger().ErrorContext(ctx, "response exceeds the Lambda payload limit; lower SYNC_RESPONSE_BUDGET_BYTES", "requestId", c.req.RequestID, "bytes", len(out))
+		return json.Marshal(toV2(httpapi.ErrorResponse(syncerr.Internal(errors.New("response too large for Lambda")))))
+	}
+	return out, nil
+}
+
+// ServeV2 serves a typed HTTP API v2 event (tests, tools).
+func (h *Handler) ServeV2(ctx context.Context, ev *events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	req, cr, err := FromV2(ev)
+	if err != nil {
+		return toV2(httpapi.ErrorResponse(syncerr.New(syncerr.InvalidRequest, "%s", err.Error())))
+	}
+	return toV2(h.serve(ctx, &converted{req: req, creds: cr}))
+}
+
+// ServeV1 serves a typed REST API v1 proxy event.
+func (h *Handler) ServeV1(ctx context.Context, ev *events.APIGatewayProxyRequest) events.APIGatewayProxyResponse {
+	req, cr, err := FromV1(ev)
+	if err != nil {
+		return toV1(httpapi.ErrorResponse(syncerr.New(syncerr.InvalidRequest, "%s", err.Error())))
+	}
+	return toV1(h.serve(ctx, &converted{req: req, creds: cr, v1: true}))
+}
+
+// serve authenticates and calls the engine surface. A failed
+// authentication is not answered here: httpapi decides (a native `st`
+// segment download needs no credentials; everything else is a 401).
+func (h *Handler) serve(ctx context.Context, c *converted) *httpapi.Response {
+	r := c.req
+	if r.RequestID == "" {
+		if lc, ok := lambdacontext.FromContext(ctx); ok {
+			r.RequestID = lc.AwsRequestID
+		}
+	}
+	if h.PublicURL != "" {
+		r.BaseURL = h.PublicURL
+	}
+	au, claims, err := h.Auth.Authenticate(ctx, c.creds)
+	if err == nil {
+		r.Auth = &au
+		ctx = auth.WithClaims(ctx, claims)
+	} else {
+		r.AuthError = err
+	}
+	resp := h.API.Serve(ctx, r)
+	if resp.Status == http.StatusUnauthorized {
+		if resp.Header == nil {
+			resp.Header = http.Header{}
+		}
+		resp.Header.Set("WWW-Authenticate", `Bearer realm="syncular"`)
+	}
+	return resp
+}
+
+func (h *Handler) logger() *slog.Logger {
+	if h.Logger != nil {
+		return h.Logger
+	}
+	return slog.Default()
+}
+
+// isText reports whether a response body can travel as a JSON string:
+// uncompressed JSON or text. Everything else (SSP2, segments, any
+// Content-Encoding) is base64 encoded.
+func isText(hdr http.Header) bool {
+	if ce := hdr.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(hdr.Get("Content-Type"))
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasPrefix(mt, "text/")
+}
+
+func flatHeaders(hdr http.Header) map[string]string {
+	out := make(map[string]string, len(hdr))
+	for k, vs := range hdr {
+		out[k] = strings.Join(vs, ", ")
+	}
+	return out
+}
+
+func body(resp *httpapi.Response) (string, bool) {
+	if len(resp.Body) == 0 {
+		return "", false
+	}
+	if isText(resp.Header) {
+		return string(resp.Body), false
+	}
+	return base64.StdEncoding.EncodeToString(resp.Body), true
+}
+
+// toV2 renders a response for an HTTP API (payload format 2.0).
+func toV2(resp *httpapi.Response) events.APIGatewayV2HTTPResponse {
+	b, b64 := body(resp)
+	return events.APIGatewayV2HTTPResponse{StatusCode: resp.Status, Headers: flatHeaders(resp.Header), Body: b, IsBase64Encoded: b64}
+}
+
+// toV1 renders a response for a REST API proxy integration (binary bodies
+// need the API's binaryMediaTypes to include them, e.g. */*).
+func toV1(resp *httpapi.Response) events.APIGatewayProxyResponse {
+	b, b64 := body(resp)
+	return events.APIGatewayProxyResponse{StatusCode: resp.Status, Headers: flatHeaders(resp.Header), Body: b, IsBase64Encoded: b64}
+}
