@@ -55,15 +55,21 @@ func (ps *pullState) bootstrap(ctx context.Context, p *subPlan, tok bootstrapTok
 	sub := p.sub
 	asOf := ps.maxSeq
 	var cursor wire.Opt[string]
+	resumed := false
 	if resume && tok.AsOfCommitSeq >= ps.horizon && tok.AsOfCommitSeq <= ps.maxSeq {
 		asOf = tok.AsOfCommitSeq
+		resumed = true
 		if tok.RowCursor != nil {
 			cursor = wire.Some(*tok.RowCursor)
 		}
 	}
-	if err := ps.write(&wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: toWireScopes(p.effective), Bootstrap: true}); err != nil {
-		return 0, false, err
-	}
+	// SUB_START goes out with the first segment frame (pullState.write):
+	// §4.4 sets bootstrap iff this response delivers segments, and §5.6
+	// has the client clear stale rows only on the first page of the
+	// response to its fresh request — so a fresh bootstrap must never
+	// start in a response that the byte budget ends before its first page.
+	start := &wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: toWireScopes(p.effective), Bootstrap: true}
+	ps.pending = start
 	digest := scopeDigest(p.effective)
 	complete := false
 	for page := 0; page < ps.lim.snapshotPages; page++ {
@@ -79,6 +85,22 @@ func (ps *pullState) bootstrap(ctx context.Context, p *subPlan, tok bootstrapTok
 			break
 		}
 		cursor = next
+	}
+	if ps.pending != nil {
+		// The budget ended the response before the first page: nothing of
+		// this bootstrap is delivered. A resume keeps its token; a fresh
+		// start (or restart) is deferred whole: the request's cursor and
+		// token (if any) are echoed unchanged, so the next pull decides
+		// afresh exactly as this one did — dropping an unusable token here
+		// would turn a partial replica into an incremental one.
+		ps.pending = nil
+		start.Bootstrap = false
+		if err := ps.write(start); err != nil {
+			return 0, false, err
+		}
+		if !resumed {
+			return sub.Cursor, false, ps.write(&wire.SubEnd{NextCursor: sub.Cursor, BootstrapState: sub.BootstrapState})
+		}
 	}
 	end := &wire.SubEnd{NextCursor: asOf}
 	if !complete {

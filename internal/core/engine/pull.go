@@ -127,9 +127,19 @@ type pullState struct {
 	// sentData is set once any COMMIT or segment frame went out: from then
 	// on the byte budget may stop the response short (progress is made).
 	sentData bool
+	// pending is a bootstrap SUB_START held back until the section's first
+	// segment frame is written (see pullState.bootstrap).
+	pending *wire.SubStart
 }
 
 func (ps *pullState) write(f wire.Frame) error {
+	if ps.pending != nil {
+		s := ps.pending
+		ps.pending = nil
+		if err := ps.enc.WriteFrame(s); err != nil {
+			return fmt.Errorf("write %T: %w", s, err)
+		}
+	}
 	if err := ps.enc.WriteFrame(f); err != nil {
 		return fmt.Errorf("write %T: %w", f, err)
 	}

@@ -510,3 +510,93 @@ func TestPullResponseBudget(t *testing.T) {
 	}
 	wantRows(t, h.ServerRows("tenant", "tasks"), rb.Rows, "budgeted bootstrap")
 }
+
+// §4.4 / §5.6 with the response budget: when earlier sections used up the
+// budget, a fresh bootstrap must not be "started" without its first page
+// (SUB_START.bootstrap is true iff segments are delivered, and the client
+// clears stale local rows only on the first page of the response to its
+// fresh request). The replica holds a stale local row the server never
+// had; it must be cleared.
+func TestPullBudgetDefersFreshBootstrap(t *testing.T) {
+	for _, accept := range []uint8{acceptInline, acceptRows} {
+		t.Run(fmt.Sprintf("accept=%b", accept), func(t *testing.T) {
+			h := newHarness(t, enginetest.Options{Limits: engine.Limits{ResponseBudgetBytes: 2500}})
+			grantAll(h, projects("p1", "p2"), "alice", "bob")
+			a := h.Client("tenant", "alice", "a")
+			var ops []wire.Operation
+			for i := 0; i < 30; i++ {
+				id := fmt.Sprintf("a%02d", i)
+				ops = append(ops, up("tasks", id, a.Task(id, "p1", "bootstrap row with some text", false), 0))
+			}
+			wantApplied(t, a.Push("seed", ops...))
+			c := h.Client("tenant", "bob", "b")
+			busy := c.NewReplica("busy", "tasks", p1Scopes("p2"))
+			busy.Sub.Cursor = head(t, h, "tenant").MaxCommitSeq
+			for i := 0; i < 40; i++ {
+				id := fmt.Sprintf("b%02d", i)
+				wantApplied(t, a.Push(id, up("tasks", id, a.Task(id, "p2", "incremental change with text", false), 0)))
+			}
+			fresh := c.NewReplica("fresh", "tasks", p1Scopes("p1"))
+			fresh.Rows["ghost"] = enginetest.RowState{Version: 3, Payload: a.Task("ghost", "p1", "deleted while away", false)}
+			hdr := wire.PullHeader{Accept: accept, LimitSnapshotRows: 100}
+			for i := 0; ; i++ {
+				if _, err := enginetest.Exchange(c, hdr, nil, busy, fresh); err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range []*enginetest.Replica{busy, fresh} {
+					s := r.LastSection
+					if s.Start.Bootstrap != (len(s.Inline)+len(s.Refs) > 0) {
+						t.Fatalf("pull %d %s: bootstrap=%v with %d segments (§4.4)", i, r.Sub.ID, s.Start.Bootstrap, len(s.Inline)+len(s.Refs))
+					}
+				}
+				if fresh.Sub.Cursor >= 0 && !fresh.Sub.BootstrapState.Present && len(busy.LastSection.Commits) == 0 {
+					break
+				}
+				if i > 50 {
+					t.Fatal("no convergence")
+				}
+			}
+			if busy.Pulls < 3 {
+				t.Fatalf("the budget never cut the busy subscription (%d pulls)", busy.Pulls)
+			}
+			rows := h.ServerRows("tenant", "tasks")
+			wantRows(t, filterProject(t, a, rows, "p1"), fresh.Rows, "fresh bootstrap")
+			wantRows(t, filterProject(t, a, rows, "p2"), busy.Rows, "busy subscription")
+		})
+	}
+}
+
+// A deferred restart (unusable token, budget exhausted before its first
+// page) echoes the request's cursor and token unchanged: dropping the
+// token would let a partial replica continue incrementally.
+func TestPullBudgetDeferredRestartKeepsToken(t *testing.T) {
+	h := newHarness(t, enginetest.Options{Limits: engine.Limits{ResponseBudgetBytes: 1500}})
+	grantAll(h, projects("p1", "p2"), "alice", "bob")
+	a := h.Client("tenant", "alice", "a")
+	var ops []wire.Operation
+	for i := 0; i < 30; i++ {
+		id := fmt.Sprintf("a%02d", i)
+		ops = append(ops, up("tasks", id, a.Task(id, "p1", "bootstrap row with some text", false), 0))
+	}
+	wantApplied(t, a.Push("seed", ops...))
+	for i := 0; i < 40; i++ {
+		id := fmt.Sprintf("b%02d", i)
+		wantApplied(t, a.Push(id, up("tasks", id, a.Task(id, "p2", "incremental change with text", false), 0)))
+	}
+	c := h.Client("tenant", "bob", "b")
+	partial := sub("partial", "tasks", "p1", 1)
+	partial.BootstrapState = wire.Some(wire.JSON(`{"unusable":true}`))
+	secs := mustPull(t, c, wire.PullHeader{Accept: acceptInline}, sub("busy", "tasks", "p2", 1), partial)
+	s := secs[1]
+	if s.Start.Bootstrap || len(s.Inline) != 0 {
+		t.Fatal("test setup: the budget did not defer the restart")
+	}
+	if s.Start.Status != wire.SubActive || s.End.NextCursor != 1 || s.End.BootstrapState != partial.BootstrapState {
+		t.Fatalf("deferred restart: start %+v end %+v, want cursor 1 and the request token echoed", s.Start, s.End)
+	}
+	// The next pull with the echoed token (and spare budget) restarts.
+	secs = mustPull(t, c, wire.PullHeader{Accept: acceptInline}, partial)
+	if !secs[0].Start.Bootstrap || len(secs[0].Inline) == 0 {
+		t.Fatalf("restart after deferral: %+v", secs[0].Start)
+	}
+}
