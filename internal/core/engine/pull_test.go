@@ -8,6 +8,7 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
+	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
@@ -598,5 +599,150 @@ func TestPullBudgetDeferredRestartKeepsToken(t *testing.T) {
 	secs = mustPull(t, c, wire.PullHeader{Accept: acceptInline}, partial)
 	if !secs[0].Start.Bootstrap || len(secs[0].Inline) == 0 {
 		t.Fatalf("restart after deferral: %+v", secs[0].Start)
+	}
+}
+
+// multiScopeSchema has a two-variable table and a table whose variable no
+// other table declares.
+const multiScopeSchema = `{
+  "version": 1,
+  "tables": [
+    {"name": "docs", "primaryKey": "id",
+     "columns": [
+       {"name": "id", "type": "string", "nullable": false},
+       {"name": "workspace_id", "type": "string", "nullable": false},
+       {"name": "project_id", "type": "string", "nullable": true},
+       {"name": "body", "type": "string", "nullable": false}
+     ],
+     "scopes": ["workspace:{workspace_id}", "project:{project_id}"]},
+    {"name": "notes", "primaryKey": "id",
+     "columns": [
+       {"name": "id", "type": "string", "nullable": false},
+       {"name": "user_id", "type": "string", "nullable": false}
+     ],
+     "scopes": ["user:{user_id}"]}
+  ]
+}`
+
+// §3.2 / §3.4 with several variables: every declared key is required on
+// writes; reads filter on each effective key independently; resolver keys
+// declared only by another table are legal.
+func TestMultiScopeTable(t *testing.T) {
+	h := newHarness(t, enginetest.Options{Schema: multiScopeSchema})
+	h.Grants.Set("admin", engine.ScopeMap{"workspace_id": {"*"}, "project_id": {"*"}, "user_id": {"u1"}})
+	h.Grants.Set("ws-only", engine.ScopeMap{"workspace_id": {"w1"}})
+	h.Grants.Set("w1p1", engine.ScopeMap{"workspace_id": {"w1"}, "project_id": {"p1"}, "user_id": {"u9"}})
+	admin := h.Client("tenant", "admin", "admin")
+	doc := func(c *enginetest.Client, id, ws string, proj *string, body string) []byte {
+		t.Helper()
+		v := []rowcodec.Value{{Str: id}, {Str: ws}, {Null: true}, {Str: body}}
+		if proj != nil {
+			v[2] = rowcodec.Value{Str: *proj}
+		}
+		b, err := c.Codec("docs").Codec.Append(nil, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	p := func(s string) *string { return &s }
+	wantApplied(t, admin.Push("seed",
+		up("docs", "d11", doc(admin, "d11", "w1", p("p1"), "x"), 0),
+		up("docs", "d12", doc(admin, "d12", "w1", p("p2"), "x"), 0),
+		up("docs", "d21", doc(admin, "d21", "w2", p("p1"), "x"), 0)))
+	// A NULL scope column denies even a wildcard grant (§3.4 step 2).
+	wantRejected(t, admin.Push("null", up("docs", "dn", doc(admin, "dn", "w1", nil, "x"), 0)), 0, wire.OpError, syncerr.Forbidden)
+	ws := h.Client("tenant", "ws-only", "ws")
+	wantRejected(t, ws.Push("c1", up("docs", "d9", doc(ws, "d9", "w1", p("p1"), "x"), 0)), 0, wire.OpError, syncerr.Forbidden)
+	wantRejected(t, ws.Push("c2", up("docs", "d11", doc(ws, "d11", "w1", p("p1"), "y"), 1)), 0, wire.OpError, syncerr.Forbidden)
+	c := h.Client("tenant", "w1p1", "c")
+	wantApplied(t, c.Push("c3", up("docs", "d11", doc(c, "d11", "w1", p("p1"), "y"), 1)))
+	wantRejected(t, c.Push("c4", up("docs", "d12", doc(c, "d12", "w1", p("p2"), "y"), 1)), 0, wire.OpError, syncerr.Forbidden)
+	wantRejected(t, c.Push("c5", up("docs", "d21", doc(c, "d21", "w2", p("p1"), "y"), 1)), 0, wire.OpError, syncerr.Forbidden)
+	rowIDs := func(s *enginetest.Section) []string {
+		var out []string
+		for _, seg := range s.Segments {
+			for _, b := range seg.Blocks {
+				for _, r := range b {
+					out = append(out, r.Values[0].Str)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	both := wire.ScopeMap{{Key: "project_id", Values: []string{"p1", "p2"}}, {Key: "workspace_id", Values: []string{"w1"}}}
+	secs := mustPull(t, c, pullHdr(acceptInline),
+		wire.Subscription{ID: "both", Table: "docs", Scopes: both, Cursor: -1},
+		wire.Subscription{ID: "ws", Table: "docs", Scopes: enginetest.Scopes("workspace_id", "w1"), Cursor: -1},
+		wire.Subscription{ID: "notes", Table: "notes", Scopes: enginetest.Scopes("user_id", "u1"), Cursor: -1})
+	if eff := secs[0].Start.EffectiveScopes; secs[0].Start.Status != wire.SubActive || len(eff) != 2 || fmt.Sprint(eff[0].Values) != "[p1]" {
+		t.Fatalf("two-key effective scopes %+v", secs[0].Start)
+	}
+	if got := rowIDs(secs[0]); fmt.Sprint(got) != "[d11]" {
+		t.Fatalf("two-key subscription rows %v", got)
+	}
+	// Requesting only workspace_id: the key filter is independent (§3.2).
+	if got := rowIDs(secs[1]); fmt.Sprint(got) != "[d11 d12]" {
+		t.Fatalf("workspace-only subscription rows %v", got)
+	}
+	if secs[2].Start.Status != wire.SubRevoked {
+		t.Fatalf("notes for a user not granted: %+v", secs[2].Start)
+	}
+	// ws-only lacks project_id: requesting it revokes (rule 5).
+	secs = mustPull(t, ws, pullHdr(acceptInline), wire.Subscription{ID: "both", Table: "docs", Scopes: both, Cursor: -1})
+	if secs[0].Start.Status != wire.SubRevoked {
+		t.Fatalf("partial scope loss must revoke: %+v", secs[0].Start)
+	}
+}
+
+// Several subscriptions with different cursors in one request share the
+// log window (pull.go logWindow) and each get exactly their window.
+func TestPullManyCursorsOneRequest(t *testing.T) {
+	h := newHarness(t, enginetest.Options{})
+	grantAll(h, projects("p1", "p2"), "alice", "bob")
+	a := h.Client("tenant", "alice", "a")
+	for i := 1; i <= 600; i++ {
+		proj := []string{"p1", "p2"}[i%2]
+		id := fmt.Sprintf("t%d", i%50)
+		wantApplied(t, a.Push(fmt.Sprint(i), up("tasks", id+proj, a.Task(id+proj, proj, fmt.Sprint(i), false), -1)))
+	}
+	c := h.Client("tenant", "bob", "b")
+	cursors := []int64{300, 5, 599, 0, 280, 600, 5}
+	var subs []wire.Subscription
+	for i, cur := range cursors {
+		subs = append(subs, sub(fmt.Sprint("s", i), "tasks", []string{"p1", "p2"}[i%2], cur))
+	}
+	secs := mustPull(t, c, wire.PullHeader{Accept: acceptRows, LimitCommits: 200}, subs...)
+	for i, s := range secs {
+		proj := []string{"p1", "p2"}[i%2]
+		want := int64(-1)
+		n := 0
+		for seq := cursors[i] + 1; seq <= 600 && n < 200; seq++ {
+			if (seq%2 == 0) == (proj == "p2") {
+				continue
+			}
+			if n < len(s.Commits) && s.Commits[n].CommitSeq != seq {
+				t.Fatalf("sub %d: commit %d is %d, want %d", i, n, s.Commits[n].CommitSeq, seq)
+			}
+			n++
+			want = seq
+		}
+		if len(s.Commits) != n {
+			t.Fatalf("sub %d (cursor %d, %s): %d commits, want %d", i, cursors[i], proj, len(s.Commits), n)
+		}
+		// Truncated: nextCursor is the last delivered commit, or past
+		// non-matching commits scanned after it — never past the next
+		// matching one (§4.5).
+		lo, hi := want, want+1
+		if n < 200 {
+			lo, hi = 600, 600
+		}
+		if n == 0 {
+			lo, hi = max(cursors[i], 600), max(cursors[i], 600)
+		}
+		if s.End.NextCursor < lo || s.End.NextCursor > hi {
+			t.Fatalf("sub %d: nextCursor %d, want within [%d, %d]", i, s.End.NextCursor, lo, hi)
+		}
 	}
 }
