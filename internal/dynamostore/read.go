@@ -268,6 +268,13 @@ func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int6
 			}
 			parts = append(parts, data)
 		}
+		if hasCur && len(parts) == want && cur.Seq >= throughSeq {
+			// The last commit of the window is complete: no need for the
+			// extra request a full page's LastEvaluatedKey would cost.
+			flush()
+			stop = true
+			return false
+		}
 		return true
 	})
 	if err != nil || stop {

@@ -108,8 +108,8 @@ func TestRetriesThenRateLimited(t *testing.T) {
 	// MaxAttempts requests: never a raw AWS error, never unbounded.
 	for _, tc := range []struct {
 		name, op, body string
-		status        int
-		run           func() error
+		status         int
+		run            func() error
 	}{
 		{"throttle", "GetItem", throttled, 400, func() error { _, _, err := s.Head(ctx, p); return err }},
 		{"conflict", "TransactWriteItems", conflict, 400, func() error {
