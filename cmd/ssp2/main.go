@@ -101,4 +101,3 @@ func firstDiff(a, b []byte) int {
 	}
 	return n
 }
-

@@ -302,4 +302,3 @@ func errorResponse(err error) *Response {
 // ErrorResponse exposes the §10.1 rendering to hosts (e.g. an adapter
 // rejecting a request before routing).
 func ErrorResponse(err error) *Response { return errorResponse(err) }
-
