@@ -1,14 +1,3 @@
-// Package dynamostore is the DynamoDB implementation of store.Store: one
-// table (see keys.go for the item layout) written with conditional
-// transactions, so commits stay gapless and exactly-once across any
-// number of Lambda instances (SPEC §2.1, §2.3, §6.4).
-//
-// Push is "log first, roll forward": a commit that fits one transaction
-// writes head, log, outcome and rows together; a larger one writes head,
-// log and outcome atomically and materializes rows afterwards, and every
-// reader that depends on rows finishes such a commit first. See commit.go.
-//
-// Every correctness read is strongly consistent; there is no GSI.
 package dynamostore
 
 import (

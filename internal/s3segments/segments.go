@@ -338,7 +338,7 @@ func (s *Segments) Put(ctx context.Context, segmentID string, body []byte, pub s
 			return err
 		}
 		if !st.hasObj || st.guardMs < need {
-			if st, err = s.ensureObject(ctx, h, body, need); err != nil {
+			if err = s.ensureObject(ctx, h, body, need, st); err != nil {
 				return err
 			}
 		}
@@ -353,8 +353,8 @@ var errRace = errors.New("s3segments: publication changed concurrently")
 
 // ensureObject makes the object exist with a guarantee of at least
 // needMs, writing it once (If-None-Match: *) or resetting its age with a
-// self-copy, and records the guarantee in the OBJ item.
-func (s *Segments) ensureObject(ctx context.Context, h string, body []byte, needMs int64) (*segState, error) {
+// self-copy, and records the guarantee in the OBJ item and in st.
+func (s *Segments) ensureObject(ctx context.Context, h string, body []byte, needMs int64, st *segState) error {
 	key := s.prefix + "segments/" + h
 	for range 3 {
 		start := s.opts.Now()
@@ -367,7 +367,7 @@ func (s *Segments) ensureObject(ctx context.Context, h string, body []byte, need
 			IfNoneMatch:   aws.String("*"),
 		})
 		if err != nil && !isStatus(err, http.StatusPreconditionFailed, "PreconditionFailed") {
-			return nil, s3Err("write segment object", err)
+			return s3Err("write segment object", err)
 		}
 		if err != nil {
 			// The object exists: it must hold exactly these bytes (§5.1),
@@ -377,10 +377,10 @@ func (s *Segments) ensureObject(ctx context.Context, h string, body []byte, need
 				continue // expired between the two requests: write it again
 			}
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if !same {
-				return nil, store.ErrCollision
+				return store.ErrCollision
 			}
 			start = s.opts.Now()
 			_, err = s.s3.CopyObject(ctx, &s3.CopyObjectInput{
@@ -395,19 +395,20 @@ func (s *Segments) ensureObject(ctx context.Context, h string, body []byte, need
 				continue
 			}
 			if err != nil {
-				return nil, s3Err("refresh segment object", err)
+				return s3Err("refresh segment object", err)
 			}
 		}
 		guard := start.Add(s.opts.ObjectLifetime).UnixMilli()
 		if guard < needMs {
-			return nil, fmt.Errorf("s3segments: publication until %d needs the object until %d, but the lifecycle keeps it only until %d: raise ObjectLifetime (and the bucket rule) or shorten SegmentTTL", needMs-MaxURLTTL.Milliseconds()-s.opts.Margin.Milliseconds(), needMs, guard)
+			return fmt.Errorf("s3segments: publication until %d needs the object until %d, but the lifecycle keeps it only until %d: raise ObjectLifetime (and the bucket rule) or shorten SegmentTTL", needMs-MaxURLTTL.Milliseconds()-s.opts.Margin.Milliseconds(), needMs, guard)
 		}
 		if err := s.recordObject(ctx, h, int64(len(body)), guard); err != nil {
-			return nil, err
+			return err
 		}
-		return s.readSegment(ctx, h)
+		st.hasObj, st.byteLength, st.guardMs = true, int64(len(body)), max(st.guardMs, guard)
+		return nil
 	}
-	return nil, fmt.Errorf("s3segments: segment object %s kept disappearing while being written", h)
+	return fmt.Errorf("s3segments: segment object %s kept disappearing while being written", h)
 }
 
 // sameObject streams the stored object through SHA-256.
@@ -650,4 +651,18 @@ func s3Err(op string, err error) error {
 		return syncerr.Wrap(err, syncerr.RateLimited, "object storage is busy (%s)", op)
 	}
 	return fmt.Errorf("s3segments: %s: %w", op, err)
+}
+
+// LifecycleRule is the bucket rule this package's guarantees assume:
+// objects under <prefix>segments/ expire after lifetime rounded up to
+// whole days (S3 expires no earlier than creation + N days). Pass the
+// same lifetime as Options.ObjectLifetime; template.yaml mirrors it.
+func LifecycleRule(prefix string, lifetime time.Duration) stypes.LifecycleRule {
+	days := int32((lifetime + 24*time.Hour - 1) / (24 * time.Hour))
+	return stypes.LifecycleRule{
+		ID:         aws.String("expire-segments"),
+		Status:     stypes.ExpirationStatusEnabled,
+		Filter:     &stypes.LifecycleRuleFilter{Prefix: aws.String(prefix + "segments/")},
+		Expiration: &stypes.LifecycleExpiration{Days: aws.Int32(days)},
+	}
 }

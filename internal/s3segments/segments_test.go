@@ -212,8 +212,17 @@ func TestLifecycle(t *testing.T) {
 	}
 	// A second partition publishing the same bytes while the object is
 	// young enough needs no S3 write.
-	put("c", 30*time.Minute)
+	refreshedAt := clock.Now().Add(-2 * time.Hour)
+	cctx, usage := dynamostore.WithCapacity(ctx)
+	pubC := store.Publication{SegmentKey: key("c", 1), RowCount: 3, CreatedAtMs: ms(), ExpiresAtMs: ms() + 30*60_000}
+	if err := e.segs.Put(cctx, id, body, pubC, ms()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("re-publication by a second partition: %+v", usage.Snapshot())
 	checkInvariant("c")
+	if out, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String(mustKey(t, e.segs, id))}); err != nil || !aws.ToTime(out.LastModified).Equal(refreshedAt) {
+		t.Errorf("young object was rewritten (Last-Modified %v, want %v): %v", out.LastModified, refreshedAt, err)
+	}
 	clock.advance(3 * time.Hour) // t0+7h
 	if n := sweep(t, c, bucket, clock.Now(), lifetime); n != 1 {
 		t.Fatalf("lifecycle deleted %d objects, want the expired one", n)
