@@ -102,7 +102,8 @@ func (j *journalStore) RotateEpoch(ctx context.Context, partition, newEpoch stri
 	})
 }
 
-// GetOutcome implements store.Store, failing once when armed.
+// GetOutcome implements store.Store, failing once when armed (as do
+// Commit and PutRejection, whichever checks the key first).
 func (j *journalStore) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*store.Outcome, error) {
 	if j.failGet.Swap(false) {
 		return nil, store.ErrOutcomeUnreadable
@@ -112,6 +113,9 @@ func (j *journalStore) GetOutcome(ctx context.Context, partition, clientID, clie
 
 // PutRejection implements store.Store.
 func (j *journalStore) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome) error {
+	if j.failGet.Swap(false) {
+		return store.ErrOutcomeUnreadable
+	}
 	o.Result = bytes.Clone(o.Result)
 	err := j.cur().PutRejection(ctx, partition, clientID, clientCommitID, o)
 	return j.record(err, func(ctx context.Context, s store.Store) error {
@@ -120,7 +124,12 @@ func (j *journalStore) PutRejection(ctx context.Context, partition, clientID, cl
 }
 
 // Commit implements store.Store.
+// The engine checks idempotency keys inside the atomic commit, so an
+// armed fault makes that check fail as unreadable.
 func (j *journalStore) Commit(ctx context.Context, partition string, req *store.CommitRequest) error {
+	if j.failGet.Swap(false) {
+		return store.ErrOutcomeUnreadable
+	}
 	err := j.cur().Commit(ctx, partition, req)
 	if err != nil {
 		return err

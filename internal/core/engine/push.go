@@ -22,12 +22,17 @@ const maxCommitAttempts = 64
 // PUSH_RESULT. Returned errors are request-level (storage unavailable);
 // every protocol outcome is a result.
 func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushCommit, duplicate bool) (*wire.PushResult, error) {
-	// §2.3 optimistic idempotency lookup (and the §6.3 in-request
-	// duplicate rule, which is the same replay).
-	if res, done, err := e.replay(ctx, rs, pc.ClientCommitID); done || err != nil {
-		return res, err
-	}
+	// §2.3/§6.3: there is no separate idempotency lookup before
+	// evaluating. The key is checked where it matters, inside the atomic
+	// commit (Commit and PutRejection fail with ErrOutcomeExists when the
+	// key already has an outcome) and the stored outcome is replayed then.
+	// A replay therefore costs one wasted evaluation, and every new push
+	// saves a storage round trip. The in-request duplicate rule is the
+	// same replay, answered directly.
 	if duplicate {
+		if res, done, err := e.replay(ctx, rs, pc.ClientCommitID); done || err != nil {
+			return res, err
+		}
 		// The first occurrence produced no persisted outcome (a cache miss
 		// report): answer the same way rather than applying twice.
 		return cacheMiss(pc.ClientCommitID), nil
@@ -59,6 +64,9 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if errors.Is(err, store.ErrOutcomeExists) {
 				res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
 				return res, err
+			}
+			if errors.Is(err, store.ErrOutcomeUnreadable) {
+				return cacheMiss(pc.ClientCommitID), nil
 			}
 			if err != nil {
 				return nil, storeErr(err, "record rejected outcome")
@@ -96,6 +104,9 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		case errors.Is(err, store.ErrOutcomeExists):
 			res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
 			return res, err
+		case errors.Is(err, store.ErrOutcomeUnreadable):
+			// The idempotency key could not be checked: report, apply nothing.
+			return cacheMiss(pc.ClientCommitID), nil
 		case errors.Is(err, store.ErrTooLarge):
 			ev.reject = &wire.OpResult{OpIndex: 0, Status: wire.OpError, Code: string(syncerr.ConstraintViolation),
 				Message: "commit exceeds what storage can hold: " + err.Error()}

@@ -26,7 +26,9 @@ var (
 	// already recorded (§2.3); the engine replays the stored one.
 	ErrOutcomeExists = errors.New("store: push outcome already recorded")
 	// ErrOutcomeUnreadable reports a recorded outcome that cannot be read
-	// back; the engine answers sync.idempotency_cache_miss (§6.3).
+	// back, or an idempotency key that Commit or PutRejection could not
+	// check; the engine answers sync.idempotency_cache_miss (§6.3) and
+	// applies nothing.
 	ErrOutcomeUnreadable = errors.New("store: push outcome unreadable")
 	// ErrNotFound reports an absent segment object or record.
 	ErrNotFound = errors.New("store: not found")
