@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/config"
@@ -43,11 +47,24 @@ func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Sch
 		d.Grants, d.PKAttr, d.SKAttr = clients.DynamoDB, dynamostore.AttrPK, dynamostore.AttrSK
 	}
 	if o.s3Endpoint != "" {
-		segs, presigner, err := localS3Segments(ctx, clients, cfg, o.create)
-		if err != nil {
-			return app.Deps{}, fmt.Errorf("S3 segments: %w", err)
+		if o.create {
+			if err := createBucket(ctx, clients.S3, cfg.Bucket); err != nil {
+				return app.Deps{}, err
+			}
 		}
-		d.Segments, d.Presigner = segs, presigner
+		segs := app.NewS3Segments(clients, cfg)
+		d.Segments, d.Presigner = segs, segs
 	}
 	return d, nil
+}
+
+// createBucket creates the segment bucket unless it exists.
+func createBucket(ctx context.Context, c *s3.Client, bucket string) error {
+	_, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	var owned *types.BucketAlreadyOwnedByYou
+	var exists *types.BucketAlreadyExists
+	if err != nil && !errors.As(err, &owned) && !errors.As(err, &exists) {
+		return fmt.Errorf("create bucket %s: %w", bucket, err)
+	}
+	return nil
 }

@@ -29,13 +29,17 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	// Ctrl-C / SIGTERM cancel ctx: the server drains and exits cleanly.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := runCtx(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "syncular-local:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string, stdout, stderr io.Writer) error {
+// runCtx is the whole command; it returns when ctx is cancelled.
+func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("syncular-local", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
@@ -67,8 +71,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-log-level: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 
 	rn, err := newRunner(ctx, o, logger)
 	if err != nil {

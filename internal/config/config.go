@@ -81,7 +81,10 @@ type Config struct {
 	InlineSegmentMaxBytes int
 	SegmentMaxBytes       int
 	SegmentTTL            time.Duration
-	MaxBodyBytes          int
+	// SegmentObjectDays is the bucket lifecycle expiration of segment
+	// objects; it must outlive every publication (see s3segments).
+	SegmentObjectDays int
+	MaxBodyBytes      int
 
 	LogLevel slog.Level
 
@@ -123,7 +126,8 @@ var Vars = []Var{
 	{"SYNC_RESPONSE_BUDGET_BYTES", "`4194304`", "Raw bytes a pull response stops growing at (Lambda's 6 MB buffered response includes base64)."},
 	{"SYNC_INLINE_SEGMENT_MAX_BYTES", "`262144`", "Largest rows segment sent inline in a pull response."},
 	{"SYNC_SEGMENT_MAX_BYTES", "`4194304`", "Largest rows segment; every segment must fit the segment function's response."},
-	{"SYNC_SEGMENT_TTL", "`24h`", "Lifetime of a segment publication. The bucket's lifecycle rule must outlive it (template parameter SegmentObjectExpirationDays)."},
+	{"SYNC_SEGMENT_TTL", "`24h`", "Lifetime of a segment publication. The bucket's lifecycle rule must outlive it (SYNC_SEGMENT_OBJECT_DAYS)."},
+	{"SYNC_SEGMENT_OBJECT_DAYS", "`2`", "Days after which the bucket's lifecycle rule expires segment objects (template parameter SegmentObjectExpirationDays passes the same number to both). Must exceed SYNC_SEGMENT_TTL + 15 min + 1 h."},
 	{"SYNC_MAX_BODY_BYTES", "`10485760`", "Request body cap after gzip decoding (413 above)."},
 	{"SYNC_LOG_LEVEL", "`info`", "`debug`, `info`, `warn` or `error`. Logs are JSON on stdout; tokens and payloads are never logged."},
 	{"SYNC_DYNAMODB_ENDPOINT", "empty", "DynamoDB endpoint override (DynamoDB Local for `sam local`)."},
@@ -180,6 +184,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		InlineSegmentMaxBytes: l.integer("SYNC_INLINE_SEGMENT_MAX_BYTES", 256<<10, 1<<10, MaxResponseBudget),
 		SegmentMaxBytes:       l.integer("SYNC_SEGMENT_MAX_BYTES", 4<<20, 64<<10, MaxResponseBudget),
 		SegmentTTL:            l.duration("SYNC_SEGMENT_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
+		SegmentObjectDays:     l.integer("SYNC_SEGMENT_OBJECT_DAYS", 2, 1, 3650),
 		MaxBodyBytes:          l.integer("SYNC_MAX_BODY_BYTES", MaxLambdaBody, 1<<10, 64<<20),
 
 		LogLevel: l.level("SYNC_LOG_LEVEL"),
@@ -219,6 +224,11 @@ func (c *Config) validate(l *loader) {
 	}
 	if c.SignedURLs == SignedNative {
 		l.key("SYNC_SIGNING_KEY", c.SigningKey, c.SigningKeyRef, "native signed URLs")
+	}
+	// s3segments records a publication only while its object is guaranteed
+	// to exist for the publication's life plus a URL TTL and a margin.
+	if need := c.SegmentTTL + MaxSignedURLTTL + time.Hour; time.Duration(c.SegmentObjectDays)*24*time.Hour <= need {
+		l.fail("SYNC_SEGMENT_OBJECT_DAYS", "(%d) must exceed SYNC_SEGMENT_TTL (%s) + 15m + 1h", c.SegmentObjectDays, c.SegmentTTL)
 	}
 	if c.InlineSegmentMaxBytes > c.ResponseBudgetBytes {
 		l.fail("SYNC_INLINE_SEGMENT_MAX_BYTES", "(%d) exceeds SYNC_RESPONSE_BUDGET_BYTES (%d)", c.InlineSegmentMaxBytes, c.ResponseBudgetBytes)

@@ -81,6 +81,7 @@ func TestBadConfig(t *testing.T) {
 		{map[string]string{"SYNC_DYNAMODB_ENDPOINT": "localhost:8000"}, []string{"SYNC_DYNAMODB_ENDPOINT"}},
 		{map[string]string{"SYNC_PUBLIC_URL": "sync.example.com"}, []string{"SYNC_PUBLIC_URL"}},
 		{map[string]string{"SYNC_SCOPES_MODE": "ldap"}, []string{"SYNC_SCOPES_MODE"}},
+		{map[string]string{"SYNC_SEGMENT_TTL": "48h"}, []string{"SYNC_SEGMENT_OBJECT_DAYS (2) must exceed SYNC_SEGMENT_TTL (48h0m0s) + 15m + 1h"}},
 	}
 	for _, tc := range cases {
 		m := tc.env

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/skyfold/syncular-lambda/internal/app/apptest"
+	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+)
+
+const testSecret = "runner-test-secret-runner-test-secret"
+
+func testOptions() options {
+	return options{
+		schemaPath: "../../examples/todo/schema.json", secret: testSecret, actor: "dev-user",
+		partition: "default", signedURLs: "native", logLevel: "error", table: "t", bucket: "b",
+	}
+}
+
+func startRunner(t testing.TB, o options) (*runner, *httptest.Server) {
+	t.Helper()
+	rn, err := newRunner(context.Background(), o, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(rn)
+	t.Cleanup(srv.Close)
+	return rn, srv
+}
+
+// overHTTP sends an API Gateway event as the plain HTTP request it stands
+// for, so the flow exercises the runner's own request → event → handler
+// → response path.
+func overHTTP(t testing.TB, c *http.Client, base string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	body := []byte(ev.Body)
+	if ev.IsBase64Encoded {
+		body, _ = base64.StdEncoding.DecodeString(ev.Body)
+	}
+	u := base + ev.RawPath
+	if ev.RawQueryString != "" {
+		u += "?" + ev.RawQueryString
+	}
+	req, err := http.NewRequest(ev.RequestContext.HTTP.Method, u, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range ev.Headers {
+		if k != "host" && k != "x-forwarded-proto" {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := events.APIGatewayV2HTTPResponse{StatusCode: resp.StatusCode, Headers: map[string]string{}, Body: base64.StdEncoding.EncodeToString(b), IsBase64Encoded: true}
+	for k := range resp.Header {
+		out.Headers[k] = resp.Header.Get(k)
+	}
+	return out
+}
+
+// noDecompress keeps Content-Encoding for apptest.Body to undo, as a
+// Syncular client sees it.
+func noDecompress() *http.Client {
+	return &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 30 * time.Second}
+}
+
+func TestRunnerFlow(t *testing.T) {
+	rn, srv := startRunner(t, testOptions())
+	c := noDecompress()
+	d := &apptest.Deployment{
+		Schema: rn.schema,
+		Invoke: func(t testing.TB, _ string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+			return overHTTP(t, c, srv.URL, ev) // the runner routes by path, like API Gateway
+		},
+		Token: func(t testing.TB, actor string, scopes map[string][]string) string {
+			tok, err := auth.MintHS256([]byte(testSecret), auth.Claims{"sub": actor, "syncular_scopes": scopes}, time.Hour, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		},
+		FetchURL: func(t testing.TB, rawURL string) []byte {
+			t.Helper()
+			if !strings.HasPrefix(rawURL, srv.URL+"/segments/") || !strings.Contains(rawURL, "st=") {
+				t.Fatalf("native URL does not point at this runner: %s", rawURL)
+			}
+			resp, err := c.Get(rawURL) // no credentials: the st token is the capability
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("native URL: HTTP %d %s", resp.StatusCode, b)
+			}
+			out, err := apptest.Decompress(resp.Header.Get("Content-Encoding"), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out
+		},
+	}
+	apptest.RunFlow(t, d)
+
+	// Unknown routes answer in the §10.1 shape, like the deployed API's 404.
+	resp, err := c.Get(srv.URL + "/nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || apptest.ErrorCode(b) != "sync.not_found" {
+		t.Fatalf("unknown route: HTTP %d %s", resp.StatusCode, b)
+	}
+}
+
+// The banner's token and curl work as printed.
+func TestRunnerBanner(t *testing.T) {
+	var out, errOut bytes.Buffer
+	o := testOptions()
+	args := []string{"-addr", "127.0.0.1:0", "-schema", o.schemaPath, "-secret", testSecret}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	var mu sync.Mutex
+	w := &lockedWriter{mu: &mu, w: &out}
+	go func() { done <- runCtx(ctx, args, w, &errOut) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		s := out.String()
+		mu.Unlock()
+		if strings.Contains(s, "Ctrl-C stops.") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner: %s %s", s, errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	banner := out.String()
+	mu.Unlock()
+	var base, token string
+	for _, l := range strings.Split(banner, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 3 && f[0] == "base" && f[1] == "URL" {
+			base = f[2]
+		}
+		if len(f) >= 3 && f[0] == "dev" && f[1] == "token" {
+			token = f[2]
+		}
+	}
+	if base == "" || token == "" || !strings.Contains(banner, "curl -sS "+base+"/sync") {
+		t.Fatalf("banner:\n%s", banner)
+	}
+	body := pullFileBytes(t)
+	req, _ := http.NewRequest("POST", base+"/sync", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", apptest.ContentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("banner curl: HTTP %d %s", resp.StatusCode, b)
+	}
+	m := apptest.Decode(t, b)
+	if ss := apptest.Find[*wire.SubStart](m); len(ss) != 1 || ss[0].Status != wire.SubActive {
+		t.Fatalf("pull: %+v", m.Frames)
+	}
+	var rendered bytes.Buffer
+	if err := renderStdin(bytes.NewReader(b), &rendered); err != nil || !strings.Contains(rendered.String(), `"SUB_START"`) {
+		t.Fatalf("render: %v %s", err, rendered.String())
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no clean shutdown")
+	}
+}
+
+func pullFileBytes(t *testing.T) []byte {
+	var out bytes.Buffer
+	o := testOptions()
+	if err := runCtx(context.Background(), []string{"-print-pull", "-schema", o.schemaPath}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestRunnerFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-schema", "does-not-exist.json"},
+		{"-schema", "../../examples/todo/schema.json", "-secret", "short"},
+		{"-schema", "../../examples/todo/schema.json", "-signed-urls", "presign"},
+		{"-schema", "../../examples/todo/schema.json", "-scopes", "{not json"},
+	} {
+		if err := runCtx(context.Background(), append(args, "-addr", "127.0.0.1:0"), io.Discard, io.Discard); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}
+
+// Warm request latency through the runner over loopback HTTP: a one-op
+// push and a quiet pull (cursor at the head), the two most frequent
+// requests of a synced app.
+func BenchmarkRunnerPush(b *testing.B) {
+	rn, srv := startRunner(b, testOptions())
+	c := noDecompress()
+	d := benchDeployment(b, rn, srv, c)
+	tok := d.Token(b, "bench", map[string][]string{"project_id": {"*"}})
+	epoch := d.Epoch(b, "push", "/sync", tok, "bench-client")
+	d.Push(b, tok, "bench-client", epoch, wire.PushCommit{ClientCommitID: "p", Operations: []wire.Operation{apptest.Upsert("projects", "p1", 0, d.Project(b, "p1"))}})
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("t%09d", i)
+		d.Push(b, tok, "bench-client", epoch, wire.PushCommit{ClientCommitID: id, Operations: []wire.Operation{apptest.Upsert("tasks", id, 0, d.Task(b, id, "p1", "bench"))}})
+	}
+}
+
+func BenchmarkRunnerQuietPull(b *testing.B) {
+	rn, srv := startRunner(b, testOptions())
+	c := noDecompress()
+	d := benchDeployment(b, rn, srv, c)
+	tok := d.Token(b, "bench", map[string][]string{"project_id": {"*"}})
+	epoch := d.Epoch(b, "pull", "/pull", tok, "bench-client")
+	d.Push(b, tok, "bench-writer", d.Epoch(b, "push", "/sync", tok, "bench-writer"), wire.PushCommit{ClientCommitID: "p", Operations: []wire.Operation{
+		apptest.Upsert("projects", "p1", 0, d.Project(b, "p1")), apptest.Upsert("tasks", "t1", 0, d.Task(b, "t1", "p1", "x")),
+	}})
+	hdr := wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}
+	sub := wire.Subscription{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}
+	for sub.Cursor < 0 || sub.BootstrapState.Present {
+		sec := d.Pull(b, tok, "bench-client", epoch, hdr, sub)
+		sub.Cursor, sub.BootstrapState = sec.End.NextCursor, sec.End.BootstrapState
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if sec := d.Pull(b, tok, "bench-client", epoch, hdr, sub); len(sec.Commits) != 0 {
+			b.Fatal("pull was not quiet")
+		}
+	}
+}
+
+func benchDeployment(b *testing.B, rn *runner, srv *httptest.Server, c *http.Client) *apptest.Deployment {
+	return &apptest.Deployment{
+		Schema: rn.schema,
+		Invoke: func(t testing.TB, _ string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+			return overHTTP(t, c, srv.URL, ev)
+		},
+		Token: func(t testing.TB, actor string, scopes map[string][]string) string {
+			tok, err := auth.MintHS256([]byte(testSecret), auth.Claims{"sub": actor, "syncular_scopes": scopes}, time.Hour, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		},
+	}
+}

@@ -1,0 +1,228 @@
+package functions
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/skyfold/syncular-lambda/internal/app"
+	"github.com/skyfold/syncular-lambda/internal/app/apptest"
+	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+	"github.com/skyfold/syncular-lambda/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// bootstraps builds the three functions once per test process (as the
+// Makefile does, but for the host architecture so the emulator can run
+// them) and places schema.json beside each binary, as the SAM package must.
+var bootstraps struct {
+	once sync.Once
+	path map[string]string
+}
+
+func buildAll(t *testing.T) map[string]string {
+	bootstraps.once.Do(func() {
+		bootstraps.path = map[string]string{}
+		schema, err := os.ReadFile(schemaPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range app.Functions {
+			bin := testenv.BuildFunction(t, "./"+f.Dir)
+			if err := os.WriteFile(filepath.Join(filepath.Dir(bin), "schema.json"), schema, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			bootstraps.path[f.Name] = bin
+		}
+	})
+	if len(bootstraps.path) != len(app.Functions) {
+		t.Fatal("function builds failed earlier")
+	}
+	return bootstraps.path
+}
+
+// emulated is one deployment: each function in its own emulator, sharing
+// a DynamoDB Local table and an S3 bucket, with env.local.json's settings.
+type emulated struct {
+	rie    map[string]*testenv.RIE
+	env    map[string]string
+	first  map[string]time.Duration // start → first response (cold)
+	second map[string]time.Duration // second response (warm)
+}
+
+func deploy(t *testing.T, overrides map[string]string) *emulated {
+	bins := buildAll(t)
+	ddb := testenv.DynamoDB(t)
+	s3 := testenv.S3(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	table, bucket := testenv.UniqueName(t, "sync"), testenv.UniqueName(t, "segments")
+	if err := dynamostore.CreateTable(ctx, ddb.Client(t), table); err != nil {
+		t.Fatal(err)
+	}
+	s3.CreateBucket(t, bucket)
+	env := envLocal(t)
+	env["SYNC_DYNAMODB_ENDPOINT"] = ddb.Endpoint
+	env["SYNC_S3_ENDPOINT"] = s3.Endpoint
+	env["SYNC_TABLE_NAME"] = table
+	env["SYNC_BUCKET"] = bucket
+	for k, v := range overrides {
+		env[k] = v
+	}
+	e := &emulated{rie: map[string]*testenv.RIE{}, env: env, first: map[string]time.Duration{}, second: map[string]time.Duration{}}
+	for _, f := range app.Functions {
+		e.rie[f.Name] = testenv.LambdaRIE(t, bins[f.Name], env)
+	}
+	return e
+}
+
+func (e *emulated) invoke(t testing.TB, fn string, payload []byte) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	out, err := e.rie[fn].Invoke(ctx, payload)
+	d := time.Since(start)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", fn, err, e.rie[fn].Logs())
+	}
+	if _, ok := e.first[fn]; !ok {
+		e.first[fn] = d
+	} else if _, ok := e.second[fn]; !ok {
+		e.second[fn] = d
+	}
+	var resp events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(out, &resp); err != nil || resp.StatusCode == 0 {
+		t.Fatalf("%s: not an API Gateway response: %s\n%s", fn, out, e.rie[fn].Logs())
+	}
+	return resp
+}
+
+var initMs = regexp.MustCompile(`"msg":"init done"[^\n]*"initMs":([0-9.]+)`)
+
+func (e *emulated) report(t *testing.T) {
+	for _, f := range app.Functions {
+		init := "?"
+		if m := initMs.FindStringSubmatch(e.rie[f.Name].Logs()); m != nil {
+			init = m[1] + " ms"
+		}
+		t.Logf("%-7s init %s, first response %v (cold, incl. process start), second %v (warm)", f.Name, init, e.first[f.Name].Round(time.Millisecond), e.second[f.Name].Round(100*time.Microsecond))
+	}
+}
+
+// TestEmulator runs the functions under aws-lambda-rie. One parent test
+// owns the builds (their temp dirs live as long as it does).
+func TestEmulator(t *testing.T) {
+	buildAll(t)
+	t.Run("SampleEvents", testEmulatorSampleEvents)
+	t.Run("Flow", testEmulatorFlow)
+	t.Run("BadConfig", testEmulatorBadConfig)
+}
+
+// The checked-in sample events replay under the emulator against DynamoDB
+// Local and S3, exactly as `sam local invoke -e events/<fn>.json` would.
+func testEmulatorSampleEvents(t *testing.T) {
+	e := deploy(t, nil)
+	files := map[string][]byte{}
+	for _, f := range app.Functions {
+		b, err := os.ReadFile(filepath.Join(eventsDir, f.Name+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[f.Name] = b
+	}
+	invoke := func(fn string, ev []byte) events.APIGatewayV2HTTPResponse { return e.invoke(t, fn, ev) }
+	replay(t, invoke, files["push"], files["pull"], files["segment"])
+	replay(t, invoke, files["push"], files["pull"], files["segment"]) // warm, and the push replays as cached
+	e.report(t)
+	for _, f := range app.Functions {
+		logs := e.rie[f.Name].Logs()
+		if strings.Contains(logs, "Bearer ") || strings.Contains(logs, "eyJhbGciOi") {
+			t.Errorf("%s logged a token", f.Name)
+		}
+		if !strings.Contains(logs, `"requestId":"sample-`+f.Name+`"`) {
+			t.Errorf("%s: no request log line with the API Gateway request id:\n%s", f.Name, logs)
+		}
+	}
+}
+
+// The end-to-end flow through the three emulated functions, with S3
+// presigned URLs fetched over plain HTTP from the S3 server.
+func testEmulatorFlow(t *testing.T) {
+	e := deploy(t, map[string]string{"SYNC_SIGNED_URLS": "presign"})
+	secret := []byte(e.env["SYNC_HS256_SECRET"])
+	d := &apptest.Deployment{
+		Schema: todo(t),
+		Invoke: func(t testing.TB, fn string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+			return e.invoke(t, fn, apptest.MustJSON(t, ev))
+		},
+		Token: func(t testing.TB, actor string, scopes map[string][]string) string {
+			tok, err := auth.MintHS256(secret, auth.Claims{"sub": actor, "syncular_scopes": scopes}, time.Hour, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		},
+		FetchURL: func(t testing.TB, rawURL string) []byte {
+			t.Helper()
+			if !strings.HasPrefix(rawURL, e.env["SYNC_S3_ENDPOINT"]+"/") || !strings.Contains(rawURL, "X-Amz-Signature=") {
+				t.Fatalf("not an S3 presigned URL: %s", rawURL)
+			}
+			resp, err := http.Get(rawURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("GET presigned URL: HTTP %d %v %s", resp.StatusCode, err, b)
+			}
+			return b
+		},
+	}
+	apptest.RunFlow(t, d)
+	e.report(t)
+}
+
+// A bad configuration stops the function at init with one clear log line
+// naming the variable; no request is served.
+func testEmulatorBadConfig(t *testing.T) {
+	bins := buildAll(t)
+	env := envLocal(t)
+	env["SYNC_AUTH_MODE"] = "cognito"
+	env["SYNC_TABLE_NAME"] = ""
+	r := testenv.LambdaRIE(t, bins["pull"], env)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, _ := os.ReadFile(filepath.Join(eventsDir, "pull.json"))
+	out, _ := r.Invoke(ctx, b)
+	if strings.Contains(string(out), `"statusCode"`) {
+		t.Fatalf("served a request with a bad configuration: %s", out)
+	}
+	var lines []string
+	for _, l := range strings.Split(r.Logs(), "\n") {
+		if strings.Contains(l, `"msg":"init failed"`) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("no init failed line:\n%s", r.Logs())
+	}
+	for _, want := range []string{"SYNC_AUTH_MODE", "SYNC_TABLE_NAME is required", `"function":"pull"`} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("init failed line lacks %q: %s", want, lines[0])
+		}
+	}
+}
