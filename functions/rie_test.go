@@ -14,10 +14,14 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
 	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
@@ -128,6 +132,7 @@ func TestEmulator(t *testing.T) {
 	buildAll(t)
 	t.Run("SampleEvents", testEmulatorSampleEvents)
 	t.Run("Flow", testEmulatorFlow)
+	t.Run("TableGrants", testEmulatorTableGrants)
 	t.Run("BadConfig", testEmulatorBadConfig)
 }
 
@@ -194,6 +199,51 @@ func testEmulatorFlow(t *testing.T) {
 	}
 	apptest.RunFlow(t, d)
 	e.report(t)
+}
+
+// SYNC_SCOPES_MODE=table: allowed scopes come from grant items in the
+// table, read consistently on every request, so deleting a grant revokes
+// on the very next pull.
+func testEmulatorTableGrants(t *testing.T) {
+	e := deploy(t, map[string]string{"SYNC_SCOPES_MODE": "table"})
+	ddb := testenv.DynamoDB(t).Client(t)
+	ctx := context.Background()
+	table := aws.String(e.env["SYNC_TABLE_NAME"])
+	grant := func(actor string, scopes engine.ScopeMap) {
+		item := auth.GrantItem(dynamostore.AttrPK, dynamostore.AttrSK, "default", actor, scopes)
+		if _, err := ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: table, Item: item}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret := []byte(e.env["SYNC_HS256_SECRET"])
+	d := &apptest.Deployment{
+		Schema: todo(t),
+		Invoke: func(t testing.TB, fn string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+			return e.invoke(t, fn, apptest.MustJSON(t, ev))
+		},
+	}
+	// No scopes claim at all: the token only authenticates.
+	tok, err := auth.MintHS256(secret, auth.Claims{"sub": "alice"}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant("alice", engine.ScopeMap{"project_id": {"p1"}})
+	epoch := d.Epoch(t, "push", "/sync", tok, "grants-a")
+	d.Push(t, tok, "grants-a", epoch, wire.PushCommit{ClientCommitID: "g1", Operations: []wire.Operation{
+		apptest.Upsert("projects", "p1", 0, d.Project(t, "p1")), apptest.Upsert("tasks", "t1", 0, d.Task(t, "t1", "p1", "granted")),
+	}})
+	hdr := wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}
+	sub := wire.Subscription{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}
+	if sec := d.Pull(t, tok, "grants-a", epoch, hdr, sub); sec.Start.Status != wire.SubActive {
+		t.Fatalf("granted pull: %+v", sec.Start)
+	}
+	pk, sk := auth.GrantKey("default", "alice")
+	if _, err := ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: table, Key: dynamostore.Key(pk, sk)}); err != nil {
+		t.Fatal(err)
+	}
+	if sec := d.Pull(t, tok, "grants-a", epoch, hdr, sub); sec.Start.Status != wire.SubRevoked {
+		t.Fatalf("after deleting the grant: %+v", sec.Start)
+	}
 }
 
 // A bad configuration stops the function at init with one clear log line

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/awslabs/goformation/v7"
@@ -438,24 +439,35 @@ func TestTemplateBucket(t *testing.T) {
 	if b.BucketEncryption == nil || len(b.BucketEncryption.ServerSideEncryptionConfiguration) == 0 {
 		t.Error("default encryption missing")
 	}
+	// The rule s3segments' guarantees assume, for the lifetime the
+	// functions are configured with by default.
+	root := loadYAML(t)
+	env := templateEnv(t, root, nil)
+	cfg, err := config.Load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := s3segments.LifecycleRule("", time.Duration(cfg.SegmentObjectDays)*24*time.Hour)
 	key, _ := s3segments.New(nil, "b", "", nil, "t", s3segments.Options{}).ObjectKey("sha256:" + strings.Repeat("ab", 32))
-	covered := false
+	found := false
 	for _, r := range b.LifecycleConfiguration.Rules {
-		if r.Status == "Enabled" && r.ExpirationInDays != nil && strings.HasPrefix(key, aws.ToString(r.Prefix)) && aws.ToString(r.Prefix) != "" {
-			covered = true
+		if r.Status != "Enabled" || r.ExpirationInDays == nil {
+			continue
+		}
+		if aws.ToString(r.Prefix) == aws.ToString(want.Filter.Prefix) && int32(*r.ExpirationInDays) == aws.ToInt32(want.Expiration.Days) && strings.HasPrefix(key, aws.ToString(r.Prefix)) {
+			found = true
 		}
 	}
-	if !covered {
-		t.Errorf("no enabled expiration rule covers segment key %s", key)
+	if !found {
+		t.Errorf("no enabled rule expiring %s after %d days (s3segments.LifecycleRule; object key %s)", aws.ToString(want.Filter.Prefix), aws.ToInt32(want.Expiration.Days), key)
 	}
-	root := loadYAML(t)
 	rule := get(root, "Resources", "SegmentBucket", "Properties", "LifecycleConfiguration", "Rules").Content[0]
-	env := get(root, "Globals", "Function", "Environment", "Variables")
-	days := get(env, "SYNC_SEGMENT_OBJECT_DAYS") // !Sub: an environment value is a string
+	vars := get(root, "Globals", "Function", "Environment", "Variables")
+	days := get(vars, "SYNC_SEGMENT_OBJECT_DAYS") // !Sub: an environment value is a string
 	if !refTo(get(rule, "ExpirationInDays"), "SegmentObjectExpirationDays") || days.Tag != "!Sub" || days.Value != "${SegmentObjectExpirationDays}" {
 		t.Error("the lifecycle rule and SYNC_SEGMENT_OBJECT_DAYS must both come from SegmentObjectExpirationDays")
 	}
-	if !refTo(get(env, "SYNC_SEGMENT_TTL"), "SegmentTtl") {
+	if !refTo(get(vars, "SYNC_SEGMENT_TTL"), "SegmentTtl") {
 		t.Error("SYNC_SEGMENT_TTL must come from the SegmentTtl parameter")
 	}
 }

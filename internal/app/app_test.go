@@ -16,6 +16,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
@@ -159,5 +160,40 @@ func TestClassifySecretRef(t *testing.T) {
 		if got := app.ClassifySecretRef(ref); got != want {
 			t.Errorf("%s: %v, want %v", ref, got, want)
 		}
+	}
+}
+
+// With a partition claim configured, a token without it is a 401 (never a
+// shared default partition), and two tenants never see each other's rows.
+func TestPartitionClaim(t *testing.T) {
+	d, _ := memDeployment(t, localConfig(t, map[string]string{"SYNC_PARTITION_CLAIM": "tenant"}))
+	mint := func(claims auth.Claims) string {
+		tok, err := auth.MintHS256(secret, claims, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	scopes := map[string][]string{"project_id": {"*"}}
+	noTenant := mint(auth.Claims{"sub": "a", "syncular_scopes": scopes})
+	resp := d.Call(t, "push", "/sync", noTenant, []byte("x"), nil)
+	if resp.StatusCode != 401 || !strings.Contains(string(apptest.Body(t, &resp)), `claim \"tenant\" is missing`) {
+		t.Fatalf("no tenant claim: HTTP %d %s", resp.StatusCode, apptest.Body(t, &resp))
+	}
+	acme := mint(auth.Claims{"sub": "a", "tenant": "acme", "syncular_scopes": scopes})
+	globex := mint(auth.Claims{"sub": "a", "tenant": "globex", "syncular_scopes": scopes})
+	ea := d.Epoch(t, "push", "/sync", acme, "c")
+	eg := d.Epoch(t, "push", "/sync", globex, "c")
+	if ea == eg {
+		t.Fatal("two partitions share a log epoch")
+	}
+	d.Push(t, acme, "c", ea, wire.PushCommit{ClientCommitID: "1", Operations: []wire.Operation{apptest.Upsert("projects", "p1", 0, d.Project(t, "p1"))}})
+	hdr := wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}
+	sub := wire.Subscription{ID: "s", Table: "projects", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}
+	if sec := d.Pull(t, globex, "c", eg, hdr, sub); len(sec.Segments) != 1 || sec.Segments[0].Rows() != 0 {
+		t.Fatalf("globex sees acme's rows: %+v", sec.Segments)
+	}
+	if sec := d.Pull(t, acme, "c", ea, hdr, sub); len(sec.Segments) != 1 || sec.Segments[0].Rows() != 1 {
+		t.Fatalf("acme bootstrap: %+v", sec.Segments)
 	}
 }

@@ -50,18 +50,24 @@ func (h *Handler) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	default:
 		resp = h.serve(ctx, c)
 	}
-	if c.v1 {
-		return json.Marshal(toV1(resp))
-	}
-	out, err := json.Marshal(toV2(resp))
+	out, err := marshal(resp, c.v1)
 	if err != nil {
 		return nil, err
 	}
 	if len(out) > MaxResponsePayload {
+		// Lambda would fail the invocation and API Gateway answer a bare
+		// 502; a §10.1 error says what happened.
 		h.logger().ErrorContext(ctx, "response exceeds the Lambda payload limit; lower SYNC_RESPONSE_BUDGET_BYTES", "requestId", c.req.RequestID, "bytes", len(out))
-		return json.Marshal(toV2(httpapi.ErrorResponse(syncerr.Internal(errors.New("response too large for Lambda")))))
+		return marshal(httpapi.ErrorResponse(syncerr.Internal(errors.New("response too large for Lambda"))), c.v1)
 	}
 	return out, nil
+}
+
+func marshal(resp *httpapi.Response, v1 bool) ([]byte, error) {
+	if v1 {
+		return json.Marshal(toV1(resp))
+	}
+	return json.Marshal(toV2(resp))
 }
 
 // ServeV2 serves a typed HTTP API v2 event (tests, tools).
