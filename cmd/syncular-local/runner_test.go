@@ -19,6 +19,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
+	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
 
 const testSecret = "runner-test-secret-runner-test-secret"
@@ -280,7 +281,7 @@ func BenchmarkRunnerQuietPull(b *testing.B) {
 	}
 }
 
-func benchDeployment(b *testing.B, rn *runner, srv *httptest.Server, c *http.Client) *apptest.Deployment {
+func benchDeployment(b testing.TB, rn *runner, srv *httptest.Server, c *http.Client) *apptest.Deployment {
 	return &apptest.Deployment{
 		Schema: rn.schema,
 		Invoke: func(t testing.TB, _ string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
@@ -294,4 +295,40 @@ func benchDeployment(b *testing.B, rn *runner, srv *httptest.Server, c *http.Cli
 			return tok
 		},
 	}
+}
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// -dynamodb-endpoint / -s3-endpoint / -create: the runner over DynamoDB
+// Local and an S3 server, with S3 presigned segment URLs.
+func TestRunnerRealEndpoints(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	s3 := testenv.S3(t)
+	o := testOptions()
+	o.dynamoEndpoint, o.s3Endpoint, o.create = ddb.Endpoint, s3.Endpoint, true
+	o.table, o.bucket = testenv.UniqueName(t, "runner"), testenv.UniqueName(t, "runner")
+	o.signedURLs = "presign"
+	rn, srv := startRunner(t, o)
+	if !strings.Contains(rn.backend, "DynamoDB "+ddb.Endpoint) {
+		t.Fatalf("backend %q", rn.backend)
+	}
+	c := noDecompress()
+	d := benchDeployment(t, rn, srv, c)
+	d.FetchURL = func(t testing.TB, rawURL string) []byte {
+		t.Helper()
+		if !strings.HasPrefix(rawURL, s3.Endpoint+"/"+o.bucket+"/segments/") {
+			t.Fatalf("not a presigned URL of the bucket: %s", rawURL)
+		}
+		resp, err := http.Get(rawURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("presigned GET: HTTP %d %s", resp.StatusCode, b)
+		}
+		return b
+	}
+	apptest.RunFlow(t, d)
 }
