@@ -53,13 +53,21 @@ run:
 build:
 	$(GO) build ./...
 
-# SAM BuildMethod: makefile targets. SAM sets ARTIFACTS_DIR.
+# SAM BuildMethod: makefile targets. SAM sets ARTIFACTS_DIR. Each function
+# package gets the bootstrap binary and the schema it serves (SCHEMA,
+# default the bundled example; SYNC_SCHEMA_PATH defaults to schema.json
+# next to bootstrap).
+SCHEMA ?= examples/todo/schema.json
+define lambda_build
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(1)
+	cp $(SCHEMA) $(ARTIFACTS_DIR)/schema.json
+endef
 build-PushFunction:
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/push
+	$(call lambda_build,push)
 build-PullFunction:
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/pull
+	$(call lambda_build,pull)
 build-SegmentFunction:
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/segment
+	$(call lambda_build,segment)
 
 clean:
 	rm -rf bin .aws-sam

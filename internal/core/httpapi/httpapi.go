@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -270,17 +271,43 @@ func negotiate(accept string) string {
 // zstdEncoderOpts favours speed: responses are built per request.
 var zstdEncoderOpts = []zstd.EOption{zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true)}
 
+// zstdPool reuses encoders: building one costs ~200 µs and ~370 KB, more
+// than encoding a quiet pull response.
+var zstdPool = sync.Pool{New: func() any {
+	zw, err := zstd.NewWriter(nil, zstdEncoderOpts...)
+	if err != nil {
+		panic(fmt.Sprintf("httpapi: zstd writer: %v", err)) // options are static
+	}
+	return zw
+}}
+
+var gzipPool = sync.Pool{New: func() any {
+	gw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed) // a valid level never errors
+	return gw
+}}
+
+// compressor wraps w in the negotiated coding; the returned close flushes
+// the stream and returns the encoder to its pool.
 func compressor(w io.Writer, enc string) (io.Writer, func() error) {
 	switch enc {
 	case "zstd":
-		zw, err := zstd.NewWriter(w, zstdEncoderOpts...)
-		if err != nil {
-			panic(fmt.Sprintf("httpapi: zstd writer: %v", err)) // options are static
+		zw := zstdPool.Get().(*zstd.Encoder)
+		zw.Reset(w)
+		return zw, func() error {
+			err := zw.Close()
+			zw.Reset(nil)
+			zstdPool.Put(zw)
+			return err
 		}
-		return zw, zw.Close
 	case "gzip":
-		gw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
-		return gw, gw.Close
+		gw := gzipPool.Get().(*gzip.Writer)
+		gw.Reset(w)
+		return gw, func() error {
+			err := gw.Close()
+			gw.Reset(io.Discard)
+			gzipPool.Put(gw)
+			return err
+		}
 	}
 	return w, func() error { return nil }
 }
