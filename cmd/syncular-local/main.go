@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,6 +44,7 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("syncular-local", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
+	var optsCORS []string
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8787", "listen address")
 	fs.StringVar(&o.schemaPath, "schema", "examples/todo/schema.json", "schema file to serve")
 	fs.StringVar(&o.secret, "secret", "", "HS256 secret for bearer tokens (≥32 bytes; random when empty, so tokens die with the process)")
@@ -57,11 +59,18 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&o.table, "table", "syncular-local", "DynamoDB table with -dynamodb-endpoint")
 	fs.StringVar(&o.bucket, "bucket", "syncular-local", "S3 bucket with -s3-endpoint")
 	fs.BoolVar(&o.create, "create", false, "create the table and bucket first")
+	cors := fs.String("cors-origins", "*", "comma-separated browser origins allowed by CORS (\"*\" for any, empty for none)")
 	printPull := fs.Bool("print-pull", false, "write a minimal SSP2 pull request body to stdout and exit")
 	render := fs.Bool("render", false, "read an SSP2 message (or a JSON error) on stdin and print its debug rendering")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	for _, o := range strings.Split(*cors, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			optsCORS = append(optsCORS, o)
+		}
+	}
+	o.corsOrigins = optsCORS
 	if *render {
 		return renderStdin(os.Stdin, stdout)
 	}

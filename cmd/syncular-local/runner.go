@@ -46,6 +46,17 @@ type options struct {
 	table          string
 	bucket         string
 	create         bool
+	corsOrigins    []string
+}
+
+// corsAllows reports whether origin may call the runner ("*" allows all).
+func (rn *runner) corsAllows(origin string) bool {
+	for _, o := range rn.corsOrigins {
+		if o == "*" || o == origin {
+			return true
+		}
+	}
+	return false
 }
 
 // runner serves every route over net/http by turning each request into the
@@ -58,6 +69,8 @@ type runner struct {
 	key      []byte
 	logger   *slog.Logger
 	backend  string
+	// corsOrigins are the browser origins allowed to call the runner.
+	corsOrigins []string
 }
 
 // maxRequestBytes mirrors API Gateway's HTTP API request cap.
@@ -131,7 +144,7 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		}
 		deps.Store, deps.Segments = memstore.New(), memstore.NewSegments()
 	}
-	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend}
+	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins}
 	for _, fn := range app.Functions {
 		d := deps
 		d.Logger = logger.With("function", fn.Name)
@@ -154,6 +167,21 @@ func derive(secret []byte, purpose string) []byte {
 // function's handler with the JSON event, exactly as the Lambda runtime
 // hands it over.
 func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// CORS like the deployed HTTP API's CorsConfiguration (template.yaml),
+	// so a browser client on another local origin can sync.
+	if origin := r.Header.Get("Origin"); origin != "" && rn.corsAllows(origin) {
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Add("Vary", "Origin")
+		h.Set("Access-Control-Expose-Headers", "etag, content-encoding")
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+			h.Set("Access-Control-Allow-Headers", "authorization, content-type, content-encoding, x-syncular-scopes, if-none-match")
+			h.Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
 	reqID := newRequestID()
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
 	if err != nil {

@@ -332,3 +332,41 @@ func TestRunnerRealEndpoints(t *testing.T) {
 	}
 	apptest.RunFlow(t, d)
 }
+
+// A browser client on another origin can sync: preflights are answered
+// like the deployed API's CorsConfiguration, and responses carry
+// Access-Control-Allow-Origin for allowed origins only.
+func TestRunnerCORS(t *testing.T) {
+	o := testOptions()
+	o.corsOrigins = []string{"http://localhost:5173"}
+	_, srv := startRunner(t, o)
+
+	req, _ := http.NewRequest(http.MethodOptions, srv.URL+"/sync", nil)
+	req.Header.Set("Origin", "http://localhost:5173")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	req.Header.Set("Access-Control-Request-Headers", "authorization, content-type")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Origin") != "http://localhost:5173" ||
+		!strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "authorization") ||
+		!strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "POST") {
+		t.Fatalf("preflight: %d %v", resp.StatusCode, resp.Header)
+	}
+
+	for origin, want := range map[string]string{"http://localhost:5173": "http://localhost:5173", "http://evil.example": ""} {
+		req, _ = http.NewRequest(http.MethodPost, srv.URL+"/sync", strings.NewReader("x"))
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Content-Type", "application/vnd.syncular.sync.v2")
+		resp, err = srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Access-Control-Allow-Origin") != want {
+			t.Fatalf("origin %s: status %d, ACAO %q, want %q", origin, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"), want)
+		}
+	}
+}
