@@ -484,7 +484,10 @@ func (s *Segments) recordPublication(ctx context.Context, h string, st *segState
 		item := dynamostore.Key(segPK(h), sk)
 		pubAttrs(item, &merged)
 		item[aLen] = dynamostore.N(st.byteLength)
-		item[dynamostore.TTLAttribute] = dynamostore.N(ttlSeconds(merged.ExpiresAtMs, s.opts.TTLGrace))
+		// DynamoDB TTL deletes on the wall clock: never schedule deletion
+		// before now + grace, even for a publication whose (engine-clock)
+		// expiry already passed, so it still answers segment_expired.
+		item[dynamostore.TTLAttribute] = dynamostore.N(ttlSeconds(max(merged.ExpiresAtMs, s.opts.Now().UnixMilli()), s.opts.TTLGrace))
 		put := &dtypes.Put{TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}
 		if had {
 			put.ConditionExpression = aws.String("cr = :cr AND ex = :ex")
