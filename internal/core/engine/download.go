@@ -58,20 +58,11 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 		if err != nil {
 			return nil, err
 		}
-		expired := false
-		for _, p := range seg.Publications {
-			if p.ScopeDigest != c.SD || e.audience(p.Partition) != c.Aud {
-				continue
-			}
-			if p.ExpiresAtMs > now {
-				return dl, nil
-			}
-			expired = true
-		}
-		if expired {
-			return nil, syncerr.New(syncerr.SegmentExpired, "segment expired; pull again (§5.1)")
-		}
-		return nil, syncerr.New(syncerr.Forbidden, "segment token does not match a publication")
+		// §5.4: sd and aud bind the token to publications of one partition
+		// and one set of effective scopes.
+		return grant(dl, seg.Publications, now, func(p store.Publication) bool {
+			return p.ScopeDigest == c.SD && e.audience(p.Partition) == c.Aud
+		}, syncerr.New(syncerr.Forbidden, "segment token does not match a publication"))
 	}
 	if r.Auth == nil || r.Auth.Partition == "" || r.Auth.ActorID == "" {
 		return nil, syncerr.New(syncerr.AuthRequired, "authentication required")
@@ -102,8 +93,9 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 		return nil, syncerr.New(syncerr.Forbidden, "scope resolution failed")
 	}
 	v := e.schema.Versions[e.schema.Latest]
-	expired := false
-	for _, p := range mine {
+	// §5.5: the requested scopes, intersected with what the actor holds
+	// now, must reproduce the publication's digest.
+	return grant(dl, mine, now, func(p store.Publication) bool {
 		t, ok := v.Table(p.Table)
 		if !ok {
 			if pv, okv := e.schema.Versions[p.SchemaVersion]; okv {
@@ -111,22 +103,27 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 			}
 		}
 		if !ok {
-			continue
+			return false
 		}
 		req := make(wire.ScopeMap, 0, len(requested))
-		valid := true
 		for k, vals := range requested {
 			if !t.HasVariable(k) {
-				valid = false
-				break
+				return false
 			}
 			req = append(req, wire.ScopeEntry{Key: k, Values: vals})
 		}
-		if !valid {
-			continue
-		}
 		eff, active := effectiveScopes(req, allowed)
-		if !active || scopeDigest(eff) != p.ScopeDigest {
+		return active && scopeDigest(eff) == p.ScopeDigest
+	}, syncerr.New(syncerr.Forbidden, "the requested scopes do not authorize this segment (§5.5)"))
+}
+
+// grant returns dl when a live publication among pubs authorizes the
+// request; publications that authorize it but have all expired answer
+// sync.segment_expired (§5.1), and none at all answers denied.
+func grant(dl *SegmentDownload, pubs []store.Publication, now int64, authorizes func(store.Publication) bool, denied error) (*SegmentDownload, error) {
+	expired := false
+	for _, p := range pubs {
+		if !authorizes(p) {
 			continue
 		}
 		if p.ExpiresAtMs > now {
@@ -137,5 +134,5 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 	if expired {
 		return nil, syncerr.New(syncerr.SegmentExpired, "segment expired; pull again (§5.1)")
 	}
-	return nil, syncerr.New(syncerr.Forbidden, "the requested scopes do not authorize this segment (§5.5)")
+	return nil, denied
 }
