@@ -300,11 +300,6 @@ func (in *instance) prune(ctx context.Context, a *args) (any, *controlError) {
 		}
 		o = &engine.RetentionOverride{ActiveWindowMs: r.ActiveWindowMs, AgeForceMs: r.AgeForceMs, MinRetainedCommits: r.MinRetainedCommits}
 	}
-	if _, ok, err := in.store.Head(ctx, in.partition); err != nil {
-		return nil, failed(err)
-	} else if !ok {
-		return int64(0), nil // no partition yet: nothing to prune
-	}
 	rep, err := in.eng.Prune(ctx, in.partition, o)
 	if err != nil {
 		return nil, engineError(err)

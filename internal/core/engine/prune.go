@@ -33,8 +33,11 @@ type RetentionOverride struct {
 func (e *Engine) Prune(ctx context.Context, partition string, o *RetentionOverride) (PruneReport, error) {
 	rep := PruneReport{Partition: partition}
 	head, ok, err := e.store.Head(ctx, partition)
-	if err != nil || !ok {
+	if err != nil {
 		return rep, storeErr(err, "read partition head")
+	}
+	if !ok {
+		return rep, nil // a partition never seen has no log to prune
 	}
 	rep.OldHorizon, rep.NewHorizon = head.HorizonSeq, head.HorizonSeq
 	now := e.now()

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -137,4 +138,13 @@ func TestPruneFloors(t *testing.T) {
 			t.Fatalf("age force with floor 4: %+v, want 26", rep)
 		}
 	})
+}
+
+// A partition never seen has nothing to prune: no error, horizon 0.
+func TestPruneUnknownPartition(t *testing.T) {
+	h := newHarness(t, enginetest.Options{})
+	rep, err := h.Engine.Prune(context.Background(), "never-seen", nil)
+	if err != nil || rep.NewHorizon != 0 || rep.Removed != 0 {
+		t.Fatalf("prune unknown partition: %+v %v", rep, err)
+	}
 }
