@@ -45,6 +45,7 @@ func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Sch
 		}
 		d.Store = dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{})
 		d.Grants, d.PKAttr, d.SKAttr = clients.DynamoDB, dynamostore.AttrPK, dynamostore.AttrSK
+		d.Meter = app.DynamoMeter
 	}
 	if o.s3Endpoint != "" {
 		if o.create {

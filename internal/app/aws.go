@@ -81,7 +81,18 @@ func NewAWS(ctx context.Context, cfg *config.Config, logger *slog.Logger) (Deps,
 		PKAttr:    dynamostore.AttrPK,
 		SKAttr:    dynamostore.AttrSK,
 		Logger:    logger,
+		Meter:     DynamoMeter,
 	}, nil
+}
+
+// DynamoMeter accumulates a request's DynamoDB cost (round trips and the
+// capacity DynamoDB reports) for its log line.
+func DynamoMeter(ctx context.Context) (context.Context, func() []slog.Attr) {
+	ctx, c := dynamostore.WithCapacity(ctx)
+	return ctx, func() []slog.Attr {
+		u := c.Snapshot()
+		return []slog.Attr{slog.Int("ddbRoundTrips", u.RoundTrips), slog.Float64("rcu", u.RCU), slog.Float64("wcu", u.WCU)}
+	}
 }
 
 // FromEnv builds fn's handler from the process environment.

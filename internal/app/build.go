@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,8 @@ type Deps struct {
 	Logger         *slog.Logger
 	// Clock overrides the engine clock (tests).
 	Clock func() int64
+	// Meter adds per-request storage cost to the log line (DynamoMeter).
+	Meter func(ctx context.Context) (context.Context, func() []slog.Attr)
 }
 
 // Build returns the handler of fn. cfg's keys must be resolved (HS256Secret
@@ -97,6 +100,7 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 			Routes:       fn.Routes,
 			MaxBodyBytes: cfg.MaxBodyBytes,
 			Logger:       logger,
+			Meter:        d.Meter,
 		},
 		Auth:      authn,
 		PublicURL: cfg.PublicURL,

@@ -78,6 +78,9 @@ type Handler struct {
 	Logger       *slog.Logger
 	// Now is the clock for request durations; nil means time.Now.
 	Now func() time.Time
+	// Meter, when set, wraps each request's context (e.g. to accumulate
+	// storage capacity) and returns the attributes its log line adds.
+	Meter func(ctx context.Context) (context.Context, func() []slog.Attr)
 }
 
 // DefaultMaxBodyBytes matches API Gateway's 10 MB request limit.
@@ -90,6 +93,10 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 		now = time.Now
 	}
 	start := now()
+	var meterAttrs func() []slog.Attr
+	if h.Meter != nil {
+		ctx, meterAttrs = h.Meter(ctx)
+	}
 	resp, rep, partition, actor := h.route(ctx, r)
 	if h.Logger != nil {
 		attrs := []slog.Attr{
@@ -117,6 +124,9 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 			if rep.ErrorCode != "" {
 				attrs = append(attrs, slog.String("inBandError", rep.ErrorCode))
 			}
+		}
+		if meterAttrs != nil {
+			attrs = append(attrs, meterAttrs()...)
 		}
 		if resp.Status >= 400 {
 			attrs = append(attrs, slog.String("errorCode", resp.Header.Get("X-Syncular-Error")))

@@ -140,6 +140,9 @@ type Client struct {
 	Schema    int32
 	Accept    uint8
 	BaseURL   string
+	// Ctx, when set, is the context of every request (e.g. one that
+	// meters storage cost).
+	Ctx context.Context
 }
 
 // Client returns a wire-v2 client that has acquired the epoch.
@@ -194,7 +197,11 @@ func (c *Client) SendMode(m *wire.Message, mode engine.Mode) (*wire.Message, err
 		return nil, fmt.Errorf("encode request: %w", err)
 	}
 	var out bytes.Buffer
-	_, err = c.H.Engine.HandleSync(context.Background(), engine.Auth{Partition: c.Partition, ActorID: c.Actor}, body, engine.SyncOptions{Mode: mode, SegmentBaseURL: c.BaseURL}, &out)
+	ctx := c.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	_, err = c.H.Engine.HandleSync(ctx, engine.Auth{Partition: c.Partition, ActorID: c.Actor}, body, engine.SyncOptions{Mode: mode, SegmentBaseURL: c.BaseURL}, &out)
 	if err != nil {
 		if out.Len() != 0 {
 			return nil, fmt.Errorf("engine wrote %d bytes and returned %w", out.Len(), err)

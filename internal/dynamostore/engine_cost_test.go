@@ -1,0 +1,73 @@
+package dynamostore_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+	"github.com/skyfold/syncular-lambda/internal/memstore"
+	"github.com/skyfold/syncular-lambda/internal/testenv"
+)
+
+// The cost contract of the engine over DynamoDB, counted on the wire to
+// DynamoDB Local: a warm client's single-op push takes at most 3 DynamoDB
+// round trips and 10 WCU, and a quiet pull exactly one consistent read of
+// at most 1 RCU and no write. (Capacity is this package's estimate from
+// item sizes per the AWS rules; DynamoDB Local under-reports transactions.)
+func TestEngineCostOverDynamoDB(t *testing.T) {
+	ctx := context.Background()
+	client := testenv.DynamoDB(t).Client(t)
+	table := testenv.UniqueName(t, "cost")
+	if err := dynamostore.CreateTable(ctx, client, table); err != nil {
+		t.Fatal(err)
+	}
+	st := dynamostore.New(client, table, dynamostore.Options{})
+	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
+	h.Grants.Set("alice", engine.ScopeMap{"project_id": {"p1"}})
+	c := h.Client("tenant", "alice", "device-1")
+
+	measure := func(what string, fn func()) dynamostore.Usage {
+		mctx, capacity := dynamostore.WithCapacity(ctx)
+		c.Ctx = mctx
+		fn()
+		c.Ctx = nil
+		u := capacity.Snapshot()
+		t.Logf("%s: %d round trips, est %.1f RCU / %.1f WCU (reported %.1f / %.1f)", what, u.RoundTrips, u.EstRCU, u.EstWCU, u.RCU, u.WCU)
+		return u
+	}
+
+	// Warm-up: the first push binds the client record.
+	if r := c.Push("c0", enginetest.Upsert("tasks", "t0", c.Task("t0", "p1", "first", false), 0)); r.Status != wire.PushApplied {
+		t.Fatalf("warm-up push: %+v", r)
+	}
+	u := measure("single-op push", func() {
+		if r := c.Push("c1", enginetest.Upsert("tasks", "t1", c.Task("t1", "p1", "second", false), 0)); r.Status != wire.PushApplied {
+			t.Fatalf("push: %+v", r)
+		}
+	})
+	if u.RoundTrips > 3 || u.EstWCU > 10 {
+		t.Errorf("single-op push: %d round trips, %.1f WCU; want ≤3 and ≤10", u.RoundTrips, u.EstWCU)
+	}
+
+	sub := []wire.Subscription{{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}
+	resp, err := c.Send(c.Request(nil, &wire.PullHeader{Accept: c.Accept}, sub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub[0].Cursor = enginetest.Sections(t, resp)[0].End.NextCursor
+	u = measure("quiet pull", func() {
+		resp, err := c.Send(c.Request(nil, &wire.PullHeader{Accept: c.Accept}, sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := enginetest.Sections(t, resp)[0]; len(s.Commits) != 0 || s.End.NextCursor != sub[0].Cursor {
+			t.Fatalf("quiet pull delivered data: %+v", s)
+		}
+	})
+	if u.RoundTrips != 1 || u.EstRCU > 1 || u.EstWCU != 0 {
+		t.Errorf("quiet pull: %d round trips, %.1f RCU, %.1f WCU; want exactly 1, ≤1, 0", u.RoundTrips, u.EstRCU, u.EstWCU)
+	}
+}
