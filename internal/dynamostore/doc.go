@@ -45,6 +45,11 @@
 // writes. GetRows carries the head in its BatchGetItem, so the
 // roll-forward check costs one RCU and no round trip.
 //
+// # Operator paths
+//
+// ListPartitions is the one Scan: it reads the whole table and serves
+// syncular-admin only, never a request.
+//
 // # Retries and cost accounting
 //
 // The SDK retryer is disabled per call; RetryPolicy bounds the attempts

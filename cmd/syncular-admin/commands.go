@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/app"
+	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+)
+
+// admin holds what the commands share. Results go to out as one
+// tab-separated line per partition under a header; progress notes and
+// errors go to errw.
+type admin struct {
+	cfg     *config.Config
+	clients *app.AWSClients
+	store   *dynamostore.Store
+	out     io.Writer
+	errw    io.Writer
+}
+
+func (a *admin) fail(format string, args ...any) {
+	fmt.Fprintf(a.errw, "syncular-admin: "+format+"\n", args...)
+}
+
+// interrupted reports (once) that ctx ended, so a loop over partitions
+// stops instead of failing every remaining one.
+func (a *admin) interrupted(ctx context.Context) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	a.fail("interrupted: %v", context.Cause(ctx))
+	return true
+}
+
+func msTime(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
+}
+
+// head reads a partition head, reporting an unknown partition as an error.
+func (a *admin) head(ctx context.Context, p string) (store.Head, error) {
+	h, ok, err := a.store.Head(ctx, p)
+	if err == nil && !ok {
+		err = fmt.Errorf("unknown partition (no head item in table %s)", a.cfg.TableName)
+	}
+	return h, err
+}
+
+// partitions prints every partition's head.
+func (a *admin) partitions(ctx context.Context) int {
+	ps, err := a.allPartitions(ctx)
+	if err != nil {
+		a.fail("%v", err)
+		return exitFailure
+	}
+	fmt.Fprintln(a.out, "partition\tepoch\tepochRequired\tmaxCommitSeq\thorizonSeq\tlastSeen")
+	code := exitOK
+	for _, p := range ps {
+		if a.interrupted(ctx) {
+			code = exitFailure
+			break
+		}
+		h, err := a.head(ctx, p)
+		if err != nil {
+			a.fail("partition %s: %v", quote(p), err)
+			code = exitFailure
+			continue
+		}
+		fmt.Fprintf(a.out, "%s\t%s\t%t\t%d\t%d\t%s\n",
+			quote(p), h.LogEpoch, h.EpochRequired, h.MaxCommitSeq, h.HorizonSeq, msTime(h.LastSeenAtMs))
+	}
+	fmt.Fprintf(a.errw, "%d partition(s) in table %s\n", len(ps), a.cfg.TableName)
+	return code
+}
+
+// rotateEpoch installs a fresh epoch in each selected partition (§2.1
+// restore rule). Without yes it only reports what it would rotate and
+// returns exitFailure, so a forgotten -yes never passes for success.
+func (a *admin) rotateEpoch(ctx context.Context, sel selection, yes bool) int {
+	ps, err := a.targets(ctx, sel)
+	if err != nil {
+		a.fail("%v", err)
+		return exitFailure
+	}
+	code := exitOK
+	if !yes {
+		fmt.Fprintln(a.out, "partition\tepoch\tepochRequired\tclients")
+		n := 0
+		for _, p := range ps {
+			if a.interrupted(ctx) {
+				code = exitFailure
+				break
+			}
+			h, err := a.head(ctx, p)
+			clients := 0
+			if err == nil {
+				err = a.store.ListClients(ctx, p, func(*store.Client) bool { clients++; return true })
+			}
+			if err != nil {
+				a.fail("partition %s: %v", quote(p), err)
+				code = exitFailure
+				continue
+			}
+			n++
+			fmt.Fprintf(a.out, "%s\t%s\t%t\t%d\n", quote(p), h.LogEpoch, h.EpochRequired, clients)
+		}
+		fmt.Fprintf(a.errw, "dry run: would rotate the log epoch of %d partition(s) in table %s; "+
+			"every client of them must then reset and re-bootstrap. Nothing was changed; re-run with -yes.\n",
+			n, a.cfg.TableName)
+		return exitFailure
+	}
+	fmt.Fprintln(a.out, "partition\toldEpoch\tnewEpoch")
+	done := 0
+	for _, p := range ps {
+		if a.interrupted(ctx) {
+			code = exitFailure
+			break
+		}
+		h, err := a.head(ctx, p)
+		next := engine.RandomEpoch()
+		if err == nil {
+			err = a.store.RotateEpoch(ctx, p, next, time.Now().UnixMilli())
+		}
+		if err != nil {
+			a.fail("partition %s: rotate epoch: %v", quote(p), err)
+			code = exitFailure
+			continue
+		}
+		done++
+		fmt.Fprintf(a.out, "%s\t%s\t%s\n", quote(p), h.LogEpoch, next)
+	}
+	fmt.Fprintf(a.errw, "rotated the log epoch of %d of %d partition(s) in table %s\n", done, len(ps), a.cfg.TableName)
+	return code
+}
+
+// prune runs Engine.Prune with the default (normative) retention floors.
+func (a *admin) prune(ctx context.Context, sel selection) int {
+	eng, err := a.engine()
+	if err != nil {
+		a.fail("%v", err)
+		return exitUsage
+	}
+	ps, err := a.targets(ctx, sel)
+	if err != nil {
+		a.fail("%v", err)
+		return exitFailure
+	}
+	fmt.Fprintln(a.out, "partition\toldHorizon\tnewHorizon\tremoved")
+	code := exitOK
+	removed, done := 0, 0
+	for _, p := range ps {
+		if a.interrupted(ctx) {
+			code = exitFailure
+			break
+		}
+		// Engine.Prune treats an unknown partition as empty; a name typed
+		// by an operator is more likely a typo, so say so.
+		if sel.one {
+			if _, err := a.head(ctx, p); err != nil {
+				a.fail("partition %s: %v", quote(p), err)
+				code = exitFailure
+				continue
+			}
+		}
+		rep, err := eng.Prune(ctx, p, nil)
+		if err != nil {
+			a.fail("partition %s: prune: %v", quote(p), err)
+			code = exitFailure
+			continue
+		}
+		done++
+		removed += rep.Removed
+		fmt.Fprintf(a.out, "%s\t%d\t%d\t%d\n", quote(p), rep.OldHorizon, rep.NewHorizon, rep.Removed)
+	}
+	fmt.Fprintf(a.errw, "pruned %d of %d partition(s) in table %s, removed %d commit(s)\n", done, len(ps), a.cfg.TableName, removed)
+	return code
+}
+
+// engine builds an engine over the store as the functions do, for Prune
+// only: it serves no request, so scopes resolve to nothing and signed URLs
+// are off. Limits stay zero, i.e. the §4.6 defaults.
+func (a *admin) engine() (*engine.Engine, error) {
+	sch, err := schema.ReadFile(a.cfg.SchemaFile())
+	if err != nil {
+		return nil, fmt.Errorf("load schema %s (SYNC_SCHEMA_PATH): %w", a.cfg.SchemaFile(), err)
+	}
+	return engine.New(engine.Config{
+		Schema:   sch,
+		Store:    a.store,
+		Segments: app.NewS3Segments(a.clients, a.cfg),
+		Resolver: engine.ResolverFunc(func(context.Context, string, string, string) (engine.ScopeMap, error) {
+			return nil, nil
+		}),
+		SignedURLs: engine.SignedURLsOff,
+	})
+}

@@ -1,0 +1,225 @@
+// Command syncular-admin runs operator tasks against a deployment's
+// DynamoDB table: rotating log epochs after a point-in-time restore (SPEC
+// §2.1), pruning the commit log (§4.6) and listing partitions.
+//
+// It reads the same environment variables as the Lambda functions
+// (internal/config) and the usual AWS credential chain. It prints partition
+// names, epochs and counters only, never tokens or payloads.
+//
+// Exit status: 0 ok, 1 failure or dry run, 2 usage or configuration error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"syscall"
+
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/skyfold/syncular-lambda/internal/app"
+	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // a failed partition, or a dry run
+	exitUsage   = 2 // bad flags or configuration
+)
+
+const usage = `usage: syncular-admin <command> [flags]
+
+Operator commands for a syncular-lambda deployment, configured by the same
+environment variables as the functions (SYNC_TABLE_NAME, SYNC_BUCKET,
+SYNC_SCHEMA_PATH, SYNC_DYNAMODB_ENDPOINT, ...) and the usual AWS credentials.
+
+commands:
+  partitions
+        List every partition with its head: epoch, epochRequired,
+        maxCommitSeq, horizonSeq, lastSeen. Scans the whole table.
+  rotate-epoch (-partition P | -all) [-yes]
+        Install a new random log epoch, require epoch validation and delete
+        the client records (SPEC §2.1 restore rule). Every client of the
+        partition resets and re-bootstraps. Without -yes: dry run, exit 1.
+  prune (-partition P | -all)
+        Advance the pruning horizon as far as the SPEC §4.6 floors allow
+        (newest 1000 commits, clients active in 14 days, 30-day age force)
+        and delete the commits below it. Needs SYNC_SCHEMA_PATH.
+
+Partition names are printed Go-quoted; pass them to -partition unquoted.
+-all lists partitions with a consistent Scan of the whole table.
+
+exit status: 0 ok, 1 failure or dry run, 2 usage or configuration error
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole command: args without the program name, env in place
+// of os.Getenv. It returns the exit status.
+func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case "partitions", "rotate-epoch", "prune":
+	default:
+		fmt.Fprintf(stderr, "syncular-admin: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+
+	fs := flag.NewFlagSet("syncular-admin "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sel selection
+	var yes bool
+	if cmd != "partitions" {
+		fs.Func("partition", "the `name` of one partition", func(s string) error {
+			sel.name, sel.one = s, true
+			return nil
+		})
+		fs.BoolVar(&sel.all, "all", false, "every partition in the table")
+	}
+	if cmd == "rotate-epoch" {
+		fs.BoolVar(&yes, "yes", false, "rotate for real (without it: dry run, exit 1)")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "syncular-admin %s: unexpected argument %q\n", cmd, fs.Arg(0))
+		return exitUsage
+	}
+	if cmd != "partitions" && sel.one == sel.all {
+		fmt.Fprintf(stderr, "syncular-admin %s: give exactly one of -partition NAME or -all\n", cmd)
+		return exitUsage
+	}
+
+	cfg, err := config.Load(env)
+	if err != nil {
+		fmt.Fprintf(stderr, "syncular-admin: %v\n", err)
+		return exitUsage
+	}
+	clients, err := app.NewAWSClients(ctx, cfg, awsOptions(cfg, env)...)
+	if err != nil {
+		fmt.Fprintf(stderr, "syncular-admin: %v\n", err)
+		return exitFailure
+	}
+	a := &admin{
+		cfg:     cfg,
+		clients: clients,
+		store:   dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{}),
+		out:     stdout,
+		errw:    stderr,
+	}
+	switch cmd {
+	case "partitions":
+		return a.partitions(ctx)
+	case "rotate-epoch":
+		return a.rotateEpoch(ctx, sel, yes)
+	default:
+		return a.prune(ctx, sel)
+	}
+}
+
+// selection is -partition or -all.
+type selection struct {
+	name string
+	one  bool // -partition given (the name may be empty)
+	all  bool
+}
+
+// awsOptions takes region and static credentials from env (so run does
+// not depend on the process environment) and lets the SDK's default chain
+// find anything else. A loopback endpoint override (DynamoDB Local) gets
+// placeholder credentials and region when none are set.
+func awsOptions(cfg *config.Config, env func(string) string) []func(*awsconfig.LoadOptions) error {
+	var opts []func(*awsconfig.LoadOptions) error
+	local := isLoopback(cfg.DynamoDBEndpoint)
+	if r := firstSet(env("AWS_REGION"), env("AWS_DEFAULT_REGION")); r != "" {
+		opts = append(opts, awsconfig.WithRegion(r))
+	} else if local {
+		opts = append(opts, awsconfig.WithRegion("us-east-1"))
+	}
+	id, secret := env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")
+	switch {
+	case id != "" && secret != "":
+		opts = append(opts, awsconfig.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(id, secret, env("AWS_SESSION_TOKEN"))))
+	case local && env("AWS_PROFILE") == "":
+		opts = append(opts, awsconfig.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider("local", "local", "")))
+	}
+	return opts
+}
+
+func firstSet(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// isLoopback reports whether endpoint is an http(s) URL on this machine.
+func isLoopback(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil || endpoint == "" {
+		return false
+	}
+	h := u.Hostname()
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// quote renders a partition name for output: Go-quoted, so names with
+// spaces, tabs or control characters stay one unambiguous field.
+func quote(p string) string { return strconv.Quote(p) }
+
+// targets returns the partitions sel names: the one given, or every
+// partition in the table (a Scan), sorted.
+func (a *admin) targets(ctx context.Context, sel selection) ([]string, error) {
+	if !sel.all {
+		return []string{sel.name}, nil
+	}
+	return a.allPartitions(ctx)
+}
+
+func (a *admin) allPartitions(ctx context.Context) ([]string, error) {
+	var ps []string
+	err := a.store.ListPartitions(ctx, func(p string) bool {
+		ps = append(ps, p)
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list partitions: %w", err)
+	}
+	slices.Sort(ps)
+	return ps, nil
+}
