@@ -88,6 +88,19 @@ func refTo(n *yaml.Node, name string) bool {
 	return scalar(get(n, "Ref")) == name
 }
 
+// tableRef reports whether n names the sync table: `!Ref SyncTable`, or
+// `!If [CreateSyncTable, !Ref SyncTable, !Ref ExistingTableName]` (the
+// stack can serve a restored table instead of creating one).
+func tableRef(n *yaml.Node) bool {
+	if refTo(n, "SyncTable") {
+		return true
+	}
+	if n == nil || n.Tag != "!If" || n.Kind != yaml.SequenceNode || len(n.Content) != 3 {
+		return false
+	}
+	return n.Content[0].Value == "CreateSyncTable" && refTo(n.Content[1], "SyncTable") && refTo(n.Content[2], "ExistingTableName")
+}
+
 func resourcesOfType(root *yaml.Node, typ string) []string {
 	var out []string
 	res := get(root, "Resources")
@@ -468,6 +481,9 @@ func templateEnv(t *testing.T, root *yaml.Node, overrides map[string]string) map
 		switch {
 		case v.Tag == "!Sub" && strings.HasPrefix(v.Value, "${") && strings.HasSuffix(v.Value, "}"):
 			env[k] = scalar(get(root, "Parameters", v.Value[2:len(v.Value)-1], "Default"))
+		case tableRef(v):
+			// Default parameters: the stack creates its own table.
+			env[k] = "synctable"
 		case v.Tag == "!Ref":
 			if p := get(root, "Parameters", v.Value); p != nil {
 				env[k] = scalar(get(p, "Default"))
@@ -536,7 +552,7 @@ func TestTemplatePolicies(t *testing.T) {
 			for _, k := range keys(p) {
 				if k != "Statement" {
 					templates = append(templates, k)
-					if !refTo(get(p, k, "TableName"), "SyncTable") {
+					if !tableRef(get(p, k, "TableName")) {
 						t.Errorf("%s: %s is not scoped to SyncTable", f.LogicalID, k)
 					}
 					continue
