@@ -4,6 +4,13 @@
 // every other implementation, so ordering follows JavaScript string
 // comparison (UTF-16 code units) and string escaping follows
 // JSON.stringify.
+//
+// It is also the single home of the JavaScript-exact JSON primitives the
+// codecs share: CompareUTF16 (map-key order, wire and canonical JSON),
+// AppendString (JSON.stringify string escaping, for every rendering) and
+// the RFC 8259 recognizer Valid / ValidSyntax with its scanners (what
+// JSON.parse accepts, for json fields and json columns). It imports no
+// other codec package, so wire and rowcodec can both build on it.
 package canonjson
 
 import (
@@ -14,15 +21,22 @@ import (
 )
 
 // CompareUTF16 orders a and b the way JavaScript compares strings: by
-// UTF-16 code units. This differs from byte (code point) order only when a
-// supplementary-plane character meets a BMP character in U+E000–U+FFFF:
-// the supplementary one is encoded with a leading surrogate (0xD800–0xDBFF)
-// and therefore sorts first. Canonical map keys (Conventions `map`) and
-// the §11.2 rendering rely on this order.
+// UTF-16 code units. It returns -1, 0 or +1. SSP2 map keys (Conventions
+// `map`), the §6.3.1 details references and the §11.2 rendering are
+// sorted by it.
 //
-// Invalid UTF-8 bytes compare as U+FFFD; two different invalid sequences at
-// the same position fall back to byte order, so the result is 0 only for
-// identical strings.
+// For well-formed UTF-8, byte order equals code-point order, and
+// code-point order equals UTF-16 order except when, at the first
+// difference, one string has a character in U+E000–U+FFFF (lead byte
+// 0xEE/0xEF) and the other a supplementary-plane character (lead byte
+// 0xF0–0xF4), which UTF-16 encodes as a surrogate (0xD800–0xDBFF) and so
+// sorts first. Those lead bytes never occur as continuation bytes, so the
+// first differing byte is enough to detect the case without decoding.
+//
+// On invalid UTF-8 the result is still a total order (byte order with
+// 0xF0–0xFF moved before 0xEE–0xEF) and 0 only for identical strings, but
+// it does not model any JavaScript string; callers that must treat
+// invalid bytes as U+FFFD replace them first, as ScopeMap does.
 func CompareUTF16(a, b string) int {
 	n := min(len(a), len(b))
 	i := 0
@@ -38,49 +52,17 @@ func CompareUTF16(a, b string) int {
 		}
 		return 0
 	}
-	// Step back to the start of the rune holding the first difference;
-	// bytes before i are equal, so one cursor serves both strings.
-	for i > 0 && (isCont(a[i]) || isCont(b[i])) {
-		i--
+	ca, cb := a[i], b[i]
+	if ca >= 0xF0 && (cb == 0xEE || cb == 0xEF) {
+		return -1
 	}
-	ra, _ := utf8.DecodeRuneInString(a[i:])
-	rb, _ := utf8.DecodeRuneInString(b[i:])
-	if ra == rb {
-		return cmpBytes(a[i:], b[i:])
-	}
-	ua, ub := firstUnit(ra), firstUnit(rb)
-	if ua != ub {
-		if ua < ub {
-			return -1
-		}
+	if cb >= 0xF0 && (ca == 0xEE || ca == 0xEF) {
 		return 1
 	}
-	// Same leading surrogate: the trailing surrogates follow code point
-	// order.
-	if ra < rb {
+	if ca < cb {
 		return -1
 	}
 	return 1
-}
-
-func isCont(c byte) bool { return c&0xC0 == 0x80 }
-
-// firstUnit is the first UTF-16 code unit of r.
-func firstUnit(r rune) rune {
-	if r < 0x10000 {
-		return r
-	}
-	return 0xD800 + (r-0x10000)>>10
-}
-
-func cmpBytes(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // AppendString appends s as a JSON string literal exactly as JavaScript's
@@ -89,9 +71,13 @@ func cmpBytes(a, b string) int {
 // non-ASCII, U+007F, U+2028/U+2029 — raw UTF-8. Digests (§11.2) depend on
 // this exact form.
 //
-// Go strings may hold invalid UTF-8, which JavaScript strings cannot; each
-// invalid byte is written as U+FFFD. Protocol inputs are validated UTF-8,
-// so this never triggers on wire data.
+// A JavaScript string may hold a lone surrogate, which JSON.stringify
+// writes as a \udxxx escape; in a Go string such a string arrives as
+// WTF-8, the surrogate encoded like any BMP character (0xED 0xA0–0xBF
+// 0x80–0xBF), and is escaped the same way (the §6.3.1 details normalizer
+// relies on this). Any other invalid UTF-8 byte, which no JavaScript
+// string can hold, is written as U+FFFD. Protocol inputs are validated
+// UTF-8, so neither case arises on wire data.
 func AppendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
@@ -117,7 +103,6 @@ func AppendString(dst []byte, s string) []byte {
 			case '\r':
 				dst = append(dst, '\\', 'r')
 			default:
-				const hexDigits = "0123456789abcdef"
 				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
 			}
 			i++
@@ -127,8 +112,13 @@ func AppendString(dst []byte, s string) []byte {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
 			dst = append(dst, s[start:i]...)
-			dst = append(dst, "\uFFFD"...)
-			i++
+			if u, ok := wtf8Surrogate(s, i); ok {
+				dst = append(dst, '\\', 'u', hexDigits[u>>12], hexDigits[u>>8&0xF], hexDigits[u>>4&0xF], hexDigits[u&0xF])
+				i += 3
+			} else {
+				dst = append(dst, "\uFFFD"...)
+				i++
+			}
 			start = i
 			continue
 		}
@@ -136,6 +126,17 @@ func AppendString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// wtf8Surrogate decodes the 3-byte WTF-8 encoding of a surrogate code
+// point (U+D800–U+DFFF) at s[i], which utf8 treats as invalid.
+func wtf8Surrogate(s string, i int) (rune, bool) {
+	if len(s)-i < 3 || s[i] != 0xED || s[i+1] < 0xA0 || s[i+1] > 0xBF || s[i+2]&0xC0 != 0x80 {
+		return 0, false
+	}
+	return 0xD000 | rune(s[i+1]&0x3F)<<6 | rune(s[i+2]&0x3F), true
 }
 
 // sanitize replaces each invalid UTF-8 byte with U+FFFD up front, so that

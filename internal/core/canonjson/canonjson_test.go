@@ -1,13 +1,17 @@
 package canonjson
 
 import (
+	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
@@ -38,6 +42,27 @@ func TestCompareUTF16(t *testing.T) {
 	// Invalid UTF-8: a total order, zero only for equal strings.
 	if CompareUTF16("a\xff", "a\xfe") == 0 || CompareUTF16("a\xff", "a\xff") != 0 {
 		t.Fatal("invalid UTF-8 ordering")
+	}
+}
+
+// TestCompareUTF16MatchesReference draws short strings over the alphabet
+// where UTF-16 and UTF-8 byte order disagree: ASCII, U+E000–U+FFFF and
+// the supplementary planes.
+func TestCompareUTF16MatchesReference(t *testing.T) {
+	alphabet := []rune{'a', 'b', 'z', 0x7F, 0xE9, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xE001, 0xFFFD, 0xFFFF, 0x10000, 0x10001, 0x1F600, 0x10FFFF}
+	r := rand.New(rand.NewPCG(1, 2))
+	key := func() string {
+		rs := make([]rune, r.IntN(4))
+		for i := range rs {
+			rs[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		return string(rs)
+	}
+	for range 200000 {
+		a, b := key(), key()
+		if got, want := CompareUTF16(a, b), utf16Ref(a, b); got != want {
+			t.Fatalf("CompareUTF16(%+q, %+q) = %d, want %d", a, b, got, want)
+		}
 	}
 }
 
@@ -76,12 +101,83 @@ func TestAppendString(t *testing.T) {
 		"é😀\u2028\u2029": "\"é😀\u2028\u2029\"",
 		"<>&'":           `"<>&'"`,
 		"a\xffb":         "\"a\uFFFDb\"",
+		// Lone surrogates (WTF-8) are escaped as JSON.stringify does.
+		"x\xed\xa0\x80y": `"x\ud800y"`,
+		"\xed\xbf\xbf":   `"\udfff"`,
+		"\xed\xb3\x9a":   `"\udcda"`,
+		"\xed\xa0":       "\"\uFFFD\uFFFD\"",
+		"\xed\xa0\x7f":   "\"\uFFFD\uFFFD\x7f\"",
+		"\ud7ff\ue000":   "\"\ud7ff\ue000\"",
 	}
 	for in, want := range cases {
 		if got := string(AppendString(nil, in)); got != want {
 			t.Errorf("%q: got %s want %s", in, got, want)
 		}
 	}
+}
+
+// FuzzAppendString checks AppendString against encoding/json: the output
+// decodes back to the input (invalid bytes as U+FFFD, lone surrogates as
+// the escape), and it is encoding/json's own encoding with the escapes
+// JSON.stringify does not make (U+2028, U+2029, U+FFFD for invalid bytes)
+// written raw instead.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "abc", "q\"b\\s/", "\b\f\n\r\t\x00\x1f\x7f", "é😀\u2028\u2029<>&", "a\xffb", "\xed\xa0\x80", `\u2028`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		out := AppendString([]byte("prefix"), s)
+		if string(out[:6]) != "prefix" {
+			t.Fatal("dst prefix clobbered")
+		}
+		out = out[6:]
+		var back string
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("AppendString(%q) = %s, not JSON: %v", s, out, err)
+		}
+		if utf8.ValidString(s) && back != s {
+			t.Fatalf("AppendString(%q) = %s decodes to %q", s, out, back)
+		}
+		if strings.Contains(s, "\xed") {
+			return // may hold WTF-8 surrogates, which encoding/json replaces
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if want := unescapeNonStringify(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))); string(out) != want {
+			t.Fatalf("AppendString(%q) = %s, want %s", s, out, want)
+		}
+	})
+}
+
+// unescapeNonStringify rewrites encoding/json's \u2028, \u2029 and \ufffd
+// escapes as the raw characters, leaving every other escape alone.
+func unescapeNonStringify(b []byte) string {
+	var out strings.Builder
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			out.WriteByte(b[i])
+			continue
+		}
+		if b[i+1] == 'u' {
+			switch string(b[i+2 : i+6]) {
+			case "2028", "2029", "fffd":
+				r, _ := strconv.ParseUint(string(b[i+2:i+6]), 16, 32)
+				out.WriteRune(rune(r))
+				i += 5
+				continue
+			}
+			out.Write(b[i : i+6])
+			i += 5
+			continue
+		}
+		out.Write(b[i : i+2])
+		i++
+	}
+	return out.String()
 }
 
 func TestScopeMap(t *testing.T) {

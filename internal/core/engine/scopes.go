@@ -3,6 +3,7 @@ package engine
 import (
 	"slices"
 
+	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
@@ -105,7 +106,7 @@ func extractScopes(t *schema.Table, vals []rowcodec.Value) (wire.StoredScopes, b
 		}
 		out = append(out, wire.StoredScope{Key: p.Variable, Value: s})
 	}
-	slices.SortFunc(out, func(a, b wire.StoredScope) int { return wire.CompareUTF16(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b wire.StoredScope) int { return canonjson.CompareUTF16(a.Key, b.Key) })
 	return out, true
 }
 
@@ -115,6 +116,6 @@ func toWireScopes(m ScopeMap) wire.ScopeMap {
 	for k, v := range m {
 		out = append(out, wire.ScopeEntry{Key: k, Values: v})
 	}
-	slices.SortFunc(out, func(a, b wire.ScopeEntry) int { return wire.CompareUTF16(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b wire.ScopeEntry) int { return canonjson.CompareUTF16(a.Key, b.Key) })
 	return out
 }

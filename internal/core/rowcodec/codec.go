@@ -5,6 +5,7 @@ import (
 	"math"
 	"unicode/utf8"
 
+	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
 
@@ -209,7 +210,7 @@ func (c *Codec) walk(b []byte, dst []Value) (int, error) {
 				if !utf8.Valid(v) {
 					return 0, decodeErr("column %q (%s): value is not valid UTF-8", c.cols[i].Name, t)
 				}
-				if t == TypeJSON && !validJSON(v) {
+				if t == TypeJSON && !canonjson.ValidSyntax(v) {
 					return 0, decodeErr("column %q (json): value does not parse as a JSON document", c.cols[i].Name)
 				}
 				if t == TypeBlobRef {
@@ -277,7 +278,7 @@ func (c *Codec) Append(dst []byte, row []Value) ([]byte, error) {
 			if !utf8.ValidString(s) {
 				return dst[:start], syncerr.New(syncerr.InvalidRequest, "column %q (%s): value is not valid UTF-8", col.Name, col.Type)
 			}
-			if col.Type == TypeJSON && !validJSON(s) {
+			if col.Type == TypeJSON && !canonjson.ValidSyntax(s) {
 				return dst[:start], syncerr.New(syncerr.InvalidRequest, "column %q (json): value does not parse as a JSON document", col.Name)
 			}
 			if col.Type == TypeBlobRef {
@@ -301,7 +302,3 @@ func (c *Codec) Append(dst []byte, row []Value) ([]byte, error) {
 // ValidBlobRef reports whether s is a canonical BlobRef document (§5.9.1),
 // the check a blob_ref column applies at decode.
 func ValidBlobRef(s string) bool { return utf8.ValidString(s) && blobRefProblem(s) == "" }
-
-// ValidJSON reports whether s is one RFC 8259 JSON document in valid UTF-8,
-// the check a json column applies at decode (§2.4 tag 5).
-func ValidJSON(s string) bool { return utf8.ValidString(s) && validJSON(s) }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
@@ -127,22 +126,6 @@ func FuzzRowDecode(f *testing.F) {
 			if c.Type == rowcodec.TypeJSON && !vals[i].Null && !json.Valid([]byte(vals[i].Str)) {
 				t.Fatalf("accepted json %q that encoding/json rejects", vals[i].Str)
 			}
-		}
-	})
-}
-
-// FuzzValidJSON compares the codec's JSON recognizer with encoding/json on
-// valid UTF-8 (the codec checks UTF-8 separately, encoding/json does not).
-func FuzzValidJSON(f *testing.F) {
-	for _, s := range []string{`{"a":[1,2.5e3,"x"]}`, ` 7 `, `"\ud800"`, `[`, `01`, `{"a":1,}`, `-0.0e+1`} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if !utf8.ValidString(s) {
-			return
-		}
-		if got, want := rowcodec.ValidJSON(s), json.Valid([]byte(s)); got != want {
-			t.Fatalf("ValidJSON(%q) = %v, encoding/json says %v", s, got, want)
 		}
 	})
 }

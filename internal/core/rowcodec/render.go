@@ -133,7 +133,7 @@ func RenderValue(dst []byte, t Type, v Value) ([]byte, error) {
 	case TypeBoolean:
 		return strconv.AppendBool(dst, v.Bool), nil
 	case TypeJSON, TypeBlobRef:
-		if !ValidJSON(v.Str) {
+		if !canonjson.Valid(v.Str) {
 			return dst, syncerr.New(syncerr.InvalidRequest, "%s value does not parse as a JSON document", t)
 		}
 		return appendCompact(dst, v.Str), nil

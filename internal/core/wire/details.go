@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 )
 
 // Bounds of the §6.3.1 detailsJson shape. The object is recovery metadata
@@ -165,7 +167,7 @@ func (d *details) check() error {
 				return invalidf("detailsJson: reference %q value must be a non-empty trimmed string without control characters of at most %d bytes", r.Key, detailsMaxRefValueByte)
 			}
 		}
-		slices.SortFunc(d.refs, func(a, b StoredScope) int { return CompareUTF16(a.Key, b.Key) })
+		slices.SortFunc(d.refs, func(a, b StoredScope) int { return canonjson.CompareUTF16(a.Key, b.Key) })
 	}
 	return nil
 }
@@ -184,19 +186,19 @@ func (d *details) appendNormalized(b []byte) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSStringJSON(b, p)
+			b = canonjson.AppendString(b, p)
 		}
 		b = append(b, ']')
 	}
 	if d.has&hasReason != 0 {
 		sep()
 		b = append(b, `"reason":`...)
-		b = appendJSStringJSON(b, d.reason)
+		b = canonjson.AppendString(b, d.reason)
 	}
 	if d.has&hasRequiredAction != 0 {
 		sep()
 		b = append(b, `"requiredAction":`...)
-		b = appendJSStringJSON(b, d.requiredAction)
+		b = canonjson.AppendString(b, d.requiredAction)
 	}
 	if d.has&hasReferences != 0 {
 		sep()
@@ -205,9 +207,9 @@ func (d *details) appendNormalized(b []byte) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSStringJSON(b, r.Key)
+			b = canonjson.AppendString(b, r.Key)
 			b = append(b, ':')
-			b = appendJSStringJSON(b, r.Value)
+			b = canonjson.AppendString(b, r.Value)
 		}
 		b = append(b, '}')
 	}
@@ -294,44 +296,6 @@ func isJSSpace(r rune) bool {
 	return r >= 0x2000 && r <= 0x200A
 }
 
-// appendJSStringJSON appends s quoted the way JSON.stringify quotes it
-// (the normalized form and its byte limit are defined by that encoder).
-// Lone surrogates, which parseDetails keeps as 3-byte generalized UTF-8
-// (0xED 0xA0–0xBF …), are written back as \uXXXX escapes.
-func appendJSStringJSON(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			switch c {
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-		case c == 0xED && i+2 < len(s) && s[i+1] >= 0xA0:
-			u := rune(c&0x0F)<<12 | rune(s[i+1]&0x3F)<<6 | rune(s[i+2]&0x3F)
-			b = append(b, '\\', 'u', hex[u>>12], hex[(u>>8)&0xF], hex[(u>>4)&0xF], hex[u&0xF])
-			i += 2
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
-
 // detailsParser reads the restricted JSON grammar of a detailsJson
 // object: anything outside the bounded shape is rejected as it is met.
 type detailsParser struct {
@@ -339,7 +303,7 @@ type detailsParser struct {
 	i int
 }
 
-func (p *detailsParser) ws() { p.i = skipWS(p.s, p.i) }
+func (p *detailsParser) ws() { p.i = canonjson.SkipSpace(p.s, p.i) }
 
 func (p *detailsParser) eat(c byte) bool {
 	if p.i < len(p.s) && p.s[p.i] == c {
@@ -433,7 +397,7 @@ func (p *detailsParser) str() (string, bool) {
 	if p.i >= len(s) || s[p.i] != '"' {
 		return "", false
 	}
-	end, ok := scanJSONString(s, p.i)
+	end, ok := canonjson.ScanString(s, p.i)
 	if !ok {
 		return "", false
 	}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 )
 
 // enc appends frame payloads. It mirrors rd: every value the decoder
@@ -65,7 +67,7 @@ func (e *enc) bytes(what string, v []byte) {
 }
 
 func (e *enc) json(what string, v JSON) {
-	if !utf8.ValidString(string(v)) || !validJSON(string(v)) {
+	if !canonjson.Valid(string(v)) {
 		e.fail("%s: not a JSON document", what)
 	}
 	e.length(what, len(v))
@@ -114,7 +116,7 @@ func (e *enc) optBytes(what string, v Opt[[]byte]) {
 func (e *enc) keyOrder(what string, n int, key func(int) string) []int {
 	sorted := true
 	for i := 1; i < n; i++ {
-		c := CompareUTF16(key(i-1), key(i))
+		c := canonjson.CompareUTF16(key(i-1), key(i))
 		if c == 0 {
 			e.fail("%s: duplicate map key %q", what, key(i))
 			return nil
@@ -131,7 +133,7 @@ func (e *enc) keyOrder(what string, n int, key func(int) string) []int {
 	for i := range n {
 		p = append(p, i)
 	}
-	slices.SortFunc(p, func(a, b int) int { return CompareUTF16(key(a), key(b)) })
+	slices.SortFunc(p, func(a, b int) int { return canonjson.CompareUTF16(key(a), key(b)) })
 	for i := 1; i < n; i++ {
 		if key(p[i-1]) == key(p[i]) {
 			e.fail("%s: duplicate map key %q", what, key(p[i]))

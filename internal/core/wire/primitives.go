@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"unicode/utf8"
 
+	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
 
@@ -141,7 +142,7 @@ func (r *rd) bytes(what string) []byte {
 // kept verbatim (Conventions).
 func (r *rd) json(what string) JSON {
 	v := r.str(what)
-	if r.err == nil && !validJSON(v) {
+	if r.err == nil && !canonjson.ValidSyntax(v) {
 		r.fail("%s: not a JSON document", what)
 	}
 	return JSON(v)
@@ -209,7 +210,7 @@ func (r *rd) optBytes(what string) Opt[[]byte] {
 // keyOrder enforces canonical map keys: unique and strictly ascending by
 // UTF-16 code units (Conventions `map` row).
 func (r *rd) keyOrder(what, prev, key string) {
-	switch c := CompareUTF16(prev, key); {
+	switch c := canonjson.CompareUTF16(prev, key); {
 	case c == 0:
 		r.fail("%s: duplicate map key %q", what, key)
 	case c > 0:

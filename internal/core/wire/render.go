@@ -3,7 +3,8 @@ package wire
 import (
 	"encoding/base64"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 )
 
 // Render produces the canonical JSON debug rendering of §11.1: one object
@@ -55,55 +56,8 @@ func (w *jw) raw(s string) { w.b = append(w.b, s...) }
 
 func (w *jw) int(v int64) { w.b = strconv.AppendInt(w.b, v, 10) }
 
-// str writes s as a JSON string the way JSON.stringify does: only '"',
-// '\\' and control characters are escaped.
-func (w *jw) str(s string) {
-	const hex = "0123456789abcdef"
-	b := append(w.b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				// Unreachable for checked frames (str is UTF-8); keep the
-				// output valid JSON regardless.
-				b = append(b, s[start:i]...)
-				b = append(b, `\ufffd`...)
-				i++
-				start = i
-				continue
-			}
-			i += size
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\b':
-			b = append(b, '\\', 'b')
-		case '\f':
-			b = append(b, '\\', 'f')
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-		}
-		i++
-		start = i
-	}
-	b = append(b, s[start:]...)
-	w.b = append(b, '"')
-}
+// str writes s as a JSON string the way JSON.stringify does.
+func (w *jw) str(s string) { w.b = canonjson.AppendString(w.b, s) }
 
 func (w *jw) open(frameType string) {
 	w.raw(`{"type":`)
