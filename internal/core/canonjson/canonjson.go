@@ -80,14 +80,16 @@ func CompareUTF16(a, b string) int {
 // UTF-8, so neither case arises on wire data.
 func AppendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
+	start, i := 0, 0
+	for {
+		for i < len(s) && plain[s[i]] {
+			i++
+		}
+		if i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
 			dst = append(dst, s[start:i]...)
 			switch c {
 			case '"', '\\':
@@ -129,6 +131,15 @@ func AppendString(dst []byte, s string) []byte {
 }
 
 const hexDigits = "0123456789abcdef"
+
+// plain holds the bytes AppendString copies as they are without a closer
+// look: printable ASCII other than '"' and '\\'.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // wtf8Surrogate decodes the 3-byte WTF-8 encoding of a surrogate code
 // point (U+D800–U+DFFF) at s[i], which utf8 treats as invalid.
