@@ -11,6 +11,18 @@ func benchInput(b *testing.B) []byte {
 	return readFile(b, filepath.Join(vectorsDir(b), "response", "commits-incremental.bin"))
 }
 
+// benchMessage is benchInput decoded, for the benchmarks that start from
+// a Message.
+func benchMessage(b *testing.B) (in []byte, m *Message) {
+	b.Helper()
+	in = benchInput(b)
+	m, err := Decode(in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return in, m
+}
+
 func BenchmarkDecodeCommitsIncremental(b *testing.B) {
 	in := benchInput(b)
 	b.SetBytes(int64(len(in)))
@@ -23,11 +35,7 @@ func BenchmarkDecodeCommitsIncremental(b *testing.B) {
 }
 
 func BenchmarkEncodeCommitsIncremental(b *testing.B) {
-	in := benchInput(b)
-	m, err := Decode(in)
-	if err != nil {
-		b.Fatal(err)
-	}
+	in, m := benchMessage(b)
 	b.SetBytes(int64(len(in)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -40,11 +48,7 @@ func BenchmarkEncodeCommitsIncremental(b *testing.B) {
 // BenchmarkEncoderCommitsIncremental is the streaming path the engine
 // uses: one reused Encoder writing frame by frame into a reused sink.
 func BenchmarkEncoderCommitsIncremental(b *testing.B) {
-	in := benchInput(b)
-	m, err := Decode(in)
-	if err != nil {
-		b.Fatal(err)
-	}
+	in, m := benchMessage(b)
 	b.SetBytes(int64(len(in)))
 	b.ReportAllocs()
 	var buf bytes.Buffer
@@ -75,11 +79,7 @@ func BenchmarkReaderCommitsIncremental(b *testing.B) {
 }
 
 func BenchmarkRenderCommitsIncremental(b *testing.B) {
-	in := benchInput(b)
-	m, err := Decode(in)
-	if err != nil {
-		b.Fatal(err)
-	}
+	in, m := benchMessage(b)
 	b.SetBytes(int64(len(in)))
 	b.ReportAllocs()
 	for b.Loop() {

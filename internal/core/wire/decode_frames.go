@@ -104,23 +104,9 @@ func (r *rd) pushCommit() *PushCommit {
 	if r.err == nil && c.ClientCommitID == "" {
 		r.fail("clientCommitId must be non-empty")
 	}
-	if r.err != nil {
-		return nil
-	}
-	n := int(r.u32("operations"))
-	if r.err == nil && n == 0 {
+	c.Operations = readList(r, "operations", 4+4+1+1+1, r.operation)
+	if r.err == nil && len(c.Operations) == 0 {
 		r.err = syncerr.New(syncerr.EmptyCommit, "PUSH_COMMIT %q carries no operations", c.ClientCommitID)
-	}
-	if !r.fits("operations", n, 4+4+1+1+1) {
-		return nil
-	}
-	c.Operations = make([]Operation, n)
-	for i := range c.Operations {
-		r.operation(&c.Operations[i])
-		if r.err != nil {
-			r.at("operations", i)
-			return nil
-		}
 	}
 	return c
 }
@@ -203,35 +189,28 @@ func (r *rd) pushResult() *PushResult {
 	if r.err == nil && p.CommitSeq.Present != (p.Status != PushRejected) {
 		r.fail("commitSeq must be present iff status is applied or cached (status %s, commitSeq present %t)", p.Status, p.CommitSeq.Present)
 	}
-	n := r.count("results", 5)
-	if r.err != nil {
-		return nil
-	}
-	p.Results = make([]OpResult, n)
-	for i := range p.Results {
-		res := &p.Results[i]
-		res.OpIndex = r.i32("opIndex")
-		res.Status = OpResultStatus(r.u8("status"))
-		switch res.Status {
-		case OpApplied:
-		case OpConflict:
-			res.Code = r.str("code")
-			res.Message = r.str("message")
-			res.ServerVersion = r.i64("serverVersion")
-			res.ServerRow = r.bytes("serverRow")
-		case OpError:
-			res.Code = r.str("code")
-			res.Message = r.str("message")
-			res.Retryable = r.boolean("retryable")
-		default:
-			r.fail("status byte %d is not applied(1), conflict(2) or error(3)", res.Status)
-		}
-		if r.err != nil {
-			r.at("results", i)
-			return nil
-		}
-	}
+	p.Results = readList(r, "results", 5, r.opResult)
 	return p
+}
+
+// opResult: one §6.3 result; which fields follow depends on its status.
+func (r *rd) opResult(res *OpResult) {
+	res.OpIndex = r.i32("opIndex")
+	res.Status = OpResultStatus(r.u8("status"))
+	switch res.Status {
+	case OpApplied:
+	case OpConflict:
+		res.Code = r.str("code")
+		res.Message = r.str("message")
+		res.ServerVersion = r.i64("serverVersion")
+		res.ServerRow = r.bytes("serverRow")
+	case OpError:
+		res.Code = r.str("code")
+		res.Message = r.str("message")
+		res.Retryable = r.boolean("retryable")
+	default:
+		r.fail("status byte %d is not applied(1), conflict(2) or error(3)", res.Status)
+	}
 }
 
 // pushResultDetails: §6.3.1. Entries non-empty, opIndex unique and
@@ -240,25 +219,13 @@ func (r *rd) pushResult() *PushResult {
 func (r *rd) pushResultDetails() *PushResultDetails {
 	d := &PushResultDetails{}
 	d.ClientCommitID = r.str("clientCommitId")
-	n := r.count("entries", 8)
-	if r.err != nil {
-		return nil
-	}
-	if n == 0 {
-		r.fail("entries must be non-empty")
-		return nil
-	}
-	d.Entries = make([]DetailEntry, n)
-	for i := range d.Entries {
-		e := &d.Entries[i]
+	d.Entries = readList(r, "entries", 8, func(e *DetailEntry) {
 		e.OpIndex = r.i32("opIndex")
 		e.DetailsJSON = r.str("detailsJson")
-		if r.err != nil {
-			r.at("entries", i)
-			return nil
-		}
+	})
+	if r.err == nil {
+		r.err = checkDetailEntries(d.Entries)
 	}
-	r.err = checkDetailEntries(d.Entries)
 	return d
 }
 
@@ -331,42 +298,28 @@ func (r *rd) commit() *Commit {
 	c.CommitSeq = r.i64("commitSeq")
 	c.CreatedAtMs = r.i64("createdAtMs")
 	c.ActorID = r.str("actorId")
-	nt := r.count("tables", 4)
-	if r.err != nil {
-		return nil
-	}
-	c.Tables = make([]string, nt)
-	for i := range c.Tables {
-		c.Tables[i] = r.str("tables")
-	}
-	nc := r.count("changes", 2+4+1+1+4+1)
-	if r.err != nil {
-		return nil
-	}
-	c.Changes = make([]Change, nc)
-	for i := range c.Changes {
-		ch := &c.Changes[i]
-		ch.TableIndex = r.u16("tableIndex")
-		if r.err == nil && int(ch.TableIndex) >= nt {
-			r.fail("tableIndex %d out of range (%d tables)", ch.TableIndex, nt)
-		}
-		ch.RowID = r.str("rowId")
-		ch.Op = r.op()
-		ch.RowVersion = r.optI64("rowVersion")
-		ch.Scopes = r.storedScopes("scopes")
-		ch.Row = r.optBytes("row")
-		if r.err == nil {
-			up := ch.Op == OpUpsert
-			if ch.RowVersion.Present != up || ch.Row.Present != up {
-				r.fail("rowVersion and row must each be present iff op is upsert (op %s, rowVersion present %t, row present %t)", ch.Op, ch.RowVersion.Present, ch.Row.Present)
-			}
-		}
-		if r.err != nil {
-			r.at("changes", i)
-			return nil
-		}
-	}
+	c.Tables = readList(r, "tables", 4, func(t *string) { *t = r.str("tables") })
+	c.Changes = readList(r, "changes", 2+4+1+1+4+1, func(ch *Change) { r.change(ch, len(c.Tables)) })
 	return c
+}
+
+// change: one §4.5 change of a COMMIT with the given number of tables.
+func (r *rd) change(ch *Change, tables int) {
+	ch.TableIndex = r.u16("tableIndex")
+	if r.err == nil && int(ch.TableIndex) >= tables {
+		r.fail("tableIndex %d out of range (%d tables)", ch.TableIndex, tables)
+	}
+	ch.RowID = r.str("rowId")
+	ch.Op = r.op()
+	ch.RowVersion = r.optI64("rowVersion")
+	ch.Scopes = r.storedScopes("scopes")
+	ch.Row = r.optBytes("row")
+	if r.err == nil {
+		up := ch.Op == OpUpsert
+		if ch.RowVersion.Present != up || ch.Row.Present != up {
+			r.fail("rowVersion and row must each be present iff op is upsert (op %s, rowVersion present %t, row present %t)", ch.Op, ch.RowVersion.Present, ch.Row.Present)
+		}
+	}
 }
 
 // segmentRef: §5.4; urlExpiresAtMs present iff url is.

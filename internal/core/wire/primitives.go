@@ -159,6 +159,26 @@ func (r *rd) count(what string, minElem int) int {
 	return n
 }
 
+// readList reads a u32-counted list whose elements take at least minElem
+// bytes each (see count), reading each element with elem. An error inside
+// an element is prefixed with the list name and index, and the list is
+// then nil.
+func readList[T any](r *rd, what string, minElem int, elem func(*T)) []T {
+	n := r.count(what, minElem)
+	if r.err != nil {
+		return nil
+	}
+	out := make([]T, n)
+	for i := range out {
+		elem(&out[i])
+		if r.err != nil {
+			r.at(what, i)
+			return nil
+		}
+	}
+	return out
+}
+
 // fits checks that n elements of at least minElem bytes each can fit in
 // the rest of the frame.
 func (r *rd) fits(what string, n, minElem int) bool {

@@ -37,9 +37,7 @@ func Render(m *Message) ([]byte, error) {
 		if err := chk.frame(f); err != nil {
 			return nil, withFrame(i, err)
 		}
-		if i > 0 {
-			w.b = append(w.b, ',')
-		}
+		w.sep(i)
 		w.frame(m.WireVersion, f)
 	}
 	w.raw(`]}`)
@@ -67,6 +65,25 @@ func (w *jw) open(frameType string) {
 
 func (w *jw) begin() { w.b = append(w.b, '{'); w.first = true }
 func (w *jw) end()   { w.b = append(w.b, '}'); w.first = false }
+
+// sep writes the comma before every element but the first.
+func (w *jw) sep(i int) {
+	if i > 0 {
+		w.b = append(w.b, ',')
+	}
+}
+
+// list writes member k as a JSON array of n elements; elem(i) writes the
+// i-th.
+func (w *jw) list(k string, n int, elem func(i int)) {
+	w.key(k)
+	w.b = append(w.b, '[')
+	for i := range n {
+		w.sep(i)
+		elem(i)
+	}
+	w.b = append(w.b, ']')
+}
 
 func (w *jw) key(k string) {
 	if !w.first {
@@ -129,15 +146,11 @@ func (w *jw) scopeMap(k string, m ScopeMap) {
 	w.key(k)
 	w.begin()
 	for i, e := range m {
-		if i > 0 {
-			w.b = append(w.b, ',')
-		}
+		w.sep(i)
 		w.str(e.Key)
 		w.b = append(w.b, ':', '[')
 		for j, v := range e.Values {
-			if j > 0 {
-				w.b = append(w.b, ',')
-			}
+			w.sep(j)
 			w.str(v)
 		}
 		w.b = append(w.b, ']')
@@ -149,9 +162,7 @@ func (w *jw) storedScopes(k string, m StoredScopes) {
 	w.key(k)
 	w.begin()
 	for i, e := range m {
-		if i > 0 {
-			w.b = append(w.b, ',')
-		}
+		w.sep(i)
 		w.str(e.Key)
 		w.b = append(w.b, ':')
 		w.str(e.Value)
@@ -171,13 +182,8 @@ func (w *jw) frame(version uint16, f Frame) {
 	case *PushCommit:
 		w.open("PUSH_COMMIT")
 		w.fStr("clientCommitId", v.ClientCommitID)
-		w.key("operations")
-		w.b = append(w.b, '[')
-		for i := range v.Operations {
+		w.list("operations", len(v.Operations), func(i int) {
 			o := &v.Operations[i]
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
 			w.begin()
 			w.fStr("table", o.Table)
 			w.fStr("rowId", o.RowID)
@@ -187,8 +193,7 @@ func (w *jw) frame(version uint16, f Frame) {
 				w.fB64("payload", o.Payload.Value)
 			}
 			w.end()
-		}
-		w.b = append(w.b, ']')
+		})
 	case *PullHeader:
 		w.open("PULL_HEADER")
 		w.fInt("limitCommits", int64(v.LimitCommits))
@@ -220,13 +225,8 @@ func (w *jw) frame(version uint16, f Frame) {
 		w.fStr("clientCommitId", v.ClientCommitID)
 		w.fStr("status", v.Status.String())
 		w.optInt("commitSeq", v.CommitSeq)
-		w.key("results")
-		w.b = append(w.b, '[')
-		for i := range v.Results {
+		w.list("results", len(v.Results), func(i int) {
 			r := &v.Results[i]
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
 			w.begin()
 			w.fInt("opIndex", int64(r.OpIndex))
 			w.fStr("status", r.Status.String())
@@ -242,27 +242,20 @@ func (w *jw) frame(version uint16, f Frame) {
 				w.fBool("retryable", r.Retryable)
 			}
 			w.end()
-		}
-		w.b = append(w.b, ']')
+		})
 	case *PushResultDetails:
 		// Rendered like the reference tooling: each entry's details as the
 		// normalized object under "details".
 		w.open("PUSH_RESULT_DETAILS")
 		w.fStr("clientCommitId", v.ClientCommitID)
-		w.key("entries")
-		w.b = append(w.b, '[')
-		for i := range v.Entries {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
+		w.list("entries", len(v.Entries), func(i int) {
 			w.begin()
 			w.fInt("opIndex", int64(v.Entries[i].OpIndex))
 			w.key("details")
 			norm, _ := NormalizeDetailsJSON(v.Entries[i].DetailsJSON) // checked by Render
 			w.raw(norm)
 			w.end()
-		}
-		w.b = append(w.b, ']')
+		})
 	case *SubStart:
 		w.open("SUB_START")
 		w.fStr("id", v.ID)
@@ -275,22 +268,9 @@ func (w *jw) frame(version uint16, f Frame) {
 		w.fInt("commitSeq", v.CommitSeq)
 		w.fInt("createdAtMs", v.CreatedAtMs)
 		w.fStr("actorId", v.ActorID)
-		w.key("tables")
-		w.b = append(w.b, '[')
-		for i, t := range v.Tables {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.str(t)
-		}
-		w.b = append(w.b, ']')
-		w.key("changes")
-		w.b = append(w.b, '[')
-		for i := range v.Changes {
+		w.list("tables", len(v.Tables), func(i int) { w.str(v.Tables[i]) })
+		w.list("changes", len(v.Changes), func(i int) {
 			c := &v.Changes[i]
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
 			w.begin()
 			w.fInt("tableIndex", int64(c.TableIndex))
 			w.fStr("rowId", c.RowID)
@@ -301,8 +281,7 @@ func (w *jw) frame(version uint16, f Frame) {
 				w.fB64("row", c.Row.Value)
 			}
 			w.end()
-		}
-		w.b = append(w.b, ']')
+		})
 	case *SegmentRef:
 		w.open("SEGMENT_REF")
 		w.fStr("segmentId", v.SegmentID)
