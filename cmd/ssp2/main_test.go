@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/skyfold/syncular-lambda/internal/vectors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,44 +11,11 @@ import (
 	"testing"
 )
 
-// vectorsDir finds the golden vectors: SSP2_VECTORS when set (a missing
-// folder is a failure, never a skip), else ../../../shared/ssp2-vectors.
-func vectorsDir(t *testing.T) string {
-	t.Helper()
-	if dir := os.Getenv("SSP2_VECTORS"); dir != "" {
-		if _, err := os.Stat(filepath.Join(dir, "request", "manifest.json")); err != nil {
-			t.Fatalf("SSP2_VECTORS=%s is set but unusable: %v", dir, err)
-		}
-		return dir
-	}
-	dir := filepath.Join("..", "..", "..", "shared", "ssp2-vectors")
-	if _, err := os.Stat(dir); err != nil {
-		t.Skip("SSP2_VECTORS not set and ../shared/ssp2-vectors absent")
-	}
-	return dir
-}
-
-type manifest struct {
-	Cases []struct {
-		Name, Bin, JSON string
-	} `json:"cases"`
-	Invalid []struct {
-		Name, Bin, Error string
-	} `json:"invalid"`
-}
-
 func TestRenderAndRoundtripEveryVector(t *testing.T) {
-	dir := vectorsDir(t)
+	dir := vectors.Dir(t)
 	passed := 0
 	for _, kind := range []string{"request", "response", "segment"} {
-		raw, err := os.ReadFile(filepath.Join(dir, kind, "manifest.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m manifest
-		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatal(err)
-		}
+		m := vectors.Load(t, dir, kind)
 		for _, c := range m.Cases {
 			file := filepath.Join(dir, kind, c.Bin)
 			var out, errOut bytes.Buffer

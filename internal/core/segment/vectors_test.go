@@ -11,52 +11,19 @@ import (
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/vectors"
 )
 
-// vectorsDir locates the golden vectors. SSP2_VECTORS set but unusable is
-// a failure, never a skip: CI must not pass silently without vectors.
-func vectorsDir(t testing.TB) string {
-	t.Helper()
-	if dir := os.Getenv("SSP2_VECTORS"); dir != "" {
-		if _, err := os.Stat(filepath.Join(dir, "segment", "manifest.json")); err != nil {
-			t.Fatalf("SSP2_VECTORS=%s: %v", dir, err)
-		}
-		return dir
-	}
-	dir := filepath.Join("..", "..", "..", "..", "shared", "ssp2-vectors")
-	if _, err := os.Stat(filepath.Join(dir, "segment", "manifest.json")); err != nil {
-		t.Skip("golden vectors not found; set SSP2_VECTORS")
-	}
-	return dir
-}
-
-type manifest struct {
-	Cases []struct {
-		Name string `json:"name"`
-		Bin  string `json:"bin"`
-		JSON string `json:"json"`
-	} `json:"cases"`
-	Invalid []struct {
-		Name  string `json:"name"`
-		Bin   string `json:"bin"`
-		Error string `json:"error"`
-	} `json:"invalid"`
-}
+type manifest = vectors.Manifest
 
 func loadManifest(t testing.TB) (string, manifest) {
-	dir := filepath.Join(vectorsDir(t), "segment")
-	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	dir := vectors.Dir(t)
+	m := vectors.Load(t, dir, "segment")
+	if len(m.Invalid) == 0 {
+		t.Fatal("segment manifest lists no invalid cases")
 	}
-	var m manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatal(err)
-	}
-	if len(m.Cases) == 0 || len(m.Invalid) == 0 {
-		t.Fatal("segment manifest lists no cases")
-	}
-	return dir, m
+	return filepath.Join(dir, "segment"), m
 }
 
 func parseJSON(t *testing.T, b []byte) any {
@@ -189,7 +156,7 @@ func TestVectors(t *testing.T) {
 // bootstrap-segments response vector and checks that its content address
 // is the segmentId of the rows SEGMENT_REF in the same message.
 func TestInlineSegmentVector(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(vectorsDir(t), "response", "bootstrap-segments.json"))
+	raw, err := os.ReadFile(filepath.Join(vectors.Dir(t), "response", "bootstrap-segments.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

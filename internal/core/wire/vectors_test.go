@@ -11,56 +11,16 @@ import (
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/vectors"
 )
 
-type vectorManifest struct {
-	Kind  string `json:"kind"`
-	Cases []struct {
-		Name string `json:"name"`
-		Bin  string `json:"bin"`
-		JSON string `json:"json"`
-	} `json:"cases"`
-	Invalid []struct {
-		Name  string `json:"name"`
-		Bin   string `json:"bin"`
-		Error string `json:"error"`
-	} `json:"invalid"`
-}
+type vectorManifest = vectors.Manifest
 
-// vectorsDir locates the golden vectors: $SSP2_VECTORS when set (a
-// missing folder is then a failure, never a skip), else the shared folder
-// beside the repository, else the test is skipped.
-func vectorsDir(tb testing.TB) string {
-	tb.Helper()
-	if dir := os.Getenv("SSP2_VECTORS"); dir != "" {
-		for _, kind := range []string{"request", "response"} {
-			if _, err := os.Stat(filepath.Join(dir, kind, "manifest.json")); err != nil {
-				tb.Fatalf("SSP2_VECTORS=%s: %v", dir, err)
-			}
-		}
-		return dir
-	}
-	dir := filepath.Join("..", "..", "..", "..", "shared", "ssp2-vectors")
-	if _, err := os.Stat(filepath.Join(dir, "request", "manifest.json")); err != nil {
-		tb.Skipf("golden vectors not found (set SSP2_VECTORS): %v", err)
-	}
-	return dir
-}
+func vectorsDir(tb testing.TB) string { tb.Helper(); return vectors.Dir(tb) }
 
 func loadManifest(tb testing.TB, dir, kind string) vectorManifest {
 	tb.Helper()
-	raw, err := os.ReadFile(filepath.Join(dir, kind, "manifest.json"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var m vectorManifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		tb.Fatalf("%s manifest: %v", kind, err)
-	}
-	if len(m.Cases) == 0 {
-		tb.Fatalf("%s manifest lists no cases", kind)
-	}
-	return m
+	return vectors.Load(tb, dir, kind)
 }
 
 func readFile(tb testing.TB, path string) []byte {
