@@ -140,7 +140,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 		fits := pub.RowCount == int64(ps.lim.snapshotRows) ||
 			(!pub.NextRowCursor.Present && pub.RowCount <= int64(ps.lim.snapshotRows))
 		if ok && fits && (!canInline || pub.RowCount > 0) {
-			if err := ps.sendRef(ctx, id, pub, digest); err != nil {
+			if err := ps.sendRef(ctx, id, pub, digest, -1); err != nil {
 				return next, false, false, err
 			}
 			return pub.NextRowCursor, !pub.NextRowCursor.Present, false, nil
@@ -170,7 +170,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 	if err := e.segs.Put(ctx, id, body, pub, rs.now); err != nil {
 		return next, false, false, storeErr(err, "store segment")
 	}
-	if err := ps.sendRef(ctx, id, pub, digest); err != nil {
+	if err := ps.sendRef(ctx, id, pub, digest, int64(len(body))); err != nil {
 		return next, false, false, err
 	}
 	return next, !more, false, nil
@@ -178,13 +178,17 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 
 // sendRef writes a SEGMENT_REF for a publication, with a signed URL when
 // the client advertised bit 3 and the host mints them (§5.4).
-func (ps *pullState) sendRef(ctx context.Context, id string, pub store.Publication, digest string) error {
-	seg, err := ps.e.segs.Lookup(ctx, id)
-	if err != nil {
-		return storeErr(err, "look up segment")
+// byteLength < 0 means unknown (a reused publication): it is looked up.
+func (ps *pullState) sendRef(ctx context.Context, id string, pub store.Publication, digest string, byteLength int64) error {
+	if byteLength < 0 {
+		seg, err := ps.e.segs.Lookup(ctx, id)
+		if err != nil {
+			return storeErr(err, "look up segment")
+		}
+		byteLength = seg.ByteLength
 	}
 	ref := &wire.SegmentRef{
-		SegmentID: id, MediaType: wire.MediaRows, Table: pub.Table, ByteLength: seg.ByteLength,
+		SegmentID: id, MediaType: wire.MediaRows, Table: pub.Table, ByteLength: byteLength,
 		RowCount: pub.RowCount, AsOfCommitSeq: pub.AsOfCommitSeq, ScopeDigest: digest,
 		RowCursor: pub.RowCursor, NextRowCursor: pub.NextRowCursor,
 	}
