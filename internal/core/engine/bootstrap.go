@@ -146,7 +146,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 			return pub.NextRowCursor, !pub.NextRowCursor.Present, false, nil
 		}
 	}
-	body, rows, last, more, err := ps.buildPage(ctx, p, asOf, cursor)
+	body, rows, last, more, err := ps.buildPage(ctx, p, cursor)
 	if err != nil {
 		return next, false, false, err
 	}
@@ -213,7 +213,7 @@ func (ps *pullState) sendRef(ctx context.Context, id string, pub store.Publicati
 // at most snapshotRows rows and about SegmentMaxBytes bytes. Rows are
 // stored row-codec encoded, so for a same-version client the segment is
 // a byte copy of stored payloads.
-func (ps *pullState) buildPage(ctx context.Context, p *subPlan, asOf int64, cursor wire.Opt[string]) (body []byte, rows int, last string, more bool, err error) {
+func (ps *pullState) buildPage(ctx context.Context, p *subPlan, cursor wire.Opt[string]) (body []byte, rows int, last string, more bool, err error) {
 	e := ps.e
 	rs := ps.rs
 	st, _ := e.schema.Versions[e.schema.Latest].Table(p.table.Name)
@@ -232,7 +232,7 @@ func (ps *pullState) buildPage(ctx context.Context, p *subPlan, asOf int64, curs
 			more = true
 			return false
 		}
-		payload, terr := e.transcode(nil, st, p.table, r.Payload)
+		payload, terr := e.transcode(st, p.table, r.Payload)
 		if terr != nil {
 			scanErr = terr
 			return false
@@ -253,6 +253,5 @@ func (ps *pullState) buildPage(ctx context.Context, p *subPlan, asOf int64, curs
 	if _, err := enc.Close(); err != nil {
 		return nil, 0, "", false, fmt.Errorf("finish segment: %w", err)
 	}
-	_ = asOf
 	return buf.Bytes(), rows, last, more, nil
 }

@@ -8,19 +8,25 @@ import (
 
 // Rows are stored encoded for the latest schema version (the storage
 // version). A client on an older served version gets rows transcoded by
-// column name: columns it lacks are dropped, columns the storage version
-// lacks are NULL. Same-version requests are byte copies.
+// column name: columns it lacks are dropped. Its writes keep the stored
+// values of the columns it does not know (NULL on insert), so an older
+// client never erases data a newer one wrote. Same-version requests are
+// byte copies.
 
-// toStorage encodes request-version values st-version bytes.
-func (e *Engine) toStorage(st, t *schema.Table, vals []rowcodec.Value) ([]byte, error) {
+// toStorage encodes request-version values as storage-version bytes;
+// stored holds the row's current storage-version values (nil on insert).
+func (e *Engine) toStorage(st, t *schema.Table, vals, stored []rowcodec.Value) ([]byte, error) {
 	if st == t {
 		return t.Codec.Append(nil, vals)
 	}
 	out := make([]rowcodec.Value, len(st.Columns))
 	for i, c := range st.Columns {
-		if j := t.ColumnIndex(c.Name); j >= 0 {
+		switch j := t.ColumnIndex(c.Name); {
+		case j >= 0:
 			out[i] = vals[j]
-		} else {
+		case stored != nil:
+			out[i] = stored[i]
+		default:
 			out[i] = rowcodec.Value{Null: true}
 		}
 	}
@@ -28,8 +34,7 @@ func (e *Engine) toStorage(st, t *schema.Table, vals []rowcodec.Value) ([]byte, 
 }
 
 // transcode re-encodes storage-version bytes for the request version t.
-func (e *Engine) transcode(storageV *schema.Version, st, t *schema.Table, payload []byte) ([]byte, error) {
-	_ = storageV
+func (e *Engine) transcode(st, t *schema.Table, payload []byte) ([]byte, error) {
 	if st == t {
 		return payload, nil
 	}
