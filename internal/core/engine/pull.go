@@ -205,6 +205,9 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 			next = c.Seq // nothing for this subscription: the cursor still advances
 			return true
 		}
+		if werr = ps.forClientVersion(frame, p.table); werr != nil {
+			return false
+		}
 		n := len(frame.Changes)
 		if delivered > 0 && delivered+n > ps.lim.commits {
 			exhausted = false
@@ -233,6 +236,28 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 		next = ps.maxSeq
 	}
 	return next, true, ps.write(&wire.SubEnd{NextCursor: next})
+}
+
+// forClientVersion re-encodes a frame's rows (stored for the latest
+// schema version) for the request's version (§2.4: rows always travel in
+// the client's own codec). Same-version frames are untouched.
+func (ps *pullState) forClientVersion(f *wire.Commit, t *schema.Table) error {
+	st, _ := ps.e.schema.Versions[ps.e.schema.Latest].Table(t.Name)
+	if st == t {
+		return nil
+	}
+	for i := range f.Changes {
+		ch := &f.Changes[i]
+		if !ch.Row.Present {
+			continue
+		}
+		row, err := ps.e.transcode(st, t, ch.Row.Value)
+		if err != nil {
+			return err
+		}
+		ch.Row.Value = row
+	}
+	return nil
 }
 
 // commitFrame filters a commit to one subscription's table and effective

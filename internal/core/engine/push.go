@@ -241,7 +241,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 				return fail(i, syncerr.Forbidden, "write denied by scope authorization (§3.4)")
 			}
 			if op.BaseVersion.Present && op.BaseVersion.Value != stored.Version {
-				row, err := e.transcode(storageV, st, t, stored.Payload)
+				row, err := e.transcode(st, t, stored.Payload)
 				if err != nil {
 					return nil, err
 				}
@@ -259,7 +259,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 					vals[p.ColumnIndex] = storedVals[j]
 				}
 			}
-			payload, err := e.toStorage(st, t, vals)
+			payload, err := e.toStorage(st, t, vals, storedVals)
 			if err != nil {
 				return fail(i, syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
 			}
@@ -281,7 +281,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		if op.BaseVersion.Present && op.BaseVersion.Value != 0 {
 			return fail(i, syncerr.RowMissing, "baseVersion names a row that does not exist (§6.2)")
 		}
-		payload, err := e.toStorage(st, t, vals)
+		payload, err := e.toStorage(st, t, vals, nil)
 		if err != nil {
 			return fail(i, syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
 		}

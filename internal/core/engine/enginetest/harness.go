@@ -102,10 +102,13 @@ type Harness struct {
 
 // Options tweak a harness.
 type Options struct {
-	Schema     string
-	Limits     engine.Limits
-	SignedURLs engine.SignedURLMode
-	Presigner  store.Presigner
+	Schema string
+	// OlderSchemas are further schema documents (other versions) served
+	// beside Schema (schema.Merge).
+	OlderSchemas []string
+	Limits       engine.Limits
+	SignedURLs   engine.SignedURLMode
+	Presigner    store.Presigner
 }
 
 // New builds a harness over st and segs.
@@ -117,6 +120,15 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 	sc, err := schema.Parse([]byte(o.Schema))
 	if err != nil {
 		t.Fatalf("schema: %v", err)
+	}
+	for _, doc := range o.OlderSchemas {
+		older, err := schema.Parse([]byte(doc))
+		if err != nil {
+			t.Fatalf("older schema: %v", err)
+		}
+		if sc, err = schema.Merge(sc, older); err != nil {
+			t.Fatalf("merge schemas: %v", err)
+		}
 	}
 	h := &Harness{T: t, Schema: sc, Store: st, Segments: segs, Clock: &Clock{ms: 1_780_000_000_000}, Grants: &Grants{}}
 	h.Engine, err = engine.New(engine.Config{
