@@ -55,11 +55,23 @@ type Head struct {
 	LastSeenAtMs int64
 }
 
-// Row is the current stored state of one synced row.
+// Row is the current stored state of one synced row, or its delete
+// tombstone (§2.2 of the wire-3 spec).
 type Row struct {
 	RowID string
+	// Deleted marks a tombstone: the row was deleted by commit CommitSeq.
+	// Only GetRows returns tombstones (ScanRows never does); a tombstone
+	// has no Payload, Scopes or ColumnVersions. Writing an upsert replaces
+	// it; Prune removes tombstones with CommitSeq at or below the horizon.
+	Deleted bool
 	// Version is server_version (§2.2): 1 on insert, +1 per applied upsert.
 	Version int64
+	// ColumnVersions holds, per column of the storage schema version in
+	// column order, the server_version that last wrote that column (§2.2
+	// of the wire-3 spec). Server-internal: never on the wire. Nil for a
+	// row stored before column versions existed, which reads as every
+	// column at Version.
+	ColumnVersions []int64
 	// Scopes are the stored scopes (§3.1), canonical key order.
 	Scopes wire.StoredScopes
 	// Payload is the row-codec encoding (§2.4) for the storage schema version.
@@ -98,6 +110,7 @@ type Outcome struct {
 }
 
 // RowWrite is the materialization of one change into the row table.
+// A Delete replaces the row with a tombstone at the commit's seq.
 type RowWrite struct {
 	Table  string
 	Delete bool

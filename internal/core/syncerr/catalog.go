@@ -53,6 +53,15 @@ const (
 	BlobForbidden               Code = "blob.forbidden"
 	BlobHashMismatch            Code = "blob.hash_mismatch"
 	BlobTooLarge                Code = "blob.too_large"
+
+	// Added by wire version 3 (§10.2 of the 0.21+ spec). A version-2
+	// client never receives them: the engine maps each to the nearest
+	// version-2 code at the edge (see ForWire).
+	RowDeleted         Code = "sync.row_deleted"
+	ReferenceViolation Code = "sync.reference_violation"
+	SchemaNotReady     Code = "sync.schema_not_ready"
+	InternalError      Code = "sync.internal_error"
+	StorageStaleRead   Code = "sync.storage_stale_read"
 )
 
 // Entry is the fixed metadata of one catalog code (§10.1): clients may
@@ -102,6 +111,11 @@ var catalog = map[Code]Entry{
 	BlobForbidden:               {"forbidden", false, "checkPermissions", 403},
 	BlobHashMismatch:            {"invalid-request", false, "fixRequest", 400},
 	BlobTooLarge:                {"invalid-request", false, "fixRequest", 413},
+	RowDeleted:                  {"not-found", false, "fixRequest", 404},
+	ReferenceViolation:          {"invalid-request", false, "fixRequest", 400},
+	SchemaNotReady:              {"internal", true, "retryLater", 503},
+	InternalError:               {"internal", true, "retryLater", 500},
+	StorageStaleRead:            {"internal", false, "inspectServer", 500},
 }
 
 // Lookup returns the catalog entry of code; ok is false for codes outside
@@ -227,4 +241,31 @@ func Internal(cause error) *Error {
 	e := New(OperationExecutionFailed, "internal server error")
 	e.cause = cause
 	return e
+}
+
+// ForWire returns the code a client of wire version v may receive in place
+// of code. Wire version 3 added codes that version-2 clients (0.15.48
+// catalog) do not know; each maps to the version-2 code whose category,
+// retryability and action a stock version-2 client handles the same way.
+// sync.client_wire_unsupported left the catalog with version 3.
+func ForWire(code Code, v uint16) Code {
+	if v >= 3 {
+		if code == ClientWireUnsupported {
+			return ClientSchemaUnsupported
+		}
+		return code
+	}
+	switch code {
+	case RowDeleted:
+		return RowMissing
+	case ReferenceViolation:
+		return ConstraintViolation
+	case SchemaNotReady, InternalError:
+		// Both are retryable; the nearest retryable request-level code a
+		// version-2 client backs off on.
+		return RateLimited
+	case StorageStaleRead:
+		return OperationExecutionFailed
+	}
+	return code
 }

@@ -16,8 +16,10 @@ var (
 )
 
 func TestCatalogEntriesAreWellFormed(t *testing.T) {
-	if len(Codes()) != 36 {
-		t.Fatalf("§10.2 lists 36 wire codes, catalog has %d", len(Codes()))
+	// 36 codes of the version-1/2 catalog plus the five wire version 3
+	// added (sync.client_wire_unsupported stays for version-2 clients).
+	if len(Codes()) != 41 {
+		t.Fatalf("§10.2 lists 36 + 5 wire codes, catalog has %d", len(Codes()))
 	}
 	for _, c := range Codes() {
 		e, _ := Lookup(c)
@@ -88,5 +90,27 @@ func TestWrapAsStatusAndInternal(t *testing.T) {
 	}
 	if Internal(wrapped) != e {
 		t.Fatal("Internal keeps an existing catalog error")
+	}
+}
+
+func TestForWireKeepsRetryability(t *testing.T) {
+	v3only := []Code{RowDeleted, ReferenceViolation, SchemaNotReady, InternalError, StorageStaleRead}
+	for _, c := range v3only {
+		got := ForWire(c, 2)
+		if got == c {
+			t.Errorf("ForWire(%s, 2) leaks a version-3 code to a version-2 client", c)
+		}
+		if catalog[got].Retryable != catalog[c].Retryable {
+			t.Errorf("ForWire(%s, 2) = %s changes retryability", c, got)
+		}
+		if ForWire(c, 3) != c {
+			t.Errorf("ForWire(%s, 3) = %s, want unchanged", c, ForWire(c, 3))
+		}
+	}
+	if ForWire(ClientWireUnsupported, 3) == ClientWireUnsupported {
+		t.Error("sync.client_wire_unsupported is not in the version-3 catalog")
+	}
+	if ForWire(VersionConflict, 2) != VersionConflict {
+		t.Error("shared codes must pass through unchanged")
 	}
 }

@@ -14,6 +14,9 @@ var Magic = [4]byte{'S', 'S', 'P', '2'}
 const (
 	Version1 uint16 = 1
 	Version2 uint16 = 2
+	// Version3 is the wire version of every stock client since 0.21: sparse
+	// push payloads (§2.4) and conflictColumns in conflict records (§6.3).
+	Version3 uint16 = 3
 )
 
 // MsgKind is the envelope message kind byte.
@@ -202,7 +205,11 @@ type OpResult struct {
 	Message       string
 	ServerVersion int64
 	ServerRow     []byte
-	Retryable     bool
+	// ConflictColumns (wire version 3 only, conflict records) is a
+	// presence bitmap over the table's columns marking the columns that
+	// conflicted (§6.3); empty under versions 1 and 2.
+	ConflictColumns []byte
+	Retryable       bool
 }
 
 // PushResultDetails is the PUSH_RESULT_DETAILS payload (§6.3.1).
