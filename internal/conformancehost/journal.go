@@ -189,6 +189,11 @@ func (j *journalStore) CommitTimes(ctx context.Context, partition string, afterS
 	return j.cur().CommitTimes(ctx, partition, afterSeq, fn)
 }
 
+// ListChildren implements store.Store.
+func (j *journalStore) ListChildren(ctx context.Context, partition, childTable, column, parentID string, limit int) ([]string, error) {
+	return j.cur().ListChildren(ctx, partition, childTable, column, parentID, limit)
+}
+
 func cloneScopes(s wire.StoredScopes) wire.StoredScopes { return slices.Clone(s) }
 
 // cloneCommitRequest deep-copies req so a journal entry never aliases
@@ -207,6 +212,7 @@ func cloneCommitRequest(req *store.CommitRequest) *store.CommitRequest {
 		rw.Row.Payload = bytes.Clone(rw.Row.Payload)
 		c.Rows[i] = rw
 	}
+	c.RefWrites = slices.Clone(req.RefWrites)
 	c.Outcome.Result = bytes.Clone(req.Outcome.Result)
 	return &c
 }

@@ -176,6 +176,19 @@ func rowsFromChanges(seq int64, changes []store.Change) []store.RowWrite {
 // encodeLogBody encodes the commit's changes and, when rows is non-nil,
 // explicit row writes.
 func encodeLogBody(changes []store.Change, rows []store.RowWrite) []byte {
+	return encodeLogBodyRefs(changes, rows, nil)
+}
+
+// Flag bits of the byte after the changes.
+const (
+	logHasRows = 1 // explicit row writes follow
+	logHasRefs = 2 // reference-index writes follow (§6.11)
+)
+
+// encodeLogBodyRefs is encodeLogBody plus the commit's reference-index
+// writes, which a roll-forward replays with the rows (they cannot be
+// derived from the changes: a removal names the old parent).
+func encodeLogBodyRefs(changes []store.Change, rows []store.RowWrite, refs []store.RefWrite) []byte {
 	size := 16
 	tables := map[string]uint64{}
 	var names []string
@@ -209,11 +222,36 @@ func encodeLogBody(changes []store.Change, rows []store.RowWrite) []byte {
 		e.scopes(c.Scopes)
 		e.bytes(c.Row)
 	}
-	if rows == nil {
-		e.u8(0)
-		return e.b
+	var flags byte
+	if rows != nil {
+		flags |= logHasRows
 	}
-	e.u8(1)
+	if len(refs) > 0 {
+		flags |= logHasRefs
+	}
+	e.u8(flags)
+	if rows != nil {
+		e.rows(tables, rows)
+	}
+	if len(refs) > 0 {
+		e.uvarint(uint64(len(refs)))
+		for i := range refs {
+			r := &refs[i]
+			e.str(r.ChildTable)
+			e.str(r.Column)
+			e.str(r.ParentID)
+			e.str(r.ChildID)
+			if r.Remove {
+				e.u8(1)
+			} else {
+				e.u8(0)
+			}
+		}
+	}
+	return e.b
+}
+
+func (e *enc) rows(tables map[string]uint64, rows []store.RowWrite) {
 	e.uvarint(uint64(len(rows)))
 	for i := range rows {
 		w := &rows[i]
@@ -228,15 +266,20 @@ func encodeLogBody(changes []store.Change, rows []store.RowWrite) []byte {
 		e.scopes(w.Row.Scopes)
 		e.bytes(w.Row.Payload)
 	}
-	return e.b
 }
 
 // decodeLogBody is the inverse of encodeLogBody; rows is nil when the
 // body carries no explicit row writes.
 func decodeLogBody(b []byte, seq int64) (changes []store.Change, rows []store.RowWrite, err error) {
+	changes, rows, _, err = decodeLogBodyRefs(b, seq)
+	return changes, rows, err
+}
+
+// decodeLogBodyRefs is the inverse of encodeLogBodyRefs.
+func decodeLogBodyRefs(b []byte, seq int64) (changes []store.Change, rows []store.RowWrite, refs []store.RefWrite, err error) {
 	d := &dec{b: b}
 	if d.u8() != logFormat {
-		return nil, nil, errCorrupt
+		return nil, nil, nil, errCorrupt
 	}
 	nt := d.count(1)
 	names := make([]string, 0, nt)
@@ -259,7 +302,11 @@ func decodeLogBody(b []byte, seq int64) (changes []store.Change, rows []store.Ro
 		c.Row = d.bytes()
 		changes = append(changes, c)
 	}
-	if d.u8() == 1 {
+	flags := d.u8()
+	if flags&^(logHasRows|logHasRefs) != 0 {
+		d.fail()
+	}
+	if flags&logHasRows != 0 {
 		nr := d.count(5)
 		rows = make([]store.RowWrite, 0, nr)
 		for range nr {
@@ -273,13 +320,26 @@ func decodeLogBody(b []byte, seq int64) (changes []store.Change, rows []store.Ro
 			rows = append(rows, w)
 		}
 	}
+	if flags&logHasRefs != 0 {
+		nr := d.count(5)
+		refs = make([]store.RefWrite, 0, nr)
+		for range nr {
+			var r store.RefWrite
+			r.ChildTable, r.Column, r.ParentID, r.ChildID = d.str(), d.str(), d.str(), d.str()
+			r.Remove = d.u8() == 1
+			refs = append(refs, r)
+		}
+		if d.err == nil && len(refs) == 0 {
+			d.fail()
+		}
+	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail()
 	}
 	if d.err != nil {
-		return nil, nil, d.err
+		return nil, nil, nil, d.err
 	}
-	return changes, rows, nil
+	return changes, rows, refs, nil
 }
 
 // Attribute readers: ok is false when the attribute is absent or of

@@ -199,7 +199,13 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	if !sameRows(dedupeRows(rowsFromChanges(seq, req.Commit.Changes)), rows) {
 		explicit = req.Rows
 	}
-	chunks, err := logItems(partition, &req.Commit, encodeLogBody(req.Commit.Changes, explicit))
+	refs := dedupeRefs(req.RefWrites)
+	for i := range refs {
+		if err := checkRefKey(partition, &refs[i]); err != nil {
+			return err
+		}
+	}
+	chunks, err := logItems(partition, &req.Commit, encodeLogBodyRefs(req.Commit.Changes, explicit, refs))
 	if err != nil {
 		return err
 	}
@@ -233,6 +239,11 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		}
 		rowBytes += rowActs[i].size
 	}
+	for i := range refs {
+		a := refAction(s.table, partition, &refs[i])
+		rowActs = append(rowActs, a)
+		rowBytes += a.size
+	}
 	inline := len(items)+len(rowActs) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
 	update := "SET mx = :n"
 	if inline {
@@ -262,7 +273,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			// The commit is durable in the log; any reader finishes the
 			// materialization if this one fails, so only the hook's error
 			// is reported.
-			if err := s.materialize(ctx, partition, seq, rows); err == nil {
+			if err := s.materialize(ctx, partition, seq, rows, refs); err == nil {
 				_ = s.advanceApplied(ctx, partition, seq)
 			}
 			return nil
@@ -321,7 +332,7 @@ var errApplied = errors.New("dynamostore: commit already materialized")
 // roller can then write (a per-row commitSeq condition could not stop a
 // replayed upsert from resurrecting a row a later commit deleted).
 // Within one commit rows are deduplicated, so batches commute.
-func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []store.RowWrite) error {
+func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []store.RowWrite, refs []store.RefWrite) error {
 	fence := txItem{size: 100, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName:                 s.table,
 		Key:                       Key(headPK(p), headSK),
@@ -341,8 +352,7 @@ func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []sto
 		batch, bytes = []txItem{fence}, fence.size
 		return wrap("materialize rows", err)
 	}
-	for i := range rows {
-		a := rowAction(s.table, p, seq, &rows[i])
+	add := func(a txItem) error {
 		if len(batch) == txMaxActions || bytes+a.size > txMaxBytes {
 			if err := flush(); err != nil {
 				return err
@@ -350,6 +360,20 @@ func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []sto
 		}
 		batch = append(batch, a)
 		bytes += a.size
+		return nil
+	}
+	for i := range rows {
+		if err := add(rowAction(s.table, p, seq, &rows[i])); err != nil {
+			return err
+		}
+	}
+	// Index entries are puts and deletes without conditions: replaying
+	// them is idempotent, and the fence stops a replay after appliedSeq
+	// passed seq, exactly as for rows.
+	for i := range refs {
+		if err := add(refAction(s.table, p, &refs[i])); err != nil {
+			return err
+		}
 	}
 	return flush()
 }
@@ -374,9 +398,10 @@ func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 	for seq := h.applied + 1; seq <= h.MaxCommitSeq; seq++ {
 		var c *store.Commit
 		var explicit []store.RowWrite
+		var refs []store.RefWrite
 		var derr error
-		err := s.readLog(ctx, p, seq-1, seq, func(cc *store.Commit, rows []store.RowWrite, err error) bool {
-			c, explicit, derr = cc, rows, err
+		err := s.readLog(ctx, p, seq-1, seq, func(cc *store.Commit, rows []store.RowWrite, rr []store.RefWrite, err error) bool {
+			c, explicit, refs, derr = cc, rows, rr, err
 			return false
 		})
 		if err == nil {
@@ -392,7 +417,7 @@ func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 		if rows == nil {
 			rows = rowsFromChanges(seq, c.Changes)
 		}
-		err = s.materialize(ctx, p, seq, dedupeRows(rows))
+		err = s.materialize(ctx, p, seq, dedupeRows(rows), refs)
 		if errors.Is(err, errApplied) {
 			continue
 		}

@@ -21,6 +21,18 @@
 // no stale roller can write, so it can neither regress a row nor
 // resurrect one a later commit deleted.
 //
+// # Reference index (§6.11)
+//
+// A commit's store.RefWrites become one item each (keys.go: pk names the
+// partition, child table, reference column and parent id; sk is "R" +
+// child row id; no other attribute), put or deleted without conditions
+// in the same transaction as the rows, or, for a commit too large for
+// one transaction, written by the same fenced roll-forward. The writes
+// are recorded in the log body (flag bit 2 after the changes), so a
+// roll-forward replays them from the log; replays are idempotent.
+// ListChildren is one consistent Query of the parent's pk after the
+// usual roll-forward check.
+//
 // # Item sizes
 //
 //	head     ≈ 60 B + partition + logEpoch (kept far below 4 KB: 1 RCU)
@@ -30,6 +42,7 @@
 //	row      ≈ 20 B + partition + table + rowId + scopes + payload
 //	         (over 400 KB: store.ErrTooLarge)
 //	client   ≈ 50 B + partition + ids
+//	ref      ≈ 10 B + partition + table + column + parent id + row id
 //
 // # Cost (benchmarks in bench_test.go, 200-byte rows)
 //

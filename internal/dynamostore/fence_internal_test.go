@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -41,7 +42,7 @@ func TestStaleRollerFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stale roller replays commit 1.
-	if err := s.materialize(ctx, p, 1, []store.RowWrite{row}); !errors.Is(err, errApplied) {
+	if err := s.materialize(ctx, p, 1, []store.RowWrite{row}, nil); !errors.Is(err, errApplied) {
 		t.Fatalf("stale materialize: %v, want errApplied", err)
 	}
 	if m, err := s.GetRows(ctx, p, "tasks", []string{"x"}); err != nil || len(m) != 0 {
@@ -96,5 +97,34 @@ func TestEscInjective(t *testing.T) {
 				t.Errorf("esc(%q) = %q contains '#'", s, e)
 			}
 		}
+	}
+}
+
+func TestLogCodecRefs(t *testing.T) {
+	changes := []store.Change{{Table: "items", RowID: "i1", Op: wire.OpDelete}}
+	refs := []store.RefWrite{
+		{RefEntry: store.RefEntry{ChildTable: "items", Column: "project", ParentID: "p1", ChildID: "i1"}, Remove: true},
+		{RefEntry: store.RefEntry{ChildTable: "items", Column: "owner", ParentID: "", ChildID: "日本"}},
+	}
+	for _, explicit := range [][]store.RowWrite{nil, {{Table: "items", Delete: true, Row: store.Row{RowID: "i1"}}}} {
+		b := encodeLogBodyRefs(changes, explicit, refs)
+		gc, gr, gf, err := decodeLogBodyRefs(b, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(gc) != 1 || (explicit == nil) != (gr == nil) || !slices.Equal(gf, refs) {
+			t.Errorf("decoded %+v %+v %+v", gc, gr, gf)
+		}
+		// Every truncation fails, including the one that drops exactly
+		// the reference section (the flag byte announces it).
+		for cut := range b {
+			if _, _, _, err := decodeLogBodyRefs(b[:cut], 3); err == nil {
+				t.Fatalf("truncated body (%d of %d bytes) decoded", cut, len(b))
+			}
+		}
+	}
+	// A body written before the index existed decodes with no refs.
+	if _, _, gf, err := decodeLogBodyRefs(encodeLogBody(changes, nil), 3); err != nil || gf != nil {
+		t.Errorf("legacy body: refs %v err %v", gf, err)
 	}
 }

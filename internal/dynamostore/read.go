@@ -171,7 +171,7 @@ func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, through
 		return err
 	}
 	var derr error
-	err := s.readLog(ctx, partition, afterSeq, throughSeq, func(c *store.Commit, _ []store.RowWrite, err error) bool {
+	err := s.readLog(ctx, partition, afterSeq, throughSeq, func(c *store.Commit, _ []store.RowWrite, _ []store.RefWrite, err error) bool {
 		if err != nil {
 			derr = err
 			return false
@@ -188,7 +188,7 @@ func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, through
 // reassembles chunked commits and decodes them. A commit with missing
 // chunks can only be one Prune is deleting (the horizon advances before
 // deletes start), so it is skipped like the already deleted ones.
-func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int64, fn func(*store.Commit, []store.RowWrite, error) bool) error {
+func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int64, fn func(*store.Commit, []store.RowWrite, []store.RefWrite, error) bool) error {
 	afterSeq = max(afterSeq, 0)
 	if throughSeq <= afterSeq {
 		return nil
@@ -216,14 +216,14 @@ func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int6
 		for _, b := range parts {
 			body = append(body, b...)
 		}
-		changes, rows, err := decodeLogBody(body, cur.Seq)
+		changes, rows, refs, err := decodeLogBodyRefs(body, cur.Seq)
 		if err != nil {
-			fn(nil, nil, fmt.Errorf("dynamostore: log item %d: %w", cur.Seq, err))
+			fn(nil, nil, nil, fmt.Errorf("dynamostore: log item %d: %w", cur.Seq, err))
 			stop = true
 			return
 		}
 		cur.Changes = changes
-		if !fn(cur, rows, nil) {
+		if !fn(cur, rows, refs, nil) {
 			stop = true
 		}
 	}
@@ -254,7 +254,7 @@ func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int6
 				cc, ok4 := getS(it, lCommit)
 				n, ok5 := getN(it, lChunks)
 				if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || n < 1 {
-					fn(nil, nil, fmt.Errorf("dynamostore: log item %d is malformed: %w", seq, errCorrupt))
+					fn(nil, nil, nil, fmt.Errorf("dynamostore: log item %d is malformed: %w", seq, errCorrupt))
 					stop = true
 					return false
 				}

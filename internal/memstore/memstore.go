@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,7 +65,12 @@ type partState struct {
 	tables   map[string]*table
 	outcomes map[outcomeKey]*store.Outcome
 	clients  map[string]*store.Client
+	// refs is the §6.11 reference index: child row ids by (child table,
+	// reference column, parent id).
+	refs map[refKey]map[string]struct{}
 }
+
+type refKey struct{ table, column, parentID string }
 
 type outcomeKey struct{ clientID, clientCommitID string }
 
@@ -113,6 +119,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 				tables:   make(map[string]*table),
 				outcomes: make(map[outcomeKey]*store.Outcome),
 				clients:  make(map[string]*store.Client),
+				refs:     make(map[refKey]map[string]struct{}),
 			}
 			s.partitions[partition] = p
 		}
@@ -277,6 +284,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			t.order.insert(rows[i])
 		}
 	}
+	for _, w := range req.RefWrites {
+		p.applyRef(w)
+	}
 	if len(p.log) > 0 && p.log[len(p.log)-1].Seq != seq-1 {
 		// Unreachable while the head check above holds; guards the log
 		// indexing invariant against future edits.
@@ -286,6 +296,44 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	p.outcomes[k] = o
 	p.head.MaxCommitSeq = seq
 	return nil
+}
+
+// applyRef adds or removes one reference-index entry; both are
+// idempotent.
+func (p *partState) applyRef(w store.RefWrite) {
+	k := refKey{w.ChildTable, w.Column, w.ParentID}
+	set := p.refs[k]
+	if w.Remove {
+		delete(set, w.ChildID)
+		if len(set) == 0 {
+			delete(p.refs, k)
+		}
+		return
+	}
+	if set == nil {
+		set = make(map[string]struct{})
+		p.refs[k] = set
+	}
+	set[w.ChildID] = struct{}{}
+}
+
+// ListChildren implements store.Store.
+func (s *Store) ListChildren(ctx context.Context, partition, childTable, column, parentID string, limit int) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := s.lookup(partition)
+	if p == nil || limit <= 0 {
+		return nil, nil
+	}
+	p.mu.RLock()
+	ids := make([]string, 0, len(p.refs[refKey{childTable, column, parentID}]))
+	for id := range p.refs[refKey{childTable, column, parentID}] {
+		ids = append(ids, id)
+	}
+	p.mu.RUnlock()
+	slices.Sort(ids)
+	return ids[:min(len(ids), limit)], nil
 }
 
 // GetRows implements store.Store.

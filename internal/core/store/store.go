@@ -126,6 +126,26 @@ type CommitRequest struct {
 	Commit         Commit
 	Rows           []RowWrite
 	Outcome        Outcome
+	// RefWrites maintain the reference index (§6.11) in the same atomic
+	// commit as the row writes that caused them. Each entry is net for
+	// the commit (one entry per index key at most); applying an entry
+	// twice is a no-op, so a backend may replay them.
+	RefWrites []RefWrite
+}
+
+// RefEntry is one reference-index entry (§6.11): row ChildID of
+// ChildTable holds ParentID in its reference column Column.
+type RefEntry struct {
+	ChildTable string
+	Column     string
+	ParentID   string
+	ChildID    string
+}
+
+// RefWrite adds or (Remove) deletes one reference-index entry.
+type RefWrite struct {
+	RefEntry
+	Remove bool
 }
 
 // Client is the per-(partition, clientId) record (§1.5 actor binding,
@@ -190,6 +210,13 @@ type Store interface {
 	// CommitTimes calls fn with (seq, createdAtMs) for commits after
 	// afterSeq, oldest first, until fn returns false (pruning policy input).
 	CommitTimes(ctx context.Context, partition string, afterSeq int64, fn func(seq, createdAtMs int64) bool) error
+
+	// ListChildren returns the ids of childTable rows whose reference
+	// column holds parentID, in ascending byte order, at most limit of
+	// them (§6.11 enforcement reads limit = cap+1 to detect an overflow).
+	// The read reflects every commit up to the partition head, like
+	// GetRows.
+	ListChildren(ctx context.Context, partition, childTable, column, parentID string, limit int) ([]string, error)
 }
 
 // SegmentKey identifies one publication context (§5.1 build-once key).

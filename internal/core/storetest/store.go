@@ -66,6 +66,10 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Prune/HorizonMonotonic", testPrune},
 		{"Prune/KeepsRows", testPruneKeepsRows},
 		{"CommitTimes/AfterSeq", testCommitTimes},
+		{"RefIndex/AddListRemove", testRefsAddListRemove},
+		{"RefIndex/FailedCommitWritesNone", testRefsFailedCommitWritesNone},
+		{"RefIndex/ManyInOneCommit", testRefsManyInOneCommit},
+		{"RefIndex/UnknownPartition", testRefsUnknownPartition},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newPartition(t, newStore)) })

@@ -1,0 +1,137 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+)
+
+// The reference-index contract (§6.11): entries written with a commit are
+// visible to ListChildren exactly when the commit is, in byte order, bounded
+// by the limit, and a failed commit writes none.
+
+func ref(child, column, parent, childID string) store.RefWrite {
+	return store.RefWrite{RefEntry: store.RefEntry{ChildTable: child, Column: column, ParentID: parent, ChildID: childID}}
+}
+
+func unref(child, column, parent, childID string) store.RefWrite {
+	w := ref(child, column, parent, childID)
+	w.Remove = true
+	return w
+}
+
+func (e *partitionT) children(child, column, parent string, limit int) []string {
+	e.t.Helper()
+	ids, err := e.s.ListChildren(e.ctx, e.p, child, column, parent, limit)
+	if err != nil {
+		e.t.Fatalf("ListChildren(%s.%s = %q): %v", child, column, parent, err)
+	}
+	return ids
+}
+
+func testRefsAddListRemove(t *testing.T, e *partitionT) {
+	e.touch()
+	req := commitReq(0, "client-a", "c1",
+		upsert("items", "i3", 1, "x"), upsert("items", "i1", 1, "x"), upsert("items", "i2", 1, "x"), upsert("items", "j1", 1, "x"))
+	req.RefWrites = []store.RefWrite{
+		ref("items", "project", "p1", "i3"), ref("items", "project", "p1", "i1"),
+		ref("items", "project", "p1", "i2"), ref("items", "project", "p2", "j1"),
+		ref("items", "owner", "p1", "j1"),
+	}
+	e.commit(req)
+	if got, want := e.children("items", "project", "p1", 10), []string{"i1", "i2", "i3"}; !slices.Equal(got, want) {
+		t.Errorf("children of p1: %q, want %q", got, want)
+	}
+	if got, want := e.children("items", "project", "p1", 2), []string{"i1", "i2"}; !slices.Equal(got, want) {
+		t.Errorf("children of p1, limit 2: %q, want %q", got, want)
+	}
+	if got, want := e.children("items", "project", "p2", 10), []string{"j1"}; !slices.Equal(got, want) {
+		t.Errorf("children of p2: %q, want %q", got, want)
+	}
+	if got, want := e.children("items", "owner", "p1", 10), []string{"j1"}; !slices.Equal(got, want) {
+		t.Errorf("children of p1 through another column: %q, want %q", got, want)
+	}
+	if got := e.children("other", "project", "p1", 10); len(got) != 0 {
+		t.Errorf("children in another table: %q, want none", got)
+	}
+
+	// Move i2 to p2 and drop i3: removes and adds in one commit; a remove
+	// of an entry that does not exist is a no-op.
+	req = commitReq(1, "client-a", "c2", upsert("items", "i2", 2, "y"), del("items", "i3"))
+	req.RefWrites = []store.RefWrite{
+		unref("items", "project", "p1", "i2"), ref("items", "project", "p2", "i2"),
+		unref("items", "project", "p1", "i3"), unref("items", "project", "p9", "nobody"),
+	}
+	e.commit(req)
+	if got, want := e.children("items", "project", "p1", 10), []string{"i1"}; !slices.Equal(got, want) {
+		t.Errorf("children of p1 after the move: %q, want %q", got, want)
+	}
+	if got, want := e.children("items", "project", "p2", 10), []string{"i2", "j1"}; !slices.Equal(got, want) {
+		t.Errorf("children of p2 after the move: %q, want %q", got, want)
+	}
+}
+
+func testRefsFailedCommitWritesNone(t *testing.T, e *partitionT) {
+	e.touch()
+	e.commitNext(upsert("projects", "p1", 1, "x"))
+	stale := commitReq(0, "client-b", "stale", upsert("items", "i1", 1, "x"))
+	stale.RefWrites = []store.RefWrite{ref("items", "project", "p1", "i1")}
+	if err := e.s.Commit(e.ctx, e.p, stale); !errors.Is(err, store.ErrHeadMoved) {
+		t.Fatalf("Commit on a moved head: %v, want ErrHeadMoved", err)
+	}
+	dup := commitReq(1, "client-a", "cc-1", upsert("items", "i1", 1, "x")) // the key commitNext used
+	dup.RefWrites = stale.RefWrites
+	if err := e.s.Commit(e.ctx, e.p, dup); !errors.Is(err, store.ErrOutcomeExists) {
+		t.Fatalf("Commit under a recorded key: %v, want ErrOutcomeExists", err)
+	}
+	if got := e.children("items", "project", "p1", 10); len(got) != 0 {
+		t.Errorf("a failed commit left index entries %q", got)
+	}
+}
+
+// testRefsManyInOneCommit writes more entries than one DynamoDB
+// transaction holds, so a backend that materializes in several steps must
+// still show all of them after the commit returns.
+func testRefsManyInOneCommit(t *testing.T, e *partitionT) {
+	e.touch()
+	const n = 240
+	var writes []store.RowWrite
+	var refs []store.RefWrite
+	want := make([]string, 0, n)
+	for i := range n {
+		id := fmt.Sprintf("c%04d", i)
+		writes = append(writes, upsert("items", id, 1, "x"))
+		refs = append(refs, ref("items", "project", "p1", id))
+		want = append(want, id)
+	}
+	req := commitReq(0, "client-a", "c1", writes...)
+	req.RefWrites = refs
+	e.commit(req)
+	if got := e.children("items", "project", "p1", n+1); !slices.Equal(got, want) {
+		t.Fatalf("children: %d ids, want %d", len(got), n)
+	}
+	if got := e.children("items", "project", "p1", 101); !slices.Equal(got, want[:101]) {
+		t.Errorf("children with limit 101: %d ids (first %q), want the first 101", len(got), got[:min(1, len(got))])
+	}
+	// A following commit removes them all, again past one transaction.
+	var dels []store.RowWrite
+	for i := range refs {
+		refs[i].Remove = true
+		dels = append(dels, del("items", refs[i].ChildID))
+	}
+	req = commitReq(1, "client-a", "c2", dels...)
+	req.RefWrites = refs
+	e.commit(req)
+	if got := e.children("items", "project", "p1", n+1); len(got) != 0 {
+		t.Errorf("children after removing all: %d left", len(got))
+	}
+}
+
+func testRefsUnknownPartition(t *testing.T, e *partitionT) {
+	if got := e.children("items", "project", "p1", 10); len(got) != 0 {
+		t.Errorf("children in an unknown partition: %q", got)
+	}
+}
