@@ -80,6 +80,10 @@ type Limits struct {
 	ActiveWindow       time.Duration
 	AgeForce           time.Duration
 	MinRetainedCommits int64
+	// MaxCascadeOperationsPerCommit caps the operations declared
+	// references append to one commit (§6.11 CASCADE and SET NULL);
+	// past it the commit is rejected with reason cascade_limit.
+	MaxCascadeOperationsPerCommit int
 }
 
 // Defaults of Limits.
@@ -95,6 +99,8 @@ const (
 	DefaultActiveWindow          = 14 * 24 * time.Hour
 	DefaultAgeForce              = 30 * 24 * time.Hour
 	DefaultMinRetainedCommits    = 1000
+	// DefaultMaxCascadeOperations is the §6.11 reference default.
+	DefaultMaxCascadeOperations = 1000
 )
 
 func (l Limits) withDefaults() Limits {
@@ -127,6 +133,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.AgeForce < DefaultAgeForce {
 		l.AgeForce = DefaultAgeForce
+	}
+	if l.MaxCascadeOperationsPerCommit <= 0 {
+		l.MaxCascadeOperationsPerCommit = DefaultMaxCascadeOperations
 	}
 	if l.MinRetainedCommits < DefaultMinRetainedCommits {
 		l.MinRetainedCommits = DefaultMinRetainedCommits

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
@@ -54,9 +56,16 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		if err != nil {
 			return nil, err
 		}
+		if ev.reject == nil {
+			// §6.8 order: declared references once over the candidate state
+			// after every operation is staged (references.go).
+			if err := e.enforceReferences(ctx, rs, pc, ev); err != nil {
+				return nil, err
+			}
+		}
 		if ev.reject != nil {
 			res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*ev.reject}}
-			blob, err := encodeOutcome(res)
+			blob, err := encodeOutcome(res, ev.details)
 			if err != nil {
 				return nil, err
 			}
@@ -71,6 +80,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if err != nil {
 				return nil, storeErr(err, "record rejected outcome")
 			}
+			rs.setDetails(ev.details)
 			return res, nil
 		}
 		seq := head.MaxCommitSeq + 1
@@ -78,7 +88,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		for i := range res.Results {
 			res.Results[i] = wire.OpResult{OpIndex: int32(i), Status: wire.OpApplied}
 		}
-		blob, err := encodeOutcome(res)
+		blob, err := encodeOutcome(res, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -88,8 +98,9 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				Seq: seq, CreatedAtMs: rs.now, ActorID: rs.auth.ActorID,
 				ClientID: rs.clientID, ClientCommitID: pc.ClientCommitID, Changes: ev.changes,
 			},
-			Rows:    ev.rows,
-			Outcome: store.Outcome{Applied: true, CommitSeq: seq, Result: blob, RecordedAtMs: rs.now},
+			Rows:      ev.rows,
+			RefWrites: ev.refs,
+			Outcome:   store.Outcome{Applied: true, CommitSeq: seq, Result: blob, RecordedAtMs: rs.now},
 		}
 		for i := range creq.Rows {
 			creq.Rows[i].Row.CommitSeq = seq
@@ -110,8 +121,14 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		case errors.Is(err, store.ErrTooLarge):
 			ev.reject = &wire.OpResult{OpIndex: 0, Status: wire.OpError, Code: string(syncerr.ConstraintViolation),
 				Message: "commit exceeds what storage can hold: " + err.Error()}
+			ev.details = nil
+			if ev.cascaded > 0 {
+				// §6.11: a cascade storage cannot hold in one atomic
+				// commit is the cap, reported as such, never half-applied.
+				ev.reject, ev.details = referenceReject(pc.ClientCommitID, ev.cascadeOrigin, reasonCascadeLimit, nil, nil)
+			}
 			res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*ev.reject}}
-			blob, berr := encodeOutcome(res)
+			blob, berr := encodeOutcome(res, ev.details)
 			if berr != nil {
 				return nil, berr
 			}
@@ -122,6 +139,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				}
 				return nil, storeErr(perr, "record rejected outcome")
 			}
+			rs.setDetails(ev.details)
 			return res, nil
 		default:
 			return nil, storeErr(err, "append commit")
@@ -143,7 +161,7 @@ func (e *Engine) replay(ctx context.Context, rs *reqState, clientCommitID string
 	if o == nil {
 		return nil, false, nil
 	}
-	res, err := decodeOutcome(o.Result)
+	res, det, err := decodeOutcome(o.Result)
 	if err != nil || res.ClientCommitID != clientCommitID {
 		e.log.ErrorContext(ctx, "stored push outcome unreadable", "partition", rs.auth.Partition, "error", fmt.Sprint(err))
 		return cacheMiss(clientCommitID), true, nil
@@ -151,6 +169,7 @@ func (e *Engine) replay(ctx context.Context, rs *reqState, clientCommitID string
 	if res.Status == wire.PushApplied {
 		res.Status = wire.PushCached
 	}
+	rs.setDetails(det) // §6.3.1: a replayed rejection emits the same companion
 	return res, true, nil
 }
 
@@ -169,6 +188,17 @@ type evaluation struct {
 	reject  *wire.OpResult
 	changes []store.Change
 	rows    []store.RowWrite
+
+	// stored is the pre-commit state of every row the operations named
+	// (absent key: not read; nil: no such row).
+	stored map[rowKey]*store.Row
+	// The §6.11 pass (references.go) adds the companion details of a
+	// reference rejection, the reference-index writes, and how many
+	// operations it appended on behalf of which client operation.
+	details       *wire.PushResultDetails
+	refs          []store.RefWrite
+	cascaded      int
+	cascadeOrigin int32
 }
 
 type rowKey struct{ table, rowID string }
@@ -194,7 +224,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			current[rowKey{table, id}] = r
 		}
 	}
-	ev := &evaluation{}
+	ev := &evaluation{stored: maps.Clone(current)}
 	fail := func(i int, code syncerr.Code, msg string) (*evaluation, error) {
 		ev.reject = &wire.OpResult{OpIndex: int32(i), Status: wire.OpError, Code: string(code), Message: msg, Retryable: false}
 		return ev, nil
@@ -339,28 +369,42 @@ func valueText(t rowcodec.Type, v rowcodec.Value) string {
 	}
 }
 
-// encodeOutcome serializes a push result for the store: the frame is
-// wrapped in a minimal response message so the codec validates it both
-// ways, and replays are byte-equivalent by construction.
-func encodeOutcome(res *wire.PushResult) ([]byte, error) {
-	b, err := wire.Encode(&wire.Message{WireVersion: wire.Version1, Kind: wire.KindResponse, Frames: []wire.Frame{&wire.RespHeader{}, res}})
+// encodeOutcome serializes a push result and its PUSH_RESULT_DETAILS
+// companion, if any, for the store: the frames are wrapped in a minimal
+// response message so the codec validates them both ways, and replays are
+// byte-equivalent by construction (§6.3.1 persists details with the
+// outcome).
+func encodeOutcome(res *wire.PushResult, det *wire.PushResultDetails) ([]byte, error) {
+	frames := []wire.Frame{&wire.RespHeader{}, res}
+	if det != nil {
+		frames = append(frames, det)
+	}
+	b, err := wire.Encode(&wire.Message{WireVersion: wire.Version1, Kind: wire.KindResponse, Frames: frames})
 	if err != nil {
 		return nil, fmt.Errorf("encode push outcome: %w", err)
 	}
 	return b, nil
 }
 
-func decodeOutcome(b []byte) (*wire.PushResult, error) {
+func decodeOutcome(b []byte) (*wire.PushResult, *wire.PushResultDetails, error) {
 	m, err := wire.Decode(b)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if len(m.Frames) != 2 {
-		return nil, errors.New("outcome: unexpected frame count")
+	if len(m.Frames) != 2 && len(m.Frames) != 3 {
+		return nil, nil, errors.New("outcome: unexpected frame count")
 	}
 	res, ok := m.Frames[1].(*wire.PushResult)
 	if !ok {
-		return nil, errors.New("outcome: second frame is not PUSH_RESULT")
+		return nil, nil, errors.New("outcome: second frame is not PUSH_RESULT")
+	}
+	var det *wire.PushResultDetails
+	if len(m.Frames) == 3 {
+		d, ok := m.Frames[2].(*wire.PushResultDetails)
+		if !ok {
+			return nil, nil, errors.New("outcome: third frame is not PUSH_RESULT_DETAILS")
+		}
+		det = &wire.PushResultDetails{ClientCommitID: d.ClientCommitID, Entries: slices.Clone(d.Entries)}
 	}
 	// Detach from the decode buffer.
 	c := *res
@@ -368,5 +412,5 @@ func decodeOutcome(b []byte) (*wire.PushResult, error) {
 	for i := range c.Results {
 		c.Results[i].ServerRow = append([]byte(nil), c.Results[i].ServerRow...)
 	}
-	return &c, nil
+	return &c, det, nil
 }

@@ -68,7 +68,14 @@ type reqState struct {
 	allowedErr  error
 
 	report *Report
+
+	// details is the PUSH_RESULT_DETAILS companion of the push result
+	// being produced (§6.3.1), written right after it.
+	details *wire.PushResultDetails
 }
+
+// setDetails records the companion frame of the current push result.
+func (rs *reqState) setDetails(d *wire.PushResultDetails) { rs.details = d }
 
 // countingWriter tracks how many bytes the response has so far, so errors
 // after the first byte go in-band (§1.1) and the byte budget can be kept.
@@ -223,6 +230,7 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 	seen := make(map[string]bool, len(req.Commits))
 	for i := range req.Commits {
 		pc := &req.Commits[i]
+		rs.details = nil
 		res, err := e.pushCommit(ctx, rs, pc, seen[pc.ClientCommitID])
 		if err != nil {
 			return err
@@ -238,6 +246,11 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 		}
 		if err := enc.WriteFrame(res); err != nil {
 			return fmt.Errorf("write PUSH_RESULT: %w", err)
+		}
+		if d := rs.details; d != nil && res.Status == wire.PushRejected {
+			if err := enc.WriteFrame(d); err != nil {
+				return fmt.Errorf("write PUSH_RESULT_DETAILS: %w", err)
+			}
 		}
 	}
 	if req.Pull == nil {
