@@ -37,6 +37,8 @@ type limitOptions struct {
 	MaxDeltaBytes           *int   `json:"maxDeltaBytes"`
 	SegmentTTLMs            *int64 `json:"segmentTtlMs"`
 	MaxPresenceBytes        *int   `json:"maxPresenceBytes"`
+	// MaxCascadeOperationsPerCommit is the §6.11 cascade cap.
+	MaxCascadeOperationsPerCommit *int `json:"maxCascadeOperationsPerCommit"`
 }
 
 // defaultSignedURLTTLSeconds matches the reference driver's default.
@@ -101,6 +103,12 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 				return nil, badArgs("limits.segmentTtlMs must be ≥ 1")
 			}
 			lim.SegmentTTL = time.Duration(*v) * time.Millisecond
+		}
+		if v := l.MaxCascadeOperationsPerCommit; v != nil {
+			if *v < 1 {
+				return nil, badArgs("limits.maxCascadeOperationsPerCommit must be ≥ 1")
+			}
+			lim.MaxCascadeOperationsPerCommit = *v
 		}
 		// maxDeltaBytes and maxPresenceBytes bound realtime traffic, which
 		// this host does not serve; they change nothing over HTTP.
