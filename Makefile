@@ -34,6 +34,9 @@ lint: tools
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	staticcheck ./...
+	@# cfn-lint (with the SAM translator) is on every machine of this project;
+	@# a missing one fails the lint rather than skipping it.
+	cfn-lint template.yaml
 
 tools:
 	@./scripts/tools.sh
