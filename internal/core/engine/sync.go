@@ -63,6 +63,11 @@ type reqState struct {
 	now      int64
 	client   *store.Client
 
+	// acceptedMax is the highest commitSeq this request's pushes were
+	// answered with (applied or cached): its pull must read at least that
+	// far (read-after-write, §7 preamble of the 0.21+ spec).
+	acceptedMax int64
+
 	allowedDone bool
 	allowed     ScopeMap
 	allowedErr  error
@@ -284,6 +289,9 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 			return err
 		}
 		seen[pc.ClientCommitID] = true
+		if res.Status != wire.PushRejected && res.CommitSeq.Present {
+			rs.acceptedMax = max(rs.acceptedMax, res.CommitSeq.Value)
+		}
 		switch res.Status {
 		case wire.PushApplied:
 			rs.report.Applied++
