@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
-	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -242,12 +241,7 @@ func (c *Client) Codec(table string) *schema.Table {
 
 // Task encodes a tasks row.
 func (c *Client) Task(id, project, title string, done bool) []byte {
-	t := c.Codec("tasks")
-	b, err := t.Codec.Append(nil, []rowcodec.Value{{Str: id}, {Str: project}, {Str: title}, {Bool: done}, {Null: true}})
-	if err != nil {
-		c.H.T.Fatalf("encode task: %v", err)
-	}
-	return b
+	return c.Row("tasks", Cols{"id": S(id), "project_id": S(project), "title": S(title), "done": B(done)})
 }
 
 // Upsert builds an upsert operation; base < 0 means no baseVersion.
