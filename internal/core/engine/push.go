@@ -209,6 +209,13 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		st, _ := storageV.Table(op.Table)
 		k := rowKey{op.Table, op.RowID}
 		stored := current[k]
+		// §2.2 (wire 3): a delete tombstone; the version-2 rules read it
+		// as an absent row.
+		var tomb *store.Row
+		if stored != nil && stored.Deleted {
+			tomb, stored = stored, nil
+		}
+		_ = tomb
 
 		if op.Op == wire.OpDelete {
 			if stored == nil {
@@ -263,7 +270,8 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			if err != nil {
 				return fail(i, syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
 			}
-			nr := &store.Row{RowID: op.RowID, Version: stored.Version + 1, Scopes: stored.Scopes, Payload: payload}
+			nr := &store.Row{RowID: op.RowID, Version: stored.Version + 1, Scopes: stored.Scopes, Payload: payload,
+				ColumnVersions: columnVersions(len(st.Columns), stored.Version+1)} // a full row restamps every column
 			ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: payload})
 			ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Row: *nr})
 			current[k] = nr
@@ -285,12 +293,22 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		if err != nil {
 			return fail(i, syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
 		}
-		nr := &store.Row{RowID: op.RowID, Version: 1, Scopes: scopes, Payload: payload}
+		nr := &store.Row{RowID: op.RowID, Version: 1, Scopes: scopes, Payload: payload, ColumnVersions: columnVersions(len(st.Columns), 1)}
 		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: 1, Scopes: scopes, Row: payload})
 		ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Row: *nr})
 		current[k] = nr
 	}
 	return ev, nil
+}
+
+// columnVersions is n columns all last written at version v (§2.2 of the
+// wire-3 spec).
+func columnVersions(n int, v int64) []int64 {
+	cv := make([]int64, n)
+	for i := range cv {
+		cv[i] = v
+	}
+	return cv
 }
 
 func hasCRDTValue(t *schema.Table, vals []rowcodec.Value) bool {
