@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +23,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/testenv"
+	"github.com/skyfold/syncular-lambda/internal/vectors"
 )
 
 const testSecret = "runner-test-secret-runner-test-secret"
@@ -368,5 +372,44 @@ func TestRunnerCORS(t *testing.T) {
 		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Access-Control-Allow-Origin") != want {
 			t.Fatalf("origin %s: status %d, ACAO %q, want %q", origin, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"), want)
 		}
+	}
+}
+
+// `make run` serves current (wire version 3) clients: the v3 golden
+// request pull-minimal — an epoch acquisition, no logEpoch — is answered
+// with a v3 response whose RESP_HEADER decodes and asks for the reset.
+func TestRunnerAnswersWireV3(t *testing.T) {
+	dir := vectors.DirV3(t)
+	body, err := os.ReadFile(filepath.Join(dir, "request", "pull-minimal.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv := startRunner(t, testOptions())
+	tok, err := auth.MintHS256([]byte(testSecret), auth.Claims{"sub": "dev-user", "syncular_scopes": map[string][]string{"project": {"p1"}}}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", srv.URL+"/sync", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", apptest.ContentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("HTTP %d %s", resp.StatusCode, b)
+	}
+	if len(b) < 8 || string(b[:4]) != "SSP2" || binary.LittleEndian.Uint16(b[4:6]) != wire.Version3 {
+		t.Fatalf("not a wire-version 3 response: % x", b[:min(len(b), 8)])
+	}
+	m, err := wire.Decode(b)
+	if err != nil {
+		t.Fatalf("response does not decode: %v", err)
+	}
+	hdr, ok := m.Frames[0].(*wire.RespHeader)
+	if !ok || m.Kind != wire.KindResponse || hdr.LogEpoch == "" || !hdr.ResetRequired {
+		t.Fatalf("want a RESP_HEADER acquiring the epoch, got %+v", m.Frames)
 	}
 }

@@ -577,15 +577,19 @@ func valueText(t rowcodec.Type, v rowcodec.Value) string {
 
 // encodeOutcome serializes a push result for the store: the frame is
 // wrapped in a minimal response message so the codec validates it both
-// ways, and replays are byte-equivalent by construction.
+// ways, and replays are byte-equivalent by construction. Outcomes are
+// stored at wire version 3, the richest layout (conflictColumns survive);
+// a replay is re-encoded in the requesting client's version.
 func encodeOutcome(res *wire.PushResult) ([]byte, error) {
-	b, err := wire.Encode(&wire.Message{WireVersion: wire.Version1, Kind: wire.KindResponse, Frames: []wire.Frame{&wire.RespHeader{}, res}})
+	b, err := wire.Encode(&wire.Message{WireVersion: wire.Version3, Kind: wire.KindResponse, Frames: []wire.Frame{&wire.RespHeader{}, res}})
 	if err != nil {
 		return nil, fmt.Errorf("encode push outcome: %w", err)
 	}
 	return b, nil
 }
 
+// decodeOutcome reads a stored outcome of any wire version: version 1 (all
+// outcomes stored before wire version 3 was served) or version 3.
 func decodeOutcome(b []byte) (*wire.PushResult, error) {
 	m, err := wire.Decode(b)
 	if err != nil {
@@ -603,6 +607,9 @@ func decodeOutcome(b []byte) (*wire.PushResult, error) {
 	c.Results = append([]wire.OpResult(nil), res.Results...)
 	for i := range c.Results {
 		c.Results[i].ServerRow = append([]byte(nil), c.Results[i].ServerRow...)
+		if cc := c.Results[i].ConflictColumns; cc != nil {
+			c.Results[i].ConflictColumns = append([]byte(nil), cc...)
+		}
 	}
 	return &c, nil
 }

@@ -88,7 +88,62 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // the host answers with the §10.1 JSON shape and the error's HTTP status.
 // Failures after the first byte are written in-band as an ERROR frame
 // (§1.6) and reported in Report.ErrorCode.
+//
+// The response is always encoded in the request's wire version (1, 2 or
+// 3), and once that version is known every error code the client sees —
+// returned, in-band or in an operation result — is one its catalog knows
+// (syncerr.ForWire): a version-2 client never receives a code added by
+// version 3.
 func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
+	rep, err := e.handleSync(ctx, auth, body, opts, w)
+	if err != nil && rep.WireVersion != 0 && rep.BytesOut == 0 {
+		err = errorForWire(err, rep.WireVersion)
+	}
+	return rep, err
+}
+
+// errorForWire returns err as a client of wire version v may receive it
+// (§10.2 of that version's catalog). An error outside the catalog is an
+// unexpected fault and becomes syncerr.Internal first, which is what the
+// host would have answered. The original stays the cause, for logs.
+func errorForWire(err error, v uint16) error {
+	se := syncerr.As(err)
+	if se == nil {
+		se = syncerr.Internal(err)
+	}
+	code := syncerr.ForWire(se.Code, v)
+	if code == se.Code {
+		if syncerr.As(err) == nil {
+			return se
+		}
+		return err
+	}
+	m := syncerr.Wrap(se, code, "%s", se.Message)
+	m.Details = se.Details
+	m.Status = se.Status
+	return m
+}
+
+// resultForWire adapts a push result to the client's wire version: codes
+// through syncerr.ForWire, and no conflictColumns below version 3 (§6.3).
+// res is not modified.
+func resultForWire(res *wire.PushResult, v uint16) *wire.PushResult {
+	if v >= wire.Version3 {
+		return res
+	}
+	c := *res
+	c.Results = append([]wire.OpResult(nil), res.Results...)
+	for i := range c.Results {
+		r := &c.Results[i]
+		if r.Code != "" {
+			r.Code = string(syncerr.ForWire(syncerr.Code(r.Code), v))
+		}
+		r.ConflictColumns = nil
+	}
+	return &c
+}
+
+func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
 	rep := &Report{}
 	if auth.Partition == "" || auth.ActorID == "" {
 		return rep, syncerr.New(syncerr.AuthRequired, "authentication required")
@@ -196,6 +251,7 @@ func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		if se == nil {
 			se = syncerr.Internal(err)
 		}
+		se = syncerr.As(errorForWire(se, rs.version))
 		rep.ErrorCode = string(se.Code)
 		en := se.Entry()
 		ef := &wire.ErrorFrame{Code: string(se.Code), Message: se.Message, Category: en.Category, Retryable: en.Retryable, RecommendedAction: en.RecommendedAction}
@@ -236,7 +292,7 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 		default:
 			rs.report.Rejected++
 		}
-		if err := enc.WriteFrame(res); err != nil {
+		if err := enc.WriteFrame(resultForWire(res, rs.version)); err != nil {
 			return fmt.Errorf("write PUSH_RESULT: %w", err)
 		}
 	}
@@ -273,5 +329,6 @@ func storeErr(err error, what string) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return syncerr.Wrap(err, syncerr.RateLimited, "%s: request deadline exceeded", what)
 	}
-	return syncerr.Wrap(err, syncerr.OperationExecutionFailed, "%s failed", what)
+	// An unexpected storage fault: sync.internal_error, fixed message.
+	return syncerr.Internal(fmt.Errorf("%s: %w", what, err))
 }
