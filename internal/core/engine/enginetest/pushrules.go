@@ -85,8 +85,7 @@ const (
 // Each scenario states its spec source; the catalog names are the
 // 0.21+ conformance scenarios they port.
 func PushRules(t *testing.T, stores Stores) {
-	_ = tombstoneScenarios
-	for _, sc := range pushRuleScenarios {
+	for _, sc := range append(pushRuleScenarios[:len(pushRuleScenarios):len(pushRuleScenarios)], tombstoneScenarios...) {
 		t.Run(sc.name, func(t *testing.T) {
 			st, segs := stores(t)
 			schema := sc.schema
@@ -460,12 +459,18 @@ var pushRuleScenarios = []pushRuleScenario{
 		if !bytes.Equal(encodeResult(t, orig), encodeResult(t, again)) {
 			t.Fatalf("replayed rejection differs:\n%+v\n%+v", orig, again)
 		}
-		wantStored(t, h, "tasks", "t1", 2, Cols{"title": S("first")})
+		// A conflict replays with its serverRow and conflictColumns.
+		conflict := a.Push("c3", Upsert("tasks", "t1", a.Patch("tasks", Cols{"id": S("t1"), "title": S("stale")}), 1))
+		rejected(t, conflict, 0, wire.OpConflict, syncerr.VersionConflict)
+		again = a.Push("c3", Upsert("tasks", "t1", a.Patch("tasks", Cols{"id": S("t1"), "done": B(true)}), 2))
+		if !bytes.Equal(encodeResult(t, conflict), encodeResult(t, again)) || len(again.Results[0].ConflictColumns) == 0 {
+			t.Fatalf("replayed conflict differs:\n%+v\n%+v", conflict, again)
+		}
+		wantStored(t, h, "tasks", "t1", 2, Cols{"title": S("first"), "done": B(false)})
 	}},
 }
 
-// tombstoneScenarios need stores that keep delete tombstones (§2.2);
-// they join pushRuleScenarios once memstore and dynamostore record them.
+// tombstoneScenarios are the delete-precedence rules (§2.2, §6.2, B.20).
 var tombstoneScenarios = []pushRuleScenario{
 	// B.20, delete-precedence/stale-patch-loses-to-delete.
 	{name: "stale-patch-loses-to-delete", run: func(t *testing.T, h *Harness) {
