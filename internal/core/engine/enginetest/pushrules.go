@@ -56,11 +56,11 @@ const PushRulesSchema = `{
   ]
 }`
 
-// scopedTasksV2 is served as the latest version of the older-version
-// scenario: tasks are scoped by project AND owner. scopedTasksV1, still
+// ScopedTasksV2 is served as the latest version of the older-version
+// scenario: tasks are scoped by project AND owner. ScopedTasksV1, still
 // served, has the owner column but declares only the project pattern.
 const (
-	scopedTasksV2 = `{"version": 2, "tables": [
+	ScopedTasksV2 = `{"version": 2, "tables": [
   {"name": "tasks", "primaryKey": "id",
    "columns": [
      {"name": "id", "type": "string", "nullable": false},
@@ -69,7 +69,7 @@ const (
      {"name": "title", "type": "string", "nullable": false}
    ],
    "scopes": ["project:{project_id}", "owner:{owner_id}"]}]}`
-	scopedTasksV1 = `{"version": 1, "tables": [
+	ScopedTasksV1 = `{"version": 1, "tables": [
   {"name": "tasks", "primaryKey": "id",
    "columns": [
      {"name": "id", "type": "string", "nullable": false},
@@ -408,7 +408,7 @@ var pushRuleScenarios = []pushRuleScenario{
 	// Issue 9 item 1: a client on an older served version whose table
 	// declares fewer scope patterns is still authorized, scoped and held to
 	// scope-column immutability by the latest version's patterns.
-	{name: "older-version-push-uses-current-scope-patterns", schema: scopedTasksV2, older: []string{scopedTasksV1}, run: func(t *testing.T, h *Harness) {
+	{name: "older-version-push-uses-current-scope-patterns", schema: ScopedTasksV2, older: []string{ScopedTasksV1}, run: func(t *testing.T, h *Harness) {
 		h.Grants.Set("alice", engine.ScopeMap{"project_id": {"p1"}, "owner_id": {"alice"}})
 		h.Grants.Set("mallory", engine.ScopeMap{"project_id": {"p1"}, "owner_id": {"mallory"}})
 		alice := h.ClientV3("tenant", "alice", "alice-1")

@@ -134,3 +134,6 @@ func (h *Harness) StoredRow(partition, table, rowID string) *Stored {
 	}
 	return out
 }
+
+// Bytes is a bytes (or crdt) value.
+func Bytes(b []byte) rowcodec.Value { return rowcodec.Value{Bytes: b} }
