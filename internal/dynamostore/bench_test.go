@@ -137,3 +137,33 @@ func BenchmarkScanRows1000(b *testing.B) {
 	}
 	report(b, usage.Snapshot())
 }
+
+// BenchmarkPushDelete1 is a one-op push deleting a stored 200-byte row
+// (Head, GetRows, Commit); the row is re-created between iterations
+// outside the measured context.
+func BenchmarkPushDelete1(b *testing.B) {
+	s, p := benchSetup(b)
+	ctx := context.Background()
+	cctx, usage := dynamostore.WithCapacity(ctx)
+	for b.Loop() {
+		h, _, err := s.Head(ctx, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Commit(ctx, p, commitOf(h.MaxCommitSeq, fmt.Sprint("cc", h.MaxCommitSeq), up("row", 1, payload(200)))); err != nil {
+			b.Fatal(err)
+		}
+		h, _, err = s.Head(cctx, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.GetRows(cctx, p, "tasks", []string{"row"}); err != nil {
+			b.Fatal(err)
+		}
+		del := store.RowWrite{Table: "tasks", Delete: true, Row: store.Row{RowID: "row", Scopes: up("row", 1, nil).Row.Scopes}}
+		if err := s.Commit(cctx, p, commitOf(h.MaxCommitSeq, fmt.Sprint("cc", h.MaxCommitSeq), del)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report(b, usage.Snapshot())
+}

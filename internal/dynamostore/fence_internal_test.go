@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -44,15 +45,15 @@ func TestStaleRollerFenced(t *testing.T) {
 	if err := s.materialize(ctx, p, 1, []store.RowWrite{row}); !errors.Is(err, errApplied) {
 		t.Fatalf("stale materialize: %v, want errApplied", err)
 	}
-	if m, err := s.GetRows(ctx, p, "tasks", []string{"x"}); err != nil || len(m) != 0 {
-		t.Fatalf("row x resurrected by a stale replay: %v %v", m, err)
+	if m, err := s.GetRows(ctx, p, "tasks", []string{"x"}); err != nil || len(m) != 1 || !m["x"].Deleted || m["x"].CommitSeq != 2 {
+		t.Fatalf("row x resurrected by a stale replay: %v %v", m["x"], err)
 	}
 	h, _, _ := s.readHead(ctx, p)
 	if err := s.rollForward(ctx, p, head{Head: h.Head, applied: 0}); err != nil {
 		t.Fatalf("stale rollForward: %v", err)
 	}
-	if m, err := s.GetRows(ctx, p, "tasks", []string{"x"}); err != nil || len(m) != 0 {
-		t.Fatalf("row x resurrected by a stale roll-forward: %v %v", m, err)
+	if m, err := s.GetRows(ctx, p, "tasks", []string{"x"}); err != nil || len(m) != 1 || !m["x"].Deleted || m["x"].CommitSeq != 2 {
+		t.Fatalf("row x resurrected by a stale roll-forward: %v %v", m["x"], err)
 	}
 }
 
@@ -62,23 +63,95 @@ func TestLogCodecRoundTrip(t *testing.T) {
 		{Table: "b", RowID: "", Op: wire.OpDelete, Scopes: nil},
 		{Table: "a", RowID: "日本", Op: wire.OpUpsert, RowVersion: 1},
 	}
-	rows := []store.RowWrite{{Table: "c", Row: store.Row{RowID: "z", Version: 9, Payload: []byte("p")}}, {Table: "a", Delete: true, Row: store.Row{RowID: "1"}}}
+	rows := []store.RowWrite{{Table: "c", Row: store.Row{RowID: "z", Version: 9, Payload: []byte("p"), ColumnVersions: []int64{9, 2, 9}}}, {Table: "a", Delete: true, Row: store.Row{RowID: "1"}}}
+	cvs := [][]byte{encodeCV(nil, []int64{3, 1, 3}, 3), nil, nil}
 	for _, explicit := range [][]store.RowWrite{nil, rows} {
-		b := encodeLogBody(changes, explicit)
-		gc, gr, err := decodeLogBody(b, 7)
+		b := encodeLogBody(changes, cvs, explicit)
+		lb, err := decodeLogBody(b, 7)
 		if err != nil {
 			t.Fatal(err)
 		}
+		gc, gr := lb.changes, lb.rows
 		if len(gc) != 3 || gc[0].Row[2] != 2 || gc[0].Scopes[0].Value != "v" || gc[2].RowID != "日本" || gc[1].Op != wire.OpDelete {
 			t.Errorf("changes: %+v", gc)
 		}
-		if (explicit == nil) != (gr == nil) || (gr != nil && (gr[0].Row.Version != 9 || gr[0].Row.CommitSeq != 7 || !gr[1].Delete)) {
+		if (explicit == nil) != (gr == nil) || (gr != nil && (gr[0].Row.Version != 9 || gr[0].Row.CommitSeq != 7 || !gr[1].Delete ||
+			!slices.Equal(gr[0].Row.ColumnVersions, []int64{9, 2, 9}))) {
 			t.Errorf("rows: %+v", gr)
 		}
+		m, err := lb.materialization(7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if explicit == nil && (!slices.Equal(m[0].Row.ColumnVersions, []int64{3, 1, 3}) || m[2].Row.ColumnVersions != nil || !m[1].Delete || m[1].Row.CommitSeq != 7) {
+			t.Errorf("derived rows: %+v", m)
+		}
 		for cut := range b {
-			if _, _, err := decodeLogBody(b[:cut], 7); err == nil {
+			if _, err := decodeLogBody(b[:cut], 7); err == nil {
 				t.Fatalf("truncated body (%d of %d bytes) decoded", cut, len(b))
 			}
+		}
+	}
+}
+
+// TestLogCodecFormat1 decodes a log body in the format written before
+// column versions existed (bytes spelled out by hand): its rows come
+// back with nil column versions.
+func TestLogCodecFormat1(t *testing.T) {
+	b := []byte{
+		1,         // format 1
+		1, 1, 't', // one table "t"
+		2,                               // two changes
+		0, 1, 'r', 1, 2, 0, 2, 'p', 'q', // t/r upsert v1 (zigzag 2), no scopes, row "pq"
+		0, 1, 's', 2, 0, 0, 0, // t/s delete
+		0, // rows derived
+	}
+	lb, err := decodeLogBody(b, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lb.materialization(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 2 || m[0].Delete || m[0].Row.RowID != "r" || m[0].Row.Version != 1 || string(m[0].Row.Payload) != "pq" ||
+		m[0].Row.ColumnVersions != nil || m[0].Row.CommitSeq != 5 || !m[1].Delete || m[1].Row.RowID != "s" {
+		t.Errorf("format-1 rows: %+v", m)
+	}
+}
+
+func TestColumnVersionCodec(t *testing.T) {
+	for _, tc := range []struct {
+		cv      []int64
+		version int64
+		max     int // encoded size bound
+	}{
+		{[]int64{}, 4, 1},
+		{[]int64{1}, 1, 3},
+		{[]int64{7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}, 7, 3}, // a full-row write
+		{[]int64{1, 5, 5, 2, 5, 5, 5, 1}, 5, 11},
+		{[]int64{1 << 50, 1, -3, 1<<50 + 1}, 1 << 50, 40},
+	} {
+		b := encodeCV(nil, tc.cv, tc.version)
+		if len(b) > tc.max {
+			t.Errorf("%v at %d encodes in %d bytes, want ≤ %d", tc.cv, tc.version, len(b), tc.max)
+		}
+		got, err := decodeCV(b, tc.version)
+		if err != nil || got == nil || !slices.Equal(got, tc.cv) {
+			t.Errorf("%v at %d: round trip %v, %v", tc.cv, tc.version, got, err)
+		}
+		for cut := 1; cut < len(b); cut++ {
+			if _, err := decodeCV(b[:cut], tc.version); err == nil {
+				t.Errorf("%v: truncated encoding (%d of %d bytes) decoded", tc.cv, cut, len(b))
+			}
+		}
+	}
+	if got, err := decodeCV(nil, 3); got != nil || err != nil {
+		t.Errorf("empty encoding: %v, %v; want nil", got, err)
+	}
+	for _, bad := range [][]byte{{2, 0, 0}, {2, 3, 0}, {1, 1, 0, 9}, {0xff, 0xff, 0xff, 0xff, 0x0f}} {
+		if _, err := decodeCV(bad, 3); err == nil {
+			t.Errorf("decodeCV(%v) accepted corrupt input", bad)
 		}
 	}
 }

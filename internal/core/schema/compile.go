@@ -252,14 +252,27 @@ func compilePrimaryKey(p *problems, table string, t *Table, typed []bool) {
 	case !typed[i]:
 	case t.Meta[i].Encrypted:
 		p.add(table, "primaryKey", "primary key %q is encrypted; the rowId must stay plaintext (§5.11)", t.PrimaryKey)
-	case col.Type != rowcodec.TypeString && col.Type != rowcodec.TypeInteger:
-		// bytes, blob_ref and crdt are excluded by the spec; float, boolean
-		// and json have no rendering both cores agree on byte-for-byte.
-		p.add(table, "primaryKey", "primary key %q has type %s; a rowId comes from a string or integer column", t.PrimaryKey, TypeName(col.Type))
+	case !pkEligible(col.Type):
+		// §2.4 primary-key eligibility: a rowId is the key's string form,
+		// which must render identically everywhere. float renders
+		// differently across cores; bytes, crdt and blob_ref have no
+		// rowId rendering at all.
+		p.add(table, "primaryKey", "primary key column %q of table %q has type %s, which is not eligible as a primary key (§2.4: string, integer, boolean or json)", t.PrimaryKey, table, TypeName(col.Type))
 	}
 	if col.Nullable {
 		p.add(table, "primaryKey", "primary key %q is nullable; every row needs a rowId", t.PrimaryKey)
 	}
+}
+
+// pkEligible is the §2.4 primary-key eligibility rule (wire version 3
+// spec): the types whose string rendering is total, injective and
+// byte-stable across implementations.
+func pkEligible(t rowcodec.Type) bool {
+	switch t {
+	case rowcodec.TypeString, rowcodec.TypeInteger, rowcodec.TypeBoolean, rowcodec.TypeJSON:
+		return true
+	}
+	return false
 }
 
 func compileScopes(p *problems, table string, raws []json.RawMessage, t *Table, typed []bool) {

@@ -211,6 +211,9 @@ func compileIR(doc *rawDoc) (*Schema, error) {
 	p := &problems{version: latest}
 	s.Versions[latest] = compileVersion(p, latest, doc.Tables)
 	all = append(all, p.list...)
+	if len(all) == 0 {
+		all = checkServedVersions(s)
+	}
 	if len(all) > 0 {
 		return nil, &Error{Problems: all}
 	}
@@ -247,6 +250,9 @@ func Merge(parts ...*Schema) (*Schema, error) {
 	}
 	if len(dups) > 0 {
 		return nil, &Error{Problems: dups}
+	}
+	if list := checkServedVersions(&merged); len(list) > 0 {
+		return nil, &Error{Problems: list}
 	}
 	return &merged, nil
 }

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
-	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -258,20 +257,7 @@ func (c *Client) Codec(table string) *schema.Table {
 // Task encodes a tasks row: a full row, or from wire version 3 a sparse
 // row presenting every column (§2.4).
 func (c *Client) Task(id, project, title string, done bool) []byte {
-	t := c.Codec("tasks")
-	vals := []rowcodec.Value{{Str: id}, {Str: project}, {Str: title}, {Bool: done}, {Null: true}}
-	if c.Version >= wire.Version3 {
-		b, err := t.Codec.AppendSparse(nil, vals, []bool{true, true, true, true, true})
-		if err != nil {
-			c.H.T.Fatalf("encode task: %v", err)
-		}
-		return b
-	}
-	b, err := t.Codec.Append(nil, vals)
-	if err != nil {
-		c.H.T.Fatalf("encode task: %v", err)
-	}
-	return b
+	return c.Row("tasks", Cols{"id": S(id), "project_id": S(project), "title": S(title), "done": B(done)})
 }
 
 // Upsert builds an upsert operation; base < 0 means no baseVersion.
