@@ -70,7 +70,11 @@ func benchPush(b *testing.B, ops int) {
 			if r := rows[id]; r != nil {
 				v = r.Version + 1
 			}
-			ws = append(ws, up(id, v, payload(200)))
+			w := up(id, v, payload(200))
+			// Eight columns as the engine stamps them after a sparse
+			// update: one column still at 1, the rest at the new version.
+			w.Row.ColumnVersions = []int64{1, v, v, v, v, v, v, v}
+			ws = append(ws, w)
 		}
 		if err := s.Commit(ctx, p, commitOf(h.MaxCommitSeq, fmt.Sprint("cc", h.MaxCommitSeq), ws...)); err != nil {
 			b.Fatal(err)
