@@ -100,7 +100,9 @@ func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) 
 // and returns the minimum nextCursor of the active subscriptions (§4.5).
 func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request, plans []*subPlan, enc *wire.Encoder, cw *countingWriter) (int64, bool, error) {
 	lim := clampLimits(req.Pull)
-	ps := &pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: rs.head.MaxCommitSeq, horizon: rs.head.HorizonSeq}
+	// Push results already written count as progress: then the pull half
+	// may stop short of its first commit rather than pass the budget.
+	ps := &pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: rs.head.MaxCommitSeq, horizon: rs.head.HorizonSeq, sentData: len(req.Commits) > 0}
 	ps.log = &logWindow{e: e, partition: rs.auth.Partition, through: ps.maxSeq, lo: -2}
 	minCursor, has := int64(0), false
 	for _, p := range plans {
