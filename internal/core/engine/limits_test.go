@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -36,13 +37,13 @@ func TestPushResultsKeepTheResponseBudget(t *testing.T) {
 	}
 	for i := range 2 {
 		if r := res[i]; r.Status != wire.PushRejected || r.Results[0].Status != wire.OpConflict || len(r.Results[0].ServerRow) < 30_000 {
-			t.Fatalf("result %d: %+v, want a conflict with the server row", i, r)
+			t.Fatalf("result %d: %s, want a conflict with the server row", i, brief(r))
 		}
 	}
 	for i := 2; i < 4; i++ {
 		r := res[i]
 		if r.Status != wire.PushRejected || len(r.Results) != 1 || r.Results[0].Code != string(syncerr.IdempotencyCacheMiss) || !r.Results[0].Retryable {
-			t.Fatalf("result %d past the budget: %+v, want retryable sync.idempotency_cache_miss", i, r)
+			t.Fatalf("result %d past the budget: %s, want retryable sync.idempotency_cache_miss", i, brief(r))
 		}
 	}
 	// The deferred insert was not applied: nothing passed the budget.
@@ -54,7 +55,7 @@ func TestPushResultsKeepTheResponseBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res[0].Results[0].Status != wire.OpConflict || res[1].Status != wire.PushApplied {
-		t.Fatalf("resend: %+v / %+v, want the conflict and the insert", res[0], res[1])
+		t.Fatalf("resend: %s / %s, want the conflict and the insert", brief(res[0]), brief(res[1]))
 	}
 }
 
@@ -89,7 +90,7 @@ func TestPullAfterPushResultsKeepsTheBudget(t *testing.T) {
 	}
 	secs := enginetest.Sections(t, resp)
 	if len(secs) != 1 || len(secs[0].Commits) != 0 || secs[0].End.NextCursor != 0 {
-		t.Fatalf("pull half: %d sections, %+v; want no commit and the cursor kept", len(secs), secs[0])
+		t.Fatalf("pull half: %d sections, %d commits, cursor %d; want no commit and the cursor kept", len(secs), len(secs[0].Commits), secs[0].End.NextCursor)
 	}
 	if len(out) > budget {
 		t.Errorf("response is %d bytes, over the %d-byte budget (request %d bytes)", len(out), budget, len(body))
@@ -97,7 +98,7 @@ func TestPullAfterPushResultsKeepsTheBudget(t *testing.T) {
 	// The next (pull-only) round delivers them.
 	secs, err = bob.Pull(wire.PullHeader{Accept: acceptRows}, sub("s", "tasks", "p1", 0))
 	if err != nil || len(secs[0].Commits) == 0 {
-		t.Fatalf("next pull: %v, %+v", err, secs)
+		t.Fatalf("next pull: %v, %d sections", err, len(secs))
 	}
 }
 
@@ -114,7 +115,7 @@ func TestCommitMustFitOnePullResponse(t *testing.T) {
 		up("tasks", "t2", c.Task("t2", "p1", text, false), -1),
 		up("tasks", "t3", c.Task("t3", "p1", text, false), -1))
 	if r.Status != wire.PushRejected || r.Results[0].Code != string(syncerr.ConstraintViolation) || r.Results[0].OpIndex != 2 || r.Results[0].Retryable {
-		t.Fatalf("120 KB of tasks in one commit: %+v, want sync.constraint_violation at op 2", r)
+		t.Fatalf("120 KB of tasks in one commit: %s, want sync.constraint_violation at op 2", brief(r))
 	}
 	// The same bytes spread over two tables fit: each subscriber gets one
 	// table's frame.
@@ -124,10 +125,21 @@ func TestCommitMustFitOnePullResponse(t *testing.T) {
 		up("tasks", "t1", c.Task("t1", "p1", text, false), -1),
 		up("tasks", "t2", c.Task("t2", "p1", text, false), -1))
 	if r.Status != wire.PushApplied {
-		t.Fatalf("40 KB + 80 KB over two tables: %+v", r)
+		t.Fatalf("40 KB + 80 KB over two tables: %s", brief(r))
 	}
 	secs, err := c.Pull(wire.PullHeader{Accept: acceptRows}, sub("s", "tasks", "p1", 0))
 	if err != nil || len(secs[0].Commits) != 1 || len(secs[0].Commits[0].Changes) != 2 {
-		t.Fatalf("pull: %v %+v", err, secs)
+		t.Fatalf("pull: %v, %d sections", err, len(secs))
 	}
+}
+
+// brief renders a push result without its (possibly large) server rows.
+func brief(r *wire.PushResult) string {
+	out := r.Status.String()
+	for _, o := range r.Results {
+		if o.Status != wire.OpApplied {
+			out += fmt.Sprintf(" [op %d %s %s retryable=%v row=%dB]", o.OpIndex, o.Status, o.Code, o.Retryable, len(o.ServerRow))
+		}
+	}
+	return out
 }

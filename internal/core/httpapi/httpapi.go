@@ -122,6 +122,7 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 				slog.Int("applied", rep.Applied),
 				slog.Int("cached", rep.Cached),
 				slog.Int("rejected", rep.Rejected),
+				slog.Int("deferred", rep.Deferred),
 				slog.Int("subscriptions", rep.Subscriptions),
 				slog.Int("commitsSent", rep.CommitsSent),
 				slog.Int("segmentsSent", rep.SegmentsSent),
