@@ -413,3 +413,37 @@ func TestRunnerAnswersWireV3(t *testing.T) {
 		t.Fatalf("want a RESP_HEADER acquiring the epoch, got %+v", m.Frames)
 	}
 }
+
+// The runner refuses exactly what the deployed function can never receive:
+// a body whose base64 form does not fit Lambda's 6 MiB event. API
+// Gateway's own 10 MB cap is not the one that bites.
+func TestRunnerRequestBodyLimit(t *testing.T) {
+	rn, srv := startRunner(t, testOptions())
+	tok, err := rn.devToken("dev-user", map[string]any{"project_id": []any{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(n int) int {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/sync", bytes.NewReader(make([]byte, n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/vnd.syncular.sync.v2")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// 6 MiB of event minus 64 KiB for headers and context, base64: 4,669,440.
+	const lambdaMax = (6<<20 - 64<<10) / 4 * 3
+	if got := post(lambdaMax + 1); got != http.StatusRequestEntityTooLarge {
+		t.Errorf("body of %d bytes: status %d, want 413 (it cannot reach a Lambda function)", lambdaMax+1, got)
+	}
+	if got := post(lambdaMax); got == http.StatusRequestEntityTooLarge {
+		t.Errorf("body of %d bytes: 413, but it fits a Lambda invocation", lambdaMax)
+	}
+}

@@ -117,7 +117,9 @@ func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request,
 		head.MaxCommitSeq = h.MaxCommitSeq
 		head.HorizonSeq = max(head.HorizonSeq, h.HorizonSeq)
 	}
-	ps := &pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: head.MaxCommitSeq, horizon: head.HorizonSeq}
+	// Push results already written count as progress: then the pull half
+	// may stop short of its first commit rather than pass the budget.
+	ps := &pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: head.MaxCommitSeq, horizon: head.HorizonSeq, sentData: len(req.Commits) > 0}
 	ps.log = &logWindow{e: e, partition: rs.auth.Partition, through: ps.maxSeq, lo: -2}
 	minCursor, has := int64(0), false
 	for _, p := range plans {

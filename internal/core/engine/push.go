@@ -23,6 +23,14 @@ const maxCommitAttempts = 64
 // PUSH_RESULT. Returned errors are request-level (storage unavailable);
 // every protocol outcome is a result.
 func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushCommit, duplicate bool) (*wire.PushResult, error) {
+	// Identifiers no store can key by are answered before any storage
+	// read uses them (limits.go).
+	if res := commitIDTooLong(pc); res != nil {
+		return res, nil
+	}
+	if rej := checkOperationIdentifiers(pc); rej != nil && !duplicate {
+		return e.rejectCommit(ctx, rs, pc, rej)
+	}
 	// §2.3/§6.3: there is no separate idempotency lookup before
 	// evaluating. The key is checked where it matters, inside the atomic
 	// commit (Commit and PutRejection fail with ErrOutcomeExists when the
@@ -54,6 +62,9 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr)
 		if err != nil {
 			return nil, err
+		}
+		if ev.reject == nil {
+			ev.reject = e.checkCommitSize(rs.auth.ActorID, pc, ev)
 		}
 		if ev.reject != nil {
 			res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*ev.reject}}

@@ -42,6 +42,7 @@ type Report struct {
 	Applied        int
 	Cached         int
 	Rejected       int
+	Deferred       int // push results that did not fit the response budget
 	Subscriptions  int
 	CommitsSent    int
 	SegmentsSent   int
@@ -227,6 +228,9 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	if strings.HasPrefix(rs.clientID, `["remote-command",`) {
 		return rep, syncerr.New(syncerr.InvalidClientID, "clientId uses the reserved server-command namespace (§1.5)")
 	}
+	if err := e.checkRequestLimits(auth, req); err != nil {
+		return rep, err
+	}
 	if err := e.checkClient(ctx, rs); err != nil {
 		return rep, err
 	}
@@ -282,20 +286,38 @@ func (e *Engine) respHeader(rs *reqState, reset bool) *wire.RespHeader {
 // serve runs the push half then the pull half after the header is out.
 func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, plans []*subPlan, enc *wire.Encoder, cw *countingWriter) error {
 	seen := make(map[string]bool, len(req.Commits))
+	deferred := false
 	for i := range req.Commits {
 		pc := &req.Commits[i]
-		res, err := e.pushCommit(ctx, rs, pc, seen[pc.ClientCommitID])
-		if err != nil {
-			return err
+		// §1.6 wants one PUSH_RESULT per commit, and conflict serverRows can
+		// make them large: past the byte budget the remaining commits are
+		// not processed and are answered "send again" (notDelivered). The
+		// first result always goes out, so every request makes progress.
+		budget := int64(e.limits.ResponseBudgetBytes)
+		var res *wire.PushResult
+		if i > 0 && (deferred || cw.n > budget) {
+			deferred = true
+			res = notDelivered(pc.ClientCommitID)
+		} else {
+			var err error
+			if res, err = e.pushCommit(ctx, rs, pc, seen[pc.ClientCommitID]); err != nil {
+				return err
+			}
+			seen[pc.ClientCommitID] = true
+			if res.Status != wire.PushRejected && res.CommitSeq.Present {
+				rs.acceptedMax = max(rs.acceptedMax, res.CommitSeq.Value)
+			}
+			if i > 0 && cw.n+int64(pushResultSize(res)) > budget {
+				deferred = true // processed; a resend replays its stored outcome
+				res = notDelivered(pc.ClientCommitID)
+			}
 		}
-		seen[pc.ClientCommitID] = true
-		if res.Status != wire.PushRejected && res.CommitSeq.Present {
-			rs.acceptedMax = max(rs.acceptedMax, res.CommitSeq.Value)
-		}
-		switch res.Status {
-		case wire.PushApplied:
+		switch {
+		case deferred:
+			rs.report.Deferred++
+		case res.Status == wire.PushApplied:
 			rs.report.Applied++
-		case wire.PushCached:
+		case res.Status == wire.PushCached:
 			rs.report.Cached++
 		default:
 			rs.report.Rejected++

@@ -8,12 +8,14 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 )
 
 // maxIdentBytes is the Postgres identifier limit; longer names are silently
-// truncated there, so two distinct IR names could collide in storage.
-const maxIdentBytes = 63
+// truncated there, so two distinct IR names could collide in storage. The
+// limits package bounds table names on the wire with the same number.
+const maxIdentBytes = limits.MaxTableNameBytes
 
 // fold is the comparison key for identifiers: SQLite resolves table, column
 // and index names case-insensitively, so "Title" and "title" collide in a
