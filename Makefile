@@ -8,11 +8,16 @@ GO ?= go
 export GOFLAGS := -buildvcs=false
 
 # The golden vectors live beside the repository in ../shared; tests read
-# them from SSP2_VECTORS.
+# the wire-version 1–2 set from SSP2_VECTORS and the version-3 set from
+# SSP2_VECTORS_V3.
 ifneq ($(wildcard ../shared/ssp2-vectors),)
 SSP2_VECTORS ?= $(abspath ../shared/ssp2-vectors)
 endif
 export SSP2_VECTORS
+ifneq ($(wildcard ../shared/ssp2-vectors-v3),)
+SSP2_VECTORS_V3 ?= $(abspath ../shared/ssp2-vectors-v3)
+endif
+export SSP2_VECTORS_V3
 
 TOOLS_BIN := $(CURDIR)/.tools/bin
 export PATH := $(TOOLS_BIN):$(PATH)
@@ -34,6 +39,9 @@ lint: tools
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	staticcheck ./...
+	@# cfn-lint (with the SAM translator) is on every machine of this project;
+	@# a missing one fails the lint rather than skipping it.
+	cfn-lint template.yaml
 
 tools:
 	@./scripts/tools.sh

@@ -2,12 +2,15 @@
 // responses and SSG2 rows segments as the canonical JSON of SPEC §11.1 and
 // checks that re-encoding reproduces a file byte for byte.
 //
-//	ssp2 render FILE      print the canonical JSON rendering
-//	ssp2 roundtrip FILE   decode, re-encode, exit 1 unless identical
+//	ssp2 render [-push MANIFEST] FILE      print the canonical JSON rendering
+//	ssp2 roundtrip [-push MANIFEST] FILE   decode, re-encode, exit 1 unless identical
 //
-// The kind is detected from the magic ("SSP2" envelope, whose msgKind
-// byte says request or response; "SSG2" rows segment). On an invalid file
-// the tool prints the §10 catalog code and exits 1.
+// The kind is detected from the magic ("SSP2" envelope of wire version 1,
+// 2 or 3, whose msgKind byte says request or response; "SSG2" rows
+// segment). A wire-version 3 push payload (a sparse row, §2.4) has no
+// magic and no column table: -push names a push/ vector manifest whose
+// columns and primaryKey describe it. On an invalid file the tool prints
+// the §10 catalog code and exits 1.
 package main
 
 import (
@@ -17,6 +20,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
@@ -27,8 +31,13 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	var pushManifest string
+	if len(args) == 4 && args[1] == "-push" {
+		pushManifest = args[2]
+		args = []string{args[0], args[3]}
+	}
 	if len(args) != 2 || (args[0] != "render" && args[0] != "roundtrip") {
-		fmt.Fprintln(stderr, "usage: ssp2 render FILE | ssp2 roundtrip FILE")
+		fmt.Fprintln(stderr, "usage: ssp2 render|roundtrip [-push MANIFEST] FILE")
 		return 2
 	}
 	data, err := os.ReadFile(args[1])
@@ -36,7 +45,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	rendered, reencoded, err := decode(data)
+	var rendered, reencoded []byte
+	if pushManifest != "" {
+		codec, pk, merr := loadPushCodec(pushManifest)
+		if merr != nil {
+			fmt.Fprintln(stderr, merr)
+			return 2
+		}
+		rendered, reencoded, err = decodePush(codec, pk, data)
+	} else {
+		rendered, reencoded, err = decode(data)
+	}
 	if err != nil {
 		code := "error"
 		if se := syncerr.As(err); se != nil {
@@ -90,6 +109,56 @@ func decode(data []byte) (rendered, reencoded []byte, err error) {
 		return rendered, reencoded, err
 	}
 	return nil, nil, syncerr.New(syncerr.InvalidRequest, "unknown magic: not an SSP2 message or SSG2 segment")
+}
+
+// loadPushCodec builds the row codec of a push/ manifest's table.
+func loadPushCodec(path string) (*rowcodec.Codec, int, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	var m struct {
+		Columns []struct {
+			Name     string `json:"name"`
+			Type     string `json:"type"`
+			Nullable bool   `json:"nullable"`
+		} `json:"columns"`
+		PrimaryKey string `json:"primaryKey"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", path, err)
+	}
+	cols := make([]rowcodec.Column, len(m.Columns))
+	pk := -1
+	for i, c := range m.Columns {
+		t, ok := rowcodec.ParseType(c.Type)
+		if !ok {
+			return nil, 0, fmt.Errorf("%s: column %q has unknown type %q", path, c.Name, c.Type)
+		}
+		cols[i] = rowcodec.Column{Name: c.Name, Type: t, Nullable: c.Nullable}
+		if c.Name == m.PrimaryKey {
+			pk = i
+		}
+	}
+	if pk < 0 {
+		return nil, 0, fmt.Errorf("%s: primaryKey %q is not a column", path, m.PrimaryKey)
+	}
+	codec, err := rowcodec.New(cols)
+	return codec, pk, err
+}
+
+// decodePush decodes a sparse row, renders it as the push/ vectors do and
+// re-encodes it.
+func decodePush(codec *rowcodec.Codec, pk int, data []byte) (rendered, reencoded []byte, err error) {
+	row, present, err := codec.DecodeSparse(data, pk, nil, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rendered, err = codec.RenderSparseDocument(nil, row, present); err != nil {
+		return nil, nil, err
+	}
+	reencoded, err = codec.AppendSparse(nil, row, present)
+	return rendered, reencoded, err
 }
 
 func firstDiff(a, b []byte) int {

@@ -12,14 +12,33 @@ import (
 )
 
 func TestRenderAndRoundtripEveryVector(t *testing.T) {
-	dir := vectors.Dir(t)
+	runEveryVector(t, vectors.Dir(t), []string{"request", "response", "segment"})
+}
+
+// TestRenderAndRoundtripEveryVectorV3: the wire-version 3 set, push/
+// sparse rows included (described by their manifest through -push).
+func TestRenderAndRoundtripEveryVectorV3(t *testing.T) {
+	runEveryVector(t, vectors.DirV3(t), []string{"request", "response", "segment", "push"})
+}
+
+func runEveryVector(t *testing.T, dir string, kinds []string) {
 	passed := 0
-	for _, kind := range []string{"request", "response", "segment"} {
+	for _, kind := range kinds {
 		m := vectors.Load(t, dir, kind)
+		var flags []string
+		if kind == "push" {
+			flags = []string{"-push", filepath.Join(dir, kind, "manifest.json")}
+		}
+		cmd := func(verb, file string) []string {
+			if flags == nil {
+				return []string{verb, file}
+			}
+			return []string{verb, flags[0], flags[1], file}
+		}
 		for _, c := range m.Cases {
 			file := filepath.Join(dir, kind, c.Bin)
 			var out, errOut bytes.Buffer
-			if code := run([]string{"render", file}, &out, &errOut); code != 0 {
+			if code := run(cmd("render", file), &out, &errOut); code != 0 {
 				t.Errorf("%s/%s render exit %d: %s", kind, c.Name, code, errOut.String())
 				continue
 			}
@@ -39,7 +58,7 @@ func TestRenderAndRoundtripEveryVector(t *testing.T) {
 				continue
 			}
 			out.Reset()
-			if code := run([]string{"roundtrip", file}, &out, &errOut); code != 0 {
+			if code := run(cmd("roundtrip", file), &out, &errOut); code != 0 {
 				t.Errorf("%s/%s roundtrip exit %d: %s", kind, c.Name, code, errOut.String())
 				continue
 			}
@@ -47,7 +66,7 @@ func TestRenderAndRoundtripEveryVector(t *testing.T) {
 		}
 		for _, c := range m.Invalid {
 			var out, errOut bytes.Buffer
-			code := run([]string{"render", filepath.Join(dir, kind, c.Bin)}, &out, &errOut)
+			code := run(cmd("render", filepath.Join(dir, kind, c.Bin)), &out, &errOut)
 			if code == 0 || strings.TrimSpace(out.String()) != c.Error {
 				t.Errorf("%s/invalid/%s: exit %d, printed %q, want code %s", kind, c.Name, code, out.String(), c.Error)
 				continue

@@ -22,6 +22,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
+	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
@@ -73,8 +74,10 @@ type runner struct {
 	corsOrigins []string
 }
 
-// maxRequestBytes mirrors API Gateway's HTTP API request cap.
-const maxRequestBytes = 10 << 20
+// maxRequestBytes is the largest body the deployed function can receive
+// (Lambda's 6 MiB event holds it base64 encoded); a larger one never
+// reaches it, so the runner refuses it the same way.
+const maxRequestBytes = limits.MaxRequestBodyBytes
 
 func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, error) {
 	sch, err := schema.ReadFile(o.schemaPath)
@@ -189,7 +192,7 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(body) > maxRequestBytes {
-		writeErr(w, syncerr.New(syncerr.InvalidRequest, "request body exceeds API Gateway's 10 MB limit").WithStatus(http.StatusRequestEntityTooLarge))
+		writeErr(w, syncerr.New(syncerr.InvalidRequest, "request body exceeds %d bytes, the most a Lambda invocation can carry", maxRequestBytes).WithStatus(http.StatusRequestEntityTooLarge))
 		return
 	}
 	fn, ok := app.Match(rn.cfg.Mount, r.Method, r.URL.EscapedPath())

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +23,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/testenv"
+	"github.com/skyfold/syncular-lambda/internal/vectors"
 )
 
 const testSecret = "runner-test-secret-runner-test-secret"
@@ -368,5 +372,78 @@ func TestRunnerCORS(t *testing.T) {
 		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Access-Control-Allow-Origin") != want {
 			t.Fatalf("origin %s: status %d, ACAO %q, want %q", origin, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"), want)
 		}
+	}
+}
+
+// `make run` serves current (wire version 3) clients: the v3 golden
+// request pull-minimal — an epoch acquisition, no logEpoch — is answered
+// with a v3 response whose RESP_HEADER decodes and asks for the reset.
+func TestRunnerAnswersWireV3(t *testing.T) {
+	dir := vectors.DirV3(t)
+	body, err := os.ReadFile(filepath.Join(dir, "request", "pull-minimal.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv := startRunner(t, testOptions())
+	tok, err := auth.MintHS256([]byte(testSecret), auth.Claims{"sub": "dev-user", "syncular_scopes": map[string][]string{"project": {"p1"}}}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", srv.URL+"/sync", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", apptest.ContentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("HTTP %d %s", resp.StatusCode, b)
+	}
+	if len(b) < 8 || string(b[:4]) != "SSP2" || binary.LittleEndian.Uint16(b[4:6]) != wire.Version3 {
+		t.Fatalf("not a wire-version 3 response: % x", b[:min(len(b), 8)])
+	}
+	m, err := wire.Decode(b)
+	if err != nil {
+		t.Fatalf("response does not decode: %v", err)
+	}
+	hdr, ok := m.Frames[0].(*wire.RespHeader)
+	if !ok || m.Kind != wire.KindResponse || hdr.LogEpoch == "" || !hdr.ResetRequired {
+		t.Fatalf("want a RESP_HEADER acquiring the epoch, got %+v", m.Frames)
+	}
+}
+
+// The runner refuses exactly what the deployed function can never receive:
+// a body whose base64 form does not fit Lambda's 6 MiB event. API
+// Gateway's own 10 MB cap is not the one that bites.
+func TestRunnerRequestBodyLimit(t *testing.T) {
+	rn, srv := startRunner(t, testOptions())
+	tok, err := rn.devToken("dev-user", map[string]any{"project_id": []any{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(n int) int {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/sync", bytes.NewReader(make([]byte, n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/vnd.syncular.sync.v2")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// 6 MiB of event minus 64 KiB for headers and context, base64: 4,669,440.
+	const lambdaMax = (6<<20 - 64<<10) / 4 * 3
+	if got := post(lambdaMax + 1); got != http.StatusRequestEntityTooLarge {
+		t.Errorf("body of %d bytes: status %d, want 413 (it cannot reach a Lambda function)", lambdaMax+1, got)
+	}
+	if got := post(lambdaMax); got == http.StatusRequestEntityTooLarge {
+		t.Errorf("body of %d bytes: 413, but it fits a Lambda invocation", lambdaMax)
 	}
 }

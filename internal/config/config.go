@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/core/limits"
 )
 
 // Auth modes (SYNC_AUTH_MODE).
@@ -123,12 +125,12 @@ var Vars = []Var{
 	{"SYNC_SIGNING_KEY", "empty", "native mode: the HMAC key itself (local runs only; at least 32 bytes)."},
 	{"SYNC_SIGNING_KEY_REF", "empty", "native mode: SSM SecureString name/ARN or Secrets Manager ARN holding the HMAC key, read once at init."},
 	{"SYNC_MAX_OPERATIONS", "`500`", "Operations allowed across the PUSH_COMMIT frames of one request."},
-	{"SYNC_RESPONSE_BUDGET_BYTES", "`4194304`", "Raw bytes a pull response stops growing at (Lambda's 6 MB buffered response includes base64)."},
+	{"SYNC_RESPONSE_BUDGET_BYTES", "`4194304`", "Raw bytes where a response stops adding push results, commits and inline pages (at most 4444160: Lambda's 6 MB response includes base64)."},
 	{"SYNC_INLINE_SEGMENT_MAX_BYTES", "`262144`", "Largest rows segment sent inline in a pull response."},
 	{"SYNC_SEGMENT_MAX_BYTES", "`4194304`", "Largest rows segment; every segment must fit the segment function's response."},
 	{"SYNC_SEGMENT_TTL", "`24h`", "Lifetime of a segment publication. The bucket's lifecycle rule must outlive it (SYNC_SEGMENT_OBJECT_DAYS)."},
 	{"SYNC_SEGMENT_OBJECT_DAYS", "`2`", "Days after which the bucket's lifecycle rule expires segment objects (template parameter SegmentObjectExpirationDays passes the same number to both). Must exceed SYNC_SEGMENT_TTL + 15 min + 1 h."},
-	{"SYNC_MAX_BODY_BYTES", "`10485760`", "Request body cap after gzip decoding (413 above)."},
+	{"SYNC_MAX_BODY_BYTES", "`33554432`", "Request body cap after gzip decoding (413 above); at least 4669440, the largest body Lambda can receive, so an uncompressed request is always read and oversized commits in it are rejected one by one (see Size limits)."},
 	{"SYNC_LOG_LEVEL", "`info`", "`debug`, `info`, `warn` or `error`. Logs are JSON on stdout; tokens and payloads are never logged."},
 	{"SYNC_DYNAMODB_ENDPOINT", "empty", "DynamoDB endpoint override (DynamoDB Local for `sam local`)."},
 	{"SYNC_S3_ENDPOINT", "empty", "S3 endpoint override (a local S3 API server)."},
@@ -138,11 +140,9 @@ var Vars = []Var{
 // Limits of the protocol and the platform that configuration may not pass.
 const (
 	MaxSignedURLTTL = 15 * time.Minute // §5.4
-	// MaxLambdaBody is API Gateway's request cap; a larger body never arrives.
-	MaxLambdaBody = 10 << 20
 	// MaxResponseBudget keeps base64 of the budget plus framing under
-	// Lambda's 6 MB buffered response.
-	MaxResponseBudget = 4_400_000
+	// Lambda's 6 MB buffered response (derived in internal/core/limits).
+	MaxResponseBudget = limits.MaxResponseBudgetBytes
 	// MinKeyBytes is the shortest accepted HMAC key.
 	MinKeyBytes = 32
 )
@@ -180,12 +180,12 @@ func Load(getenv func(string) string) (*Config, error) {
 		SigningKeyRef: l.str("SYNC_SIGNING_KEY_REF", ""),
 
 		MaxOperations:         l.integer("SYNC_MAX_OPERATIONS", 500, 1, 100_000),
-		ResponseBudgetBytes:   l.integer("SYNC_RESPONSE_BUDGET_BYTES", 4<<20, 64<<10, MaxResponseBudget),
+		ResponseBudgetBytes:   l.integer("SYNC_RESPONSE_BUDGET_BYTES", limits.DefaultResponseBudgetBytes, 64<<10, MaxResponseBudget),
 		InlineSegmentMaxBytes: l.integer("SYNC_INLINE_SEGMENT_MAX_BYTES", 256<<10, 1<<10, MaxResponseBudget),
 		SegmentMaxBytes:       l.integer("SYNC_SEGMENT_MAX_BYTES", 4<<20, 64<<10, MaxResponseBudget),
 		SegmentTTL:            l.duration("SYNC_SEGMENT_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
 		SegmentObjectDays:     l.integer("SYNC_SEGMENT_OBJECT_DAYS", 2, 1, 3650),
-		MaxBodyBytes:          l.integer("SYNC_MAX_BODY_BYTES", MaxLambdaBody, 1<<10, 64<<20),
+		MaxBodyBytes:          l.integer("SYNC_MAX_BODY_BYTES", limits.DefaultDecodedBodyBytes, limits.MaxRequestBodyBytes, limits.MaxDecodedBodyBytes),
 
 		LogLevel: l.level("SYNC_LOG_LEVEL"),
 

@@ -27,7 +27,7 @@ func TestDefaults(t *testing.T) {
 	if c.AuthMode != AuthJWTAuthorizer || c.ActorClaim != "sub" || c.DefaultPartition != "default" ||
 		c.ScopesMode != ScopesClaim || c.ScopesClaim != "syncular_scopes" || c.SignedURLs != SignedPresign ||
 		c.SignedURLTTL != 5*time.Minute || c.MaxOperations != 500 || c.ResponseBudgetBytes != 4<<20 ||
-		c.SegmentTTL != 24*time.Hour || c.MaxBodyBytes != 10<<20 || c.LogLevel != slog.LevelInfo || c.Mount != "" {
+		c.SegmentTTL != 24*time.Hour || c.MaxBodyBytes != 32<<20 || c.LogLevel != slog.LevelInfo || c.Mount != "" {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if got := c.SchemaFile(); filepath.Base(got) != "schema.json" {

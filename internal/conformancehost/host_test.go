@@ -698,3 +698,42 @@ func TestInstancesAreIsolated(t *testing.T) {
 		t.Fatal("instances share state")
 	}
 }
+
+// A schemaWindow (driver ServerCreateOptions) keeps older client schemas
+// served: a version-1 client of a version-2 server is answered normally
+// instead of with the §1.6 schema floor.
+func TestSchemaWindowServesOlderClientSchema(t *testing.T) {
+	e := newEnv(t)
+	v2 := strings.Replace(notesSchema, `"version": 1`, `"version": 2`, 1)
+	for _, tc := range []struct {
+		name   string
+		window string
+		floor  bool
+	}{
+		{"without window", "", true},
+		{"with window", `, "schemaWindow": [` + notesSchema + `]`, false},
+	} {
+		body := `{"schema": ` + v2 + `, "partition": "part-1", "nowMs": 1750000000000` + tc.window + `}`
+		st, _, b := e.do(http.MethodPost, "/__conformance/instances", nil, []byte(body))
+		if st != http.StatusOK {
+			t.Fatalf("%s: create: %d %s", tc.name, st, b)
+		}
+		var out struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		c := &client{e: e, id: out.ID, actor: "a", cid: "c-" + out.ID, accept: wire.AcceptInlineRows}
+		resp := c.send(nil, &wire.PullHeader{Accept: c.accept}, nil)
+		hdr := resp.Frames[0].(*wire.RespHeader)
+		if got := hdr.RequiredSchemaVersion.Present; got != tc.floor {
+			t.Errorf("%s: schema floor = %v, want %v (%+v)", tc.name, got, tc.floor, hdr)
+		}
+	}
+	// A window entry must be older than the current schema.
+	body := `{"schema": ` + notesSchema + `, "partition": "p", "nowMs": 1, "schemaWindow": [` + notesSchema + `]}`
+	if st, _, b := e.do(http.MethodPost, "/__conformance/instances", nil, []byte(body)); st == http.StatusOK {
+		t.Errorf("a window entry at the current version was accepted: %s", b)
+	}
+}

@@ -20,11 +20,14 @@ import (
 
 // createOptions is ServerCreateOptions (driver.ts).
 type createOptions struct {
-	Schema     json.RawMessage `json:"schema"`
-	Partition  string          `json:"partition"`
-	NowMs      *int64          `json:"nowMs"`
-	Limits     *limitOptions   `json:"limits"`
-	SignedURLs *struct {
+	Schema json.RawMessage `json:"schema"`
+	// SchemaWindow lists older client schemas the server keeps serving
+	// through their own codecs (§9 schema window of the wire-3 spec).
+	SchemaWindow []json.RawMessage `json:"schemaWindow"`
+	Partition    string            `json:"partition"`
+	NowMs        *int64            `json:"nowMs"`
+	Limits       *limitOptions     `json:"limits"`
+	SignedURLs   *struct {
 		TTLSeconds *int64 `json:"ttlSeconds"`
 	} `json:"signedUrls"`
 	Leases json.RawMessage `json:"leases"`
@@ -81,6 +84,22 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 	sc, err := schema.Parse(o.Schema)
 	if err != nil {
 		return nil, badArgs("schema: %v", err)
+	}
+	if len(o.SchemaWindow) > 0 {
+		parts := []*schema.Schema{sc}
+		for i, raw := range o.SchemaWindow {
+			older, err := schema.Parse(raw)
+			if err != nil {
+				return nil, badArgs("schemaWindow[%d]: %v", i, err)
+			}
+			if older.Latest >= sc.Latest {
+				return nil, badArgs("schemaWindow[%d]: version %d is not older than the current schema %d", i, older.Latest, sc.Latest)
+			}
+			parts = append(parts, older)
+		}
+		if sc, err = schema.Merge(parts...); err != nil {
+			return nil, badArgs("schemaWindow: %v", err)
+		}
 	}
 	var lim engine.Limits
 	if l := o.Limits; l != nil {

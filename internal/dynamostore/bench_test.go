@@ -70,7 +70,11 @@ func benchPush(b *testing.B, ops int) {
 			if r := rows[id]; r != nil {
 				v = r.Version + 1
 			}
-			ws = append(ws, up(id, v, payload(200)))
+			w := up(id, v, payload(200))
+			// Eight columns as the engine stamps them after a sparse
+			// update: one column still at 1, the rest at the new version.
+			w.Row.ColumnVersions = []int64{1, v, v, v, v, v, v, v}
+			ws = append(ws, w)
 		}
 		if err := s.Commit(ctx, p, commitOf(h.MaxCommitSeq, fmt.Sprint("cc", h.MaxCommitSeq), ws...)); err != nil {
 			b.Fatal(err)
@@ -133,6 +137,36 @@ func BenchmarkScanRows1000(b *testing.B) {
 		n := 0
 		if err := s.ScanRows(cctx, p, "tasks", "", false, func(*store.Row) bool { n++; return n < 1000 }); err != nil || n != 1000 {
 			b.Fatalf("ScanRows: %d rows, %v", n, err)
+		}
+	}
+	report(b, usage.Snapshot())
+}
+
+// BenchmarkPushDelete1 is a one-op push deleting a stored 200-byte row
+// (Head, GetRows, Commit); the row is re-created between iterations
+// outside the measured context.
+func BenchmarkPushDelete1(b *testing.B) {
+	s, p := benchSetup(b)
+	ctx := context.Background()
+	cctx, usage := dynamostore.WithCapacity(ctx)
+	for b.Loop() {
+		h, _, err := s.Head(ctx, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Commit(ctx, p, commitOf(h.MaxCommitSeq, fmt.Sprint("cc", h.MaxCommitSeq), up("row", 1, payload(200)))); err != nil {
+			b.Fatal(err)
+		}
+		h, _, err = s.Head(cctx, p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.GetRows(cctx, p, "tasks", []string{"row"}); err != nil {
+			b.Fatal(err)
+		}
+		del := store.RowWrite{Table: "tasks", Delete: true, Row: store.Row{RowID: "row", Scopes: up("row", 1, nil).Row.Scopes}}
+		if err := s.Commit(cctx, p, commitOf(h.MaxCommitSeq, fmt.Sprint("cc", h.MaxCommitSeq), del)); err != nil {
+			b.Fatal(err)
 		}
 	}
 	report(b, usage.Snapshot())

@@ -12,22 +12,30 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
 
-// Commit log body encoding (version 1), compact and self-delimiting:
+// Commit log body encoding, compact and self-delimiting:
 //
-//	u8      format (1)
+//	u8      format (1 or 2)
 //	uvarint table count, then each table name as str
 //	uvarint change count, then per change:
 //	        uvarint table index, str rowId, u8 op, varint rowVersion,
-//	        scopes, bytes row
-//	u8      1 when explicit row writes follow (only when the request's
-//	        Rows are not derivable from its Changes), else 0; then
-//	        uvarint count and per write: uvarint table index, str rowId,
-//	        u8 delete, varint version, scopes, bytes payload
+//	        scopes, bytes row, [format 2: bytes columnVersions]
+//	u8      flags: logHasRows when explicit row writes follow (only
+//	        when the request's Rows are not derivable from its Changes),
+//	        logHasRefs when reference-index writes follow (§6.11)
+//	[rows]  uvarint count and per write: uvarint table index, str rowId,
+//	        u8 delete, varint version, scopes, bytes payload,
+//	        [format 2: bytes columnVersions]
+//	[refs]  uvarint count (≥ 1) and per write: str child table, str
+//	        column, str parent id, str child id, u8 remove
 //
 // str/bytes are uvarint length + raw bytes; scopes are uvarint count +
 // (str key, str value) pairs in stored (canonical) order. Table names are
-// interned because a commit usually touches one or two tables.
-const logFormat = 1
+// interned because a commit usually touches one or two tables. A change's
+// columnVersions are those of the row write it materializes, encoded by
+// encodeCV (empty = none); format 1, written before column versions
+// existed, has none and still decodes. Bodies written before references
+// existed have flags 0 or logHasRows and decode unchanged.
+const logFormat = 2
 
 var errCorrupt = errors.New("dynamostore: corrupt encoded data")
 
@@ -158,37 +166,119 @@ func decodeScopes(b []byte) (wire.StoredScopes, error) {
 	return s, d.err
 }
 
+// Column versions (store.Row.ColumnVersions) are encoded relative to the
+// row's version, run-length compressed, because nearly every column of a
+// row carries the row's version or one of a few older ones:
+//
+//	uvarint column count, then runs until the count is covered:
+//	uvarint run length (≥ 1), varint (version − column version)
+//
+// A row whose columns all sit at its version (every insert, every
+// full-row upsert) costs 3 bytes for up to 127 columns. A non-nil empty
+// list encodes as the single byte 0; nil is not encoded at all.
+func encodeCV(dst []byte, cv []int64, version int64) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(cv)))
+	for i := 0; i < len(cv); {
+		j := i + 1
+		for j < len(cv) && cv[j] == cv[i] {
+			j++
+		}
+		dst = binary.AppendUvarint(dst, uint64(j-i))
+		dst = binary.AppendVarint(dst, version-cv[i])
+		i = j
+	}
+	return dst
+}
+
+// decodeCV inverts encodeCV; empty input is nil (no column versions).
+func decodeCV(b []byte, version int64) ([]int64, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	d := &dec{b: b}
+	n := d.uvarint()
+	// Each run takes at least 2 bytes and covers at most n columns, so n
+	// is bounded only by the 400 KB item: refuse what no row could have.
+	if d.err != nil || n > MaxItemBytes {
+		return nil, errCorrupt
+	}
+	cv := make([]int64, 0, n)
+	for uint64(len(cv)) < n && d.err == nil {
+		run := d.uvarint()
+		v := version - d.varint()
+		if d.err != nil || run == 0 || run > n-uint64(len(cv)) {
+			return nil, errCorrupt
+		}
+		for range run {
+			cv = append(cv, v)
+		}
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, errCorrupt
+	}
+	return cv, nil
+}
+
 // rowsFromChanges derives the row writes a commit's changes imply (the
-// engine builds them 1:1), so the log need not store rows twice.
-func rowsFromChanges(seq int64, changes []store.Change) []store.RowWrite {
+// engine builds them 1:1), so the log need not store rows twice. cvs[i]
+// is change i's encoded column versions (may be shorter than changes).
+func rowsFromChanges(seq int64, changes []store.Change, cvs [][]byte) ([]store.RowWrite, error) {
 	out := make([]store.RowWrite, len(changes))
 	for i := range changes {
 		c := &changes[i]
-		w := store.RowWrite{Table: c.Table, Delete: c.Op == wire.OpDelete, Row: store.Row{RowID: c.RowID}}
+		w := store.RowWrite{Table: c.Table, Delete: c.Op == wire.OpDelete, Row: store.Row{RowID: c.RowID, CommitSeq: seq}}
 		if !w.Delete {
 			w.Row = store.Row{RowID: c.RowID, Version: c.RowVersion, Scopes: c.Scopes, Payload: c.Row, CommitSeq: seq}
+			if i < len(cvs) {
+				cv, err := decodeCV(cvs[i], c.RowVersion)
+				if err != nil {
+					return nil, err
+				}
+				w.Row.ColumnVersions = cv
+			}
 		}
 		out[i] = w
+	}
+	return out, nil
+}
+
+// changeCVs pairs each change with the column versions of the row write
+// at the same index, when the request's rows mirror its changes (the
+// engine's shape); otherwise the comparison in Commit fails and the rows
+// are logged explicitly.
+func changeCVs(changes []store.Change, rows []store.RowWrite) [][]byte {
+	if len(rows) != len(changes) {
+		return nil
+	}
+	var out [][]byte
+	for i := range changes {
+		w := &rows[i]
+		if w.Delete || w.Row.ColumnVersions == nil || w.Table != changes[i].Table || w.Row.RowID != changes[i].RowID {
+			continue
+		}
+		if out == nil {
+			out = make([][]byte, len(changes))
+		}
+		out[i] = encodeCV(nil, w.Row.ColumnVersions, changes[i].RowVersion)
 	}
 	return out
 }
 
-// encodeLogBody encodes the commit's changes and, when rows is non-nil,
-// explicit row writes.
-func encodeLogBody(changes []store.Change, rows []store.RowWrite) []byte {
-	return encodeLogBodyRefs(changes, rows, nil)
-}
-
-// Flag bits of the byte after the changes.
+// Flag bits of the byte after the changes (formats 1 and 2; a body
+// written before references existed carries 0 or logHasRows).
 const (
 	logHasRows = 1 // explicit row writes follow
 	logHasRefs = 2 // reference-index writes follow (§6.11)
 )
 
-// encodeLogBodyRefs is encodeLogBody plus the commit's reference-index
-// writes, which a roll-forward replays with the rows (they cannot be
-// derived from the changes: a removal names the old parent).
-func encodeLogBodyRefs(changes []store.Change, rows []store.RowWrite, refs []store.RefWrite) []byte {
+// encodeLogBody encodes the commit's changes with their encoded column
+// versions cvs (nil or one per change) and, when rows is non-nil,
+// explicit row writes.
+//
+// refs are the commit's reference-index writes (§6.11), which a
+// roll-forward replays with the rows: they cannot be derived from the
+// changes (a removal names the old parent).
+func encodeLogBody(changes []store.Change, cvs [][]byte, rows []store.RowWrite, refs []store.RefWrite) []byte {
 	size := 16
 	tables := map[string]uint64{}
 	var names []string
@@ -221,6 +311,11 @@ func encodeLogBodyRefs(changes []store.Change, rows []store.RowWrite, refs []sto
 		e.varint(c.RowVersion)
 		e.scopes(c.Scopes)
 		e.bytes(c.Row)
+		if i < len(cvs) {
+			e.bytes(cvs[i])
+		} else {
+			e.bytes(nil)
+		}
 	}
 	var flags byte
 	if rows != nil {
@@ -265,21 +360,37 @@ func (e *enc) rows(tables map[string]uint64, rows []store.RowWrite) {
 		e.varint(w.Row.Version)
 		e.scopes(w.Row.Scopes)
 		e.bytes(w.Row.Payload)
+		if w.Delete || w.Row.ColumnVersions == nil {
+			e.bytes(nil)
+		} else {
+			e.bytes(encodeCV(nil, w.Row.ColumnVersions, w.Row.Version))
+		}
 	}
 }
 
-// decodeLogBody is the inverse of encodeLogBody; rows is nil when the
-// body carries no explicit row writes.
-func decodeLogBody(b []byte, seq int64) (changes []store.Change, rows []store.RowWrite, err error) {
-	changes, rows, _, err = decodeLogBodyRefs(b, seq)
-	return changes, rows, err
+// logBody is a decoded commit log body.
+type logBody struct {
+	changes []store.Change
+	cvs     [][]byte         // per change, encoded column versions (nil for format 1)
+	rows    []store.RowWrite // explicit row writes, nil when derived
+	refs    []store.RefWrite // reference-index writes (§6.11), nil when none
 }
 
-// decodeLogBodyRefs is the inverse of encodeLogBodyRefs.
-func decodeLogBodyRefs(b []byte, seq int64) (changes []store.Change, rows []store.RowWrite, refs []store.RefWrite, err error) {
+// materialization returns the row writes of commit seq: the explicit
+// ones, or those its changes imply.
+func (lb *logBody) materialization(seq int64) ([]store.RowWrite, error) {
+	if lb.rows != nil {
+		return lb.rows, nil
+	}
+	return rowsFromChanges(seq, lb.changes, lb.cvs)
+}
+
+// decodeLogBody is the inverse of encodeLogBody (formats 1 and 2).
+func decodeLogBody(b []byte, seq int64) (*logBody, error) {
 	d := &dec{b: b}
-	if d.u8() != logFormat {
-		return nil, nil, nil, errCorrupt
+	format := d.u8()
+	if format != 1 && format != 2 {
+		return nil, errCorrupt
 	}
 	nt := d.count(1)
 	names := make([]string, 0, nt)
@@ -294,13 +405,20 @@ func decodeLogBodyRefs(b []byte, seq int64) (changes []store.Change, rows []stor
 		}
 		return names[i]
 	}
+	lb := &logBody{}
 	nc := d.count(5)
-	changes = make([]store.Change, 0, nc)
+	lb.changes = make([]store.Change, 0, nc)
+	if format == 2 {
+		lb.cvs = make([][]byte, 0, nc)
+	}
 	for range nc {
 		c := store.Change{Table: table(), RowID: d.str(), Op: wire.Op(d.u8()), RowVersion: d.varint()}
 		c.Scopes = d.scopes()
 		c.Row = d.bytes()
-		changes = append(changes, c)
+		lb.changes = append(lb.changes, c)
+		if format == 2 {
+			lb.cvs = append(lb.cvs, d.raw()) // decoded only when rows are materialized
+		}
 	}
 	flags := d.u8()
 	if flags&^(logHasRows|logHasRefs) != 0 {
@@ -308,7 +426,7 @@ func decodeLogBodyRefs(b []byte, seq int64) (changes []store.Change, rows []stor
 	}
 	if flags&logHasRows != 0 {
 		nr := d.count(5)
-		rows = make([]store.RowWrite, 0, nr)
+		lb.rows = make([]store.RowWrite, 0, nr)
 		for range nr {
 			w := store.RowWrite{Table: table()}
 			w.Row.RowID = d.str()
@@ -317,19 +435,29 @@ func decodeLogBodyRefs(b []byte, seq int64) (changes []store.Change, rows []stor
 			w.Row.Scopes = d.scopes()
 			w.Row.Payload = d.bytes()
 			w.Row.CommitSeq = seq
-			rows = append(rows, w)
+			if format == 2 {
+				cv, err := decodeCV(d.raw(), w.Row.Version)
+				if err != nil {
+					d.fail()
+				}
+				w.Row.ColumnVersions = cv
+			}
+			if w.Delete {
+				w.Row = store.Row{RowID: w.Row.RowID, CommitSeq: seq}
+			}
+			lb.rows = append(lb.rows, w)
 		}
 	}
 	if flags&logHasRefs != 0 {
 		nr := d.count(5)
-		refs = make([]store.RefWrite, 0, nr)
+		lb.refs = make([]store.RefWrite, 0, nr)
 		for range nr {
 			var r store.RefWrite
 			r.ChildTable, r.Column, r.ParentID, r.ChildID = d.str(), d.str(), d.str(), d.str()
 			r.Remove = d.u8() == 1
-			refs = append(refs, r)
+			lb.refs = append(lb.refs, r)
 		}
-		if d.err == nil && len(refs) == 0 {
+		if d.err == nil && len(lb.refs) == 0 {
 			d.fail()
 		}
 	}
@@ -337,9 +465,9 @@ func decodeLogBodyRefs(b []byte, seq int64) (changes []store.Change, rows []stor
 		d.fail()
 	}
 	if d.err != nil {
-		return nil, nil, nil, d.err
+		return nil, d.err
 	}
-	return changes, rows, refs, nil
+	return lb, nil
 }
 
 // Attribute readers: ok is false when the attribute is absent or of

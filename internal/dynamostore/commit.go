@@ -34,12 +34,18 @@ const (
 	lData    = "d"  // B body slice
 )
 
-// Row item attributes.
+// Row item attributes. A tombstone (§2.2 of the wire-3 spec) is the row
+// item itself reduced to key, rSeq and rDeleted, so a delete is one small
+// Put under the same key and a recreate simply overwrites it. Items
+// written before column versions and tombstones existed have neither
+// rCV nor rDeleted and read as live rows with nil ColumnVersions.
 const (
-	rVersion = "v"  // N server_version
+	rVersion = "v"  // N server_version (absent on a tombstone)
 	rSeq     = "cs" // N commitSeq that last wrote the row
 	rScopes  = "sc" // B encoded stored scopes (absent when none)
 	rPayload = "d"  // B row-codec payload (absent when empty)
+	rCV      = "cv" // B column versions, encodeCV relative to v (absent when nil)
+	rDeleted = "dl" // BOOL true on a tombstone (absent on a live row)
 )
 
 type rowKey struct{ table, id string }
@@ -78,16 +84,28 @@ func sameRows(a, b []store.RowWrite) bool {
 			continue
 		}
 		if x.Row.Version != y.Row.Version || !bytes.Equal(x.Row.Payload, y.Row.Payload) ||
-			!slices.Equal(x.Row.Scopes, y.Row.Scopes) {
+			!slices.Equal(x.Row.Scopes, y.Row.Scopes) || !sameCV(x.Row.ColumnVersions, y.Row.ColumnVersions) {
 			return false
 		}
 	}
 	return true
 }
 
+// sameCV compares column versions, nil distinct from empty.
+func sameCV(a, b []int64) bool {
+	return (a == nil) == (b == nil) && slices.Equal(a, b)
+}
+
 func rowItem(p string, seq int64, w *store.RowWrite) map[string]types.AttributeValue {
 	item := Key(rowPK(p, w.Table), rowSK(w.Row.RowID))
+	if w.Delete {
+		item[rSeq], item[rDeleted] = N(seq), BOOL(true)
+		return item
+	}
 	item[rVersion], item[rSeq] = N(w.Row.Version), N(seq)
+	if w.Row.ColumnVersions != nil {
+		item[rCV] = B(encodeCV(nil, w.Row.ColumnVersions, w.Row.Version))
+	}
 	if sc := encodeScopes(w.Row.Scopes); len(sc) > 0 {
 		item[rScopes] = B(sc)
 	}
@@ -99,8 +117,14 @@ func rowItem(p string, seq int64, w *store.RowWrite) map[string]types.AttributeV
 
 func parseRow(item map[string]types.AttributeValue) (*store.Row, error) {
 	sk, ok0 := getS(item, AttrSK)
-	v, ok1 := getN(item, rVersion)
 	cs, ok2 := getN(item, rSeq)
+	if _, tomb := item[rDeleted]; tomb {
+		if dl, ok := getBool(item, rDeleted); !ok0 || len(sk) < 1 || !ok2 || !ok || !dl {
+			return nil, fmt.Errorf("dynamostore: tombstone item is malformed: %w", errCorrupt)
+		}
+		return &store.Row{RowID: sk[1:], Deleted: true, CommitSeq: cs}, nil
+	}
+	v, ok1 := getN(item, rVersion)
 	sc, ok3 := getB(item, rScopes)
 	d, ok4 := getB(item, rPayload)
 	if !ok0 || len(sk) < 1 || !ok1 || !ok2 || !ok3 || !ok4 {
@@ -110,7 +134,15 @@ func parseRow(item map[string]types.AttributeValue) (*store.Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &store.Row{RowID: sk[1:], Version: v, Scopes: scopes, CommitSeq: cs}
+	cvb, ok5 := getB(item, rCV)
+	if !ok5 {
+		return nil, fmt.Errorf("dynamostore: row item is malformed: %w", errCorrupt)
+	}
+	cv, err := decodeCV(cvb, v)
+	if err != nil {
+		return nil, err
+	}
+	r := &store.Row{RowID: sk[1:], Version: v, Scopes: scopes, CommitSeq: cs, ColumnVersions: cv}
 	if len(d) > 0 {
 		r.Payload = d // the SDK decoded into a fresh buffer we own
 	}
@@ -130,12 +162,9 @@ func checkRowKey(p string, w *store.RowWrite) error {
 	return nil
 }
 
-// rowAction is the transaction action materializing w.
+// rowAction is the transaction action materializing w: a Put of the row,
+// or of its tombstone for a delete.
 func rowAction(table *string, p string, seq int64, w *store.RowWrite) txItem {
-	if w.Delete {
-		k := Key(rowPK(p, w.Table), rowSK(w.Row.RowID))
-		return txItem{w: types.TransactWriteItem{Delete: &types.Delete{TableName: table, Key: k}}, size: ItemSize(k)}
-	}
 	item := rowItem(p, seq, w)
 	return txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: table, Item: item}}, size: ItemSize(item)}
 }
@@ -195,9 +224,17 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			return err
 		}
 	}
+	// The log carries what roll-forward needs to write the rows again:
+	// the changes plus each one's column versions, or explicit rows when
+	// the changes do not imply them.
 	var explicit []store.RowWrite
-	if !sameRows(dedupeRows(rowsFromChanges(seq, req.Commit.Changes)), rows) {
-		explicit = req.Rows
+	cvs := changeCVs(req.Commit.Changes, req.Rows)
+	derived, err := rowsFromChanges(seq, req.Commit.Changes, cvs)
+	if err != nil {
+		return err
+	}
+	if !sameRows(dedupeRows(derived), rows) {
+		explicit, cvs = req.Rows, nil
 	}
 	refs := dedupeRefs(req.RefWrites)
 	for i := range refs {
@@ -205,7 +242,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			return err
 		}
 	}
-	chunks, err := logItems(partition, &req.Commit, encodeLogBodyRefs(req.Commit.Changes, explicit, refs))
+	chunks, err := logItems(partition, &req.Commit, encodeLogBody(req.Commit.Changes, cvs, explicit, refs))
 	if err != nil {
 		return err
 	}
@@ -397,11 +434,10 @@ func (s *Store) advanceApplied(ctx context.Context, p string, seq int64) error {
 func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 	for seq := h.applied + 1; seq <= h.MaxCommitSeq; seq++ {
 		var c *store.Commit
-		var explicit []store.RowWrite
-		var refs []store.RefWrite
+		var body *logBody
 		var derr error
-		err := s.readLog(ctx, p, seq-1, seq, func(cc *store.Commit, rows []store.RowWrite, rr []store.RefWrite, err error) bool {
-			c, explicit, refs, derr = cc, rows, rr, err
+		err := s.readLog(ctx, p, seq-1, seq, func(cc *store.Commit, lb *logBody, err error) bool {
+			c, body, derr = cc, lb, err
 			return false
 		})
 		if err == nil {
@@ -413,11 +449,11 @@ func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 		if c == nil || c.Seq != seq {
 			return fmt.Errorf("dynamostore: commit %d is not materialized and missing from the log: %w", seq, errCorrupt)
 		}
-		rows := explicit
-		if rows == nil {
-			rows = rowsFromChanges(seq, c.Changes)
+		rows, err := body.materialization(seq)
+		if err != nil {
+			return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 		}
-		err = s.materialize(ctx, p, seq, dedupeRows(rows), refs)
+		err = s.materialize(ctx, p, seq, dedupeRows(rows), body.refs)
 		if errors.Is(err, errApplied) {
 			continue
 		}

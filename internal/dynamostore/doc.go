@@ -21,6 +21,33 @@
 // no stale roller can write, so it can neither regress a row nor
 // resurrect one a later commit deleted.
 //
+// # Column versions and tombstones (§2.2, §4.6 of the wire-3 spec)
+//
+// Both live on the row item, so they add no item, no action and no round
+// trip to a push:
+//
+//   - Column versions are the binary attribute cv: the column count, then
+//     runs of (length, version − column version) as varints (encodeCV).
+//     A full-row write (every insert, every version-2 upsert) is 3 bytes;
+//     a row after sparse updates a few more. Absent means nil (every
+//     column at the row's version), which is how rows written before
+//     column versions existed read.
+//   - A delete Puts a tombstone in place of the row: the key, cs (the
+//     deleting commit) and dl = true, nothing else. Recreating the row
+//     overwrites it like any upsert. GetRows returns it (Deleted), ScanRows
+//     reads and skips it.
+//   - The log body (format 2) carries each change's encoded column
+//     versions (1 byte when none), so a large commit's roll-forward writes
+//     the same column versions and tombstones as an inline one; the
+//     appliedSeq fence keeps replays idempotent. Format-1 bodies, from
+//     before, still decode (rows with nil column versions).
+//   - Prune never scans the row table: for each commit at or below the
+//     new horizon it reads the commit's log items (which it deletes
+//     anyway), deletes that commit's tombstones with a conditional
+//     DeleteItem (dl = true AND cs ≤ horizon, so a recreated or re-deleted
+//     row stays; 8 in flight), and only then the log items: an interrupted
+//     prune leaves no tombstone behind a deleted log item.
+//
 // # Reference index (§6.11)
 //
 // A commit's store.RefWrites become one item each (keys.go: pk names the
@@ -35,23 +62,43 @@
 //
 // # Item sizes
 //
-//	head     ≈ 60 B + partition + logEpoch (kept far below 4 KB: 1 RCU)
-//	log      ≈ 90 B + ids, + per change ≈ 12 B + rowId + scopes + row;
-//	         split into chunk items of < 400 KB under the same seq
-//	outcome  ≈ 40 B + clientId + clientCommitId + result
-//	row      ≈ 20 B + partition + table + rowId + scopes + payload
-//	         (over 400 KB: store.ErrTooLarge)
-//	client   ≈ 50 B + partition + ids
-//	ref      ≈ 10 B + partition + table + column + parent id + row id
+//	head       ≈ 60 B + partition + logEpoch (kept far below 4 KB: 1 RCU)
+//	log        ≈ 90 B + ids, + per change ≈ 13 B + rowId + scopes + row
+//	           + column versions (4 B for a full-row write); split into
+//	           chunk items of < 400 KB under the same seq
+//	outcome    ≈ 40 B + clientId + clientCommitId + result
+//	row        ≈ 20 B + partition + table + rowId + scopes + payload
+//	           + column versions (5 B for a full-row write)
+//	           (over 400 KB: store.ErrTooLarge)
+//	tombstone  ≈ 14 B + partition + table + rowId
+//	client     ≈ 50 B + partition + ids
+//	ref        ≈ 10 B + partition + table + column + parent id + row id
 //
-// # Cost (benchmarks in bench_test.go, 200-byte rows)
+// # Cost
+//
+// Benchmarks in bench_test.go (200-byte rows, 8 column versions after a
+// sparse update: 5 bytes encoded); TestEngineCostOverDynamoDB checks the
+// engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
 //	push, 1 op (Head+GetRows+Commit)       3    3    8
-//	push, 50 ops                           3   52  126
+//	push, 50 ops                           3   52  128
+//	push, 1 delete (tombstone Put)         3    3    8
 //	quiet pull (TouchPartition)            1    1    0
 //	incremental pull, 100 commits          1    8    0
 //	bootstrap page, 1000 rows (ScanRows)   2   61    0
+//	prune, per pruned commit               -  log  log + 1 per tombstone
+//
+// Column versions cost nothing on a 1-op push (the items stay in the
+// same 1 KB unit) and 2 WCU on the 50-op push (its log item grows by
+// 6 B per change, across one 1 KB boundary, ×2 in the transaction), against
+// 126 WCU before they existed. A tombstone costs what the delete it replaces cost: a
+// Put of a small item is charged the larger of the old and new item,
+// like a Delete is charged the deleted item. Until pruned, each tombstone
+// adds its ≈ 40 B to the bootstrap scans of its table (a 4 KB read unit
+// per hundred or so); a push reading its id pays 1 RCU, as for an
+// absent row. Prune pays one
+// DeleteItem round trip and 1 WCU per tombstone.
 //
 // RCU/WCU are computed from item sizes by the AWS rules (Usage.EstRCU,
 // EstWCU); DynamoDB Local's reported capacity undercounts transactional

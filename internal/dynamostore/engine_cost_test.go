@@ -13,7 +13,8 @@ import (
 )
 
 // The cost contract of the engine over DynamoDB, counted on the wire to
-// DynamoDB Local: a warm client's single-op push takes at most 3 DynamoDB
+// DynamoDB Local: a warm client's single-op push (an upsert, a delete
+// writing its tombstone, a re-insert over it) takes at most 3 DynamoDB
 // round trips and 10 WCU, and a quiet pull exactly one consistent read of
 // at most 1 RCU and no write. (Capacity is this package's estimate from
 // item sizes per the AWS rules; DynamoDB Local under-reports transactions.)
@@ -50,6 +51,27 @@ func TestEngineCostOverDynamoDB(t *testing.T) {
 	})
 	if u.RoundTrips > 3 || u.EstWCU > 10 {
 		t.Errorf("single-op push: %d round trips, %.1f WCU; want ≤3 and ≤10", u.RoundTrips, u.EstWCU)
+	}
+
+	// A delete writes a tombstone in place of the row (§2.2 of the wire-3
+	// spec): a Put of the same key, at the cost of the delete it replaces.
+	u = measure("single-op delete push", func() {
+		if r := c.Push("c2", enginetest.Delete("tasks", "t1")); r.Status != wire.PushApplied {
+			t.Fatalf("delete push: %+v", r)
+		}
+	})
+	if u.RoundTrips > 3 || u.EstWCU > 10 {
+		t.Errorf("single-op delete push: %d round trips, %.1f WCU; want ≤3 and ≤10", u.RoundTrips, u.EstWCU)
+	}
+	// Recreating the deleted row is an insert again for a version-2 client
+	// (the tombstone reads as absent) and replaces the tombstone.
+	u = measure("re-insert over a tombstone", func() {
+		if r := c.Push("c3", enginetest.Upsert("tasks", "t1", c.Task("t1", "p1", "again", false), 0)); r.Status != wire.PushApplied {
+			t.Fatalf("re-insert push: %+v", r)
+		}
+	})
+	if u.RoundTrips > 3 || u.EstWCU > 10 {
+		t.Errorf("re-insert push: %d round trips, %.1f WCU; want ≤3 and ≤10", u.RoundTrips, u.EstWCU)
 	}
 
 	sub := []wire.Subscription{{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}

@@ -13,7 +13,7 @@ import (
 //	partition head  P#<p>                               HEAD
 //	commit log      P#<p>#L                             <seq:020d>[#<chunk:04d>]
 //	push outcome    P#<p>#O#<clientId>                  O<clientCommitId>
-//	row             P#<p>#T#<table>                     R<rowId>
+//	row/tombstone   P#<p>#T#<table>                     R<rowId>
 //	client record   P#<p>#C                             C<clientId>
 //	reference index P#<p>#X#<table>#<column>#<parentId> R<childRowId>
 //	segment         SEG#<sha256 hex>                    OBJ | PUB#<context hash>

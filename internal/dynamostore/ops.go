@@ -83,6 +83,31 @@ func (s *Store) putItem(ctx context.Context, op string, item map[string]types.At
 	return wrap(op, err)
 }
 
+// deleteItem deletes the item at key, conditioned on cond when non-empty.
+// The estimate charges one write unit: callers delete small items only.
+func (s *Store) deleteItem(ctx context.Context, op string, key map[string]types.AttributeValue, cond string, values map[string]types.AttributeValue) error {
+	in := &dynamodb.DeleteItemInput{
+		TableName:                 s.table,
+		Key:                       key,
+		ExpressionAttributeValues: values,
+		ReturnConsumedCapacity:    total,
+	}
+	if cond != "" {
+		in.ConditionExpression = aws.String(cond)
+	}
+	err := call(ctx, s.retry, op, func(ctx context.Context) error {
+		o, err := s.db.DeleteItem(ctx, in, NoSDKRetry)
+		if o != nil && o.ConsumedCapacity != nil {
+			RecordConsumed(ctx, true, *o.ConsumedCapacity)
+		}
+		return err
+	})
+	if err == nil || isConditionFailed(err) {
+		RecordEstimate(ctx, 0, 1)
+	}
+	return wrap(op, err)
+}
+
 // updateItem runs in (TableName, capacity and the ALL_OLD condition
 // failure item filled in) and returns the ReturnValues attributes.
 func (s *Store) updateItem(ctx context.Context, op string, in *dynamodb.UpdateItemInput) (map[string]types.AttributeValue, error) {

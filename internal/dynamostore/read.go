@@ -1,10 +1,12 @@
 package dynamostore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -108,7 +110,9 @@ func (s *Store) ensureApplied(ctx context.Context, p string) error {
 }
 
 // ScanRows implements store.Store: one consistent Query on the table's
-// row partition, sorted by rowId bytes (the sk is "R"+rowId).
+// row partition, sorted by rowId bytes (the sk is "R"+rowId). Tombstones
+// are read (and charged, about 40 bytes of a 4 KB read unit each) and
+// skipped; they stay until pruning passes their commit.
 func (s *Store) ScanRows(ctx context.Context, partition, table string, after string, hasAfter bool, fn func(*store.Row) bool) error {
 	if err := checkPartition(partition); err != nil {
 		return err
@@ -150,7 +154,7 @@ func (s *Store) ScanRows(ctx context.Context, partition, table string, after str
 				perr = err
 				return false
 			}
-			if hasAfter && r.RowID <= after {
+			if r.Deleted || hasAfter && r.RowID <= after {
 				continue
 			}
 			if !fn(r) {
@@ -171,7 +175,7 @@ func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, through
 		return err
 	}
 	var derr error
-	err := s.readLog(ctx, partition, afterSeq, throughSeq, func(c *store.Commit, _ []store.RowWrite, _ []store.RefWrite, err error) bool {
+	err := s.readLog(ctx, partition, afterSeq, throughSeq, func(c *store.Commit, _ *logBody, err error) bool {
 		if err != nil {
 			derr = err
 			return false
@@ -188,7 +192,7 @@ func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, through
 // reassembles chunked commits and decodes them. A commit with missing
 // chunks can only be one Prune is deleting (the horizon advances before
 // deletes start), so it is skipped like the already deleted ones.
-func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int64, fn func(*store.Commit, []store.RowWrite, []store.RefWrite, error) bool) error {
+func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int64, fn func(*store.Commit, *logBody, error) bool) error {
 	afterSeq = max(afterSeq, 0)
 	if throughSeq <= afterSeq {
 		return nil
@@ -216,14 +220,14 @@ func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int6
 		for _, b := range parts {
 			body = append(body, b...)
 		}
-		changes, rows, refs, err := decodeLogBodyRefs(body, cur.Seq)
+		lb, err := decodeLogBody(body, cur.Seq)
 		if err != nil {
-			fn(nil, nil, nil, fmt.Errorf("dynamostore: log item %d: %w", cur.Seq, err))
+			fn(nil, nil, fmt.Errorf("dynamostore: log item %d: %w", cur.Seq, err))
 			stop = true
 			return
 		}
-		cur.Changes = changes
-		if !fn(cur, rows, refs, nil) {
+		cur.Changes = lb.changes
+		if !fn(cur, lb, nil) {
 			stop = true
 		}
 	}
@@ -254,7 +258,7 @@ func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int6
 				cc, ok4 := getS(it, lCommit)
 				n, ok5 := getN(it, lChunks)
 				if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || n < 1 {
-					fn(nil, nil, nil, fmt.Errorf("dynamostore: log item %d is malformed: %w", seq, errCorrupt))
+					fn(nil, nil, fmt.Errorf("dynamostore: log item %d is malformed: %w", seq, errCorrupt))
 					stop = true
 					return false
 				}
@@ -333,7 +337,8 @@ func (s *Store) CommitTimes(ctx context.Context, partition string, afterSeq int6
 // head (after finishing any unmaterialized commit, whose log it still
 // needs) and advanced with a monotonic condition before any delete, so
 // a reader never sees a hole above the horizon. Log items at or below it
-// are then deleted page by page.
+// are then deleted commit by commit, each commit's tombstones first
+// (pruneLog), so the row table is never scanned.
 func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (int, error) {
 	if err := checkPartition(partition); err != nil {
 		return 0, err
@@ -366,25 +371,130 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 			return 0, err
 		}
 	}
-	removed := 0
-	var derr error
-	err := s.query(ctx, "list pruned log items", &dynamodb.QueryInput{
+	return s.pruneLog(ctx, partition, target)
+}
+
+// pruneLog deletes the log items at or below target. Before any item of
+// a commit goes, the tombstones that commit wrote are deleted, each only
+// if it is still a tombstone at or below target (§4.6 of the wire-3
+// spec: tombstones go in the same pass). The order makes an interrupted
+// prune safe to repeat: a commit whose log is partly deleted has no
+// tombstones left, so skipping it (it no longer decodes) loses nothing.
+// Log items are read whole; a projection would not lower the read cost,
+// which DynamoDB charges on item size.
+func (s *Store) pruneLog(ctx context.Context, p string, target int64) (int, error) {
+	var (
+		removed int
+		seq     = int64(-1)
+		keys    []map[string]types.AttributeValue // log items of seq
+		parts   [][]byte
+		want    int  // chunk count from chunk 0; ≤ 0 when incomplete
+		has0    bool // chunk 0 is among keys
+		pending []map[string]types.AttributeValue
+		ferr    error
+	)
+	finish := func() error {
+		if seq < 0 {
+			return nil
+		}
+		if has0 {
+			removed++
+		}
+		if want > 0 && len(parts) == want {
+			lb, err := decodeLogBody(bytes.Join(parts, nil), seq)
+			if err != nil {
+				return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
+			}
+			rows, err := lb.materialization(seq)
+			if err != nil {
+				return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
+			}
+			if err := s.dropTombstones(ctx, p, target, dedupeRows(rows)); err != nil {
+				return err
+			}
+		}
+		pending = append(pending, keys...)
+		seq, keys, parts, want, has0 = -1, nil, nil, 0, false
+		if len(pending) >= 25 {
+			err := s.batchDelete(ctx, "delete pruned log items", pending)
+			pending = pending[:0]
+			return err
+		}
+		return nil
+	}
+	err := s.query(ctx, "read pruned log items", &dynamodb.QueryInput{
 		KeyConditionExpression:    aws.String("pk = :pk AND sk <= :hi"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(logPK(partition)), ":hi": S(seqRangeHi(target))},
-		ProjectionExpression:      aws.String("pk, sk"),
-		Limit:                     aws.Int32(500),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(logPK(p)), ":hi": S(seqRangeHi(target))},
+		Limit:                     aws.Int32(s.logPage),
 	}, func(items []map[string]types.AttributeValue) bool {
 		for _, it := range items {
 			sk, _ := getS(it, AttrSK)
-			if _, chunk, ok := parseLogSK(sk); ok && chunk == 0 {
-				removed++
+			n, chunk, ok := parseLogSK(sk)
+			if !ok {
+				continue
+			}
+			if n != seq {
+				if ferr = finish(); ferr != nil {
+					return false
+				}
+				seq = n
+			}
+			keys = append(keys, Key(logPK(p), sk))
+			data, _ := getB(it, lData)
+			switch {
+			case chunk == 0:
+				nc, _ := getN(it, lChunks)
+				want, parts, has0 = int(max(nc, 0)), [][]byte{data}, true
+			case want > 0 && chunk == len(parts):
+				parts = append(parts, data)
+			default:
+				want = -1 // a chunk is missing: an interrupted prune's leftover
 			}
 		}
-		derr = s.batchDelete(ctx, "delete pruned log items", items)
-		return derr == nil
+		return true
 	})
 	if err == nil {
-		err = derr
+		err = ferr
+	}
+	if err == nil {
+		err = finish()
+	}
+	if err == nil && len(pending) > 0 {
+		err = s.batchDelete(ctx, "delete pruned log items", pending)
 	}
 	return removed, err
+}
+
+// pruneConcurrency bounds the conditional tombstone deletes in flight.
+const pruneConcurrency = 8
+
+// dropTombstones deletes the tombstones among rows (one commit's
+// materialization) that are still tombstones at or below horizon: a
+// recreated row, or one deleted again after the horizon, stays.
+func (s *Store) dropTombstones(ctx context.Context, p string, horizon int64, rows []store.RowWrite) error {
+	sem := make(chan struct{}, pruneConcurrency)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for i := range rows {
+		w := &rows[i]
+		if !w.Delete {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := s.deleteItem(ctx, "delete pruned tombstone", Key(rowPK(p, w.Table), rowSK(w.Row.RowID)),
+				"dl = :t AND cs <= :h", map[string]types.AttributeValue{":t": BOOL(true), ":h": N(horizon)})
+			if err != nil && !isConditionFailed(err) {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
 }

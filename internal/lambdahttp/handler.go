@@ -15,12 +15,13 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
+	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
 
 // MaxResponsePayload is Lambda's synchronous response limit (6 MB for the
 // whole JSON document, base64 body included).
-const MaxResponsePayload = 6 << 20
+const MaxResponsePayload = limits.LambdaPayloadBytes
 
 // Handler serves API Gateway events for one function. It implements
 // lambda.Handler, so the function's main hands it to lambda.Start and the
@@ -56,8 +57,10 @@ func (h *Handler) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	}
 	if len(out) > MaxResponsePayload {
 		// Lambda would fail the invocation and API Gateway answer a bare
-		// 502; a §10.1 error says what happened.
-		h.logger().ErrorContext(ctx, "response exceeds the Lambda payload limit; lower SYNC_RESPONSE_BUDGET_BYTES", "requestId", c.req.RequestID, "bytes", len(out))
+		// 502; a §10.1 error says what happened. httpapi already caps the
+		// body (and logs the status it sends), so only headers beyond the
+		// reserve of the limits package get here.
+		h.logger().ErrorContext(ctx, "response document exceeds the Lambda payload limit; sending 500 instead of the logged status", "requestId", c.req.RequestID, "bytes", len(out))
 		return marshal(httpapi.ErrorResponse(syncerr.Internal(errors.New("response too large for Lambda"))), c.v1)
 	}
 	return out, nil

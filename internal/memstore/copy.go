@@ -16,6 +16,7 @@ func cloneRow(r *store.Row) store.Row {
 	c := *r
 	c.Scopes = slices.Clone(r.Scopes)
 	c.Payload = bytes.Clone(r.Payload)
+	c.ColumnVersions = slices.Clone(r.ColumnVersions)
 	return c
 }
 

@@ -68,6 +68,15 @@ type partState struct {
 	// refs is the §6.11 reference index: child row ids by (child table,
 	// reference column, parent id).
 	refs map[refKey]map[string]struct{}
+	// tombs lists the tombstones written, in commit order, so Prune finds
+	// those at or below the horizon without walking the rows. An entry
+	// whose row was since rewritten is dropped when pruned.
+	tombs []tombRef
+}
+
+type tombRef struct {
+	table, rowID string
+	seq          int64
 }
 
 type refKey struct{ table, column, parentID string }
@@ -75,6 +84,7 @@ type refKey struct{ table, column, parentID string }
 type outcomeKey struct{ clientID, clientCommitID string }
 
 // table pairs an id map (GetRows) with the ordered index (ScanRows).
+// Tombstones live only in the id map, so a scan never meets them.
 type table struct {
 	byID  map[string]*rowEntry
 	order rowIndex
@@ -223,7 +233,8 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 
 // Commit implements store.Store. Every check happens before the first
 // write and nothing after the checks can fail, which is what makes the
-// commit all or nothing. Row CommitSeq is stamped with the assigned seq.
+// commit all or nothing. Row CommitSeq is stamped with the assigned seq;
+// a delete leaves a tombstone (§2.2 of the wire-3 spec).
 func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitRequest) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -242,11 +253,14 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	o := copyOutcome(&req.Outcome)
 	rows := make([]*rowEntry, len(req.Rows))
 	for i := range req.Rows {
-		if w := &req.Rows[i]; !w.Delete {
-			e := &rowEntry{row: cloneRow(&w.Row)}
-			e.row.CommitSeq = seq
-			rows[i] = e
+		w := &req.Rows[i]
+		e := &rowEntry{row: store.Row{RowID: w.Row.RowID, Deleted: true}}
+		if !w.Delete {
+			e.row = cloneRow(&w.Row)
+			e.row.Deleted = false
 		}
+		e.row.CommitSeq = seq
+		rows[i] = e
 	}
 	k := outcomeKey{req.Commit.ClientID, req.Commit.ClientCommitID}
 
@@ -264,22 +278,22 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		w := &req.Rows[i]
 		t := p.tables[w.Table]
 		if t == nil {
-			if w.Delete {
-				continue
-			}
 			t = &table{byID: make(map[string]*rowEntry)}
 			p.tables[w.Table] = t
 		}
 		id := w.Row.RowID
 		old := t.byID[id]
+		live := old != nil && !old.row.Deleted
 		switch {
-		case w.Delete && old != nil:
-			delete(t.byID, id)
-			t.order.remove(id)
 		case w.Delete:
-		case old != nil:
-			old.row = rows[i].row
-		default:
+			if live {
+				t.order.remove(id)
+			}
+			t.byID[id] = rows[i]
+			p.tombs = append(p.tombs, tombRef{w.Table, id, seq})
+		case live:
+			old.row = rows[i].row // the index shares the entry
+		default: // absent or a tombstone: the upsert replaces it
 			t.byID[id] = rows[i]
 			t.order.insert(rows[i])
 		}
@@ -362,7 +376,8 @@ func (s *Store) GetRows(ctx context.Context, partition, tableName string, rowIDs
 }
 
 // ScanRows implements store.Store. It copies up to scanBatchRows rows per
-// locked step and resumes after the last id, so fn runs unlocked.
+// locked step and resumes after the last id, so fn runs unlocked. The
+// index holds no tombstones.
 func (s *Store) ScanRows(ctx context.Context, partition, tableName string, after string, hasAfter bool, fn func(*store.Row) bool) error {
 	p := s.lookup(partition)
 	if p == nil {
@@ -513,6 +528,8 @@ func (s *Store) ListClients(ctx context.Context, partition string, fn func(*stor
 
 // Prune implements store.Store. The horizon is clamped to MaxCommitSeq: a
 // horizon above the head would declare future commits already gone.
+// Tombstones at or below the new horizon go in the same locked step
+// (§4.6 of the wire-3 spec).
 func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -534,5 +551,16 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 	}
 	// Copy the survivors so the pruned commits' memory is released.
 	p.log = append([]*store.Commit(nil), p.log[n:]...)
+	k := 0
+	for k < len(p.tombs) && p.tombs[k].seq <= h {
+		ref := p.tombs[k]
+		if t := p.tables[ref.table]; t != nil {
+			if e := t.byID[ref.rowID]; e != nil && e.row.Deleted && e.row.CommitSeq <= h {
+				delete(t.byID, ref.rowID)
+			}
+		}
+		k++
+	}
+	p.tombs = append([]tombRef(nil), p.tombs[k:]...)
 	return n, nil
 }

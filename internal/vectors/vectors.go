@@ -1,7 +1,8 @@
 // Package vectors locates the SSP2 golden vectors (SPEC Appendix A) and
-// reads their manifests, for tests only. The folder comes from
-// $SSP2_VECTORS; when that is set but unusable the test fails, never skips,
-// so CI cannot pass silently without the vectors.
+// reads their manifests, for tests only. The wire-version 1–2 set comes
+// from $SSP2_VECTORS, the wire-version 3 set from $SSP2_VECTORS_V3; when
+// either variable is set but its folder is unusable the test fails, never
+// skips, so CI cannot pass silently without the vectors.
 package vectors
 
 import (
@@ -17,6 +18,17 @@ type Manifest struct {
 	Kind    string    `json:"kind"`
 	Cases   []Case    `json:"cases"`
 	Invalid []Invalid `json:"invalid"`
+	// Columns and PrimaryKey describe the table of the v3 push/ kind,
+	// whose payloads carry no column table of their own.
+	Columns    []Column `json:"columns"`
+	PrimaryKey string   `json:"primaryKey"`
+}
+
+// Column is one column of a push/ manifest (§2.4 type names).
+type Column struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	Nullable bool   `json:"nullable"`
 }
 
 // Case must decode, render to JSON and re-encode byte for byte.
@@ -33,26 +45,44 @@ type Invalid struct {
 	Error string `json:"error"`
 }
 
-// kinds are the binary vector kinds every consumer needs present.
-var kinds = []string{"request", "response", "segment"}
+// kinds are the binary vector kinds every consumer needs present; the v3
+// set adds push/ (sparse rows).
+var (
+	kinds   = []string{"request", "response", "segment"}
+	kindsV3 = []string{"request", "response", "segment", "push"}
+)
 
 // Dir returns the vectors folder: $SSP2_VECTORS when set (fatal if it
 // lacks a manifest), else ../shared/ssp2-vectors beside the module when it
 // exists, else the test is skipped.
 func Dir(tb testing.TB) string {
 	tb.Helper()
-	if dir := os.Getenv("SSP2_VECTORS"); dir != "" {
-		for _, k := range kinds {
+	return locate(tb, "SSP2_VECTORS", "ssp2-vectors", kinds)
+}
+
+// DirV3 returns the wire-version 3 vectors folder: $SSP2_VECTORS_V3 when
+// set (fatal if any of request, response, segment, push lacks a
+// manifest), else ../shared/ssp2-vectors-v3 beside the module when it
+// exists, else the test is skipped.
+func DirV3(tb testing.TB) string {
+	tb.Helper()
+	return locate(tb, "SSP2_VECTORS_V3", "ssp2-vectors-v3", kindsV3)
+}
+
+func locate(tb testing.TB, env, folder string, need []string) string {
+	tb.Helper()
+	if dir := os.Getenv(env); dir != "" {
+		for _, k := range need {
 			if _, err := os.Stat(filepath.Join(dir, k, "manifest.json")); err != nil {
-				tb.Fatalf("SSP2_VECTORS=%s is set but unusable: %v", dir, err)
+				tb.Fatalf("%s=%s is set but unusable: %v", env, dir, err)
 			}
 		}
 		return dir
 	}
 	_, file, _, _ := runtime.Caller(0) // <module>/internal/vectors/vectors.go
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "ssp2-vectors")
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", folder)
 	if _, err := os.Stat(filepath.Join(dir, "request", "manifest.json")); err != nil {
-		tb.Skipf("golden vectors not found (set SSP2_VECTORS): %v", err)
+		tb.Skipf("golden vectors not found (set %s): %v", env, err)
 	}
 	return dir
 }

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 )
@@ -76,6 +77,13 @@ type Limits struct {
 	// CursorRecordMaxAge is how old a client cursor record may get before
 	// an unchanged cursor is rewritten anyway (§4.6 active window input).
 	CursorRecordMaxAge time.Duration
+	// MaxCommitBytes, MaxRowBytes and MaxCommitFrameBytes bound what one
+	// commit may store and deliver (see package limits); a commit over
+	// any of them is rejected with sync.constraint_violation on every
+	// store. Tests lower them; hosts keep the derived defaults.
+	MaxCommitBytes      int
+	MaxRowBytes         int
+	MaxCommitFrameBytes int
 	// Retention floors (§4.6); hosts may only raise them.
 	ActiveWindow       time.Duration
 	AgeForce           time.Duration
@@ -89,7 +97,7 @@ type Limits struct {
 // Defaults of Limits.
 const (
 	DefaultMaxOperations         = 500
-	DefaultResponseBudgetBytes   = 4 << 20
+	DefaultResponseBudgetBytes   = limits.DefaultResponseBudgetBytes
 	DefaultInlineSegmentMaxBytes = 256 << 10
 	DefaultSegmentMaxBytes       = 4 << 20
 	DefaultSegmentTTL            = 24 * time.Hour
@@ -124,6 +132,15 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.SignedURLTTL > MaxSignedURLTTL {
 		l.SignedURLTTL = MaxSignedURLTTL
+	}
+	if l.MaxCommitBytes <= 0 {
+		l.MaxCommitBytes = limits.MaxCommitBytes
+	}
+	if l.MaxRowBytes <= 0 {
+		l.MaxRowBytes = limits.MaxRowBytes
+	}
+	if l.MaxCommitFrameBytes <= 0 {
+		l.MaxCommitFrameBytes = limits.MaxCommitFrameBytes
 	}
 	if l.CursorRecordMaxAge <= 0 {
 		l.CursorRecordMaxAge = DefaultCursorRecordMaxAge

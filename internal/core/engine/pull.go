@@ -100,7 +100,26 @@ func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) 
 // and returns the minimum nextCursor of the active subscriptions (§4.5).
 func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request, plans []*subPlan, enc *wire.Encoder, cw *countingWriter) (int64, bool, error) {
 	lim := clampLimits(req.Pull)
-	ps := &pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: rs.head.MaxCommitSeq, horizon: rs.head.HorizonSeq}
+	head := rs.head
+	if rs.acceptedMax > head.MaxCommitSeq {
+		// Read-after-write: a push of this request was answered with a
+		// commit the head read at the start does not cover (a replay of a
+		// commit applied concurrently). Read the head again; if storage
+		// still cannot show it, say so rather than serve a pull that
+		// misses the client's own write.
+		h, ok, err := e.store.Head(ctx, rs.auth.Partition)
+		if err != nil {
+			return 0, false, storeErr(err, "read partition head")
+		}
+		if !ok || h.MaxCommitSeq < rs.acceptedMax {
+			return 0, false, syncerr.New(syncerr.StorageStaleRead, "storage cannot yet show commit %d accepted in this request", rs.acceptedMax)
+		}
+		head.MaxCommitSeq = h.MaxCommitSeq
+		head.HorizonSeq = max(head.HorizonSeq, h.HorizonSeq)
+	}
+	// Push results already written count as progress: then the pull half
+	// may stop short of its first commit rather than pass the budget.
+	ps := &pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: head.MaxCommitSeq, horizon: head.HorizonSeq, sentData: len(req.Commits) > 0}
 	ps.log = &logWindow{e: e, partition: rs.auth.Partition, through: ps.maxSeq, lo: -2}
 	minCursor, has := int64(0), false
 	for _, p := range plans {
@@ -186,20 +205,44 @@ func (ps *pullState) section(ctx context.Context, p *subPlan) (int64, bool, erro
 }
 
 // incremental serves the §4.5 window cursor < commitSeq ≤ maxSeq.
+//
+// The window is read before SUB_START goes out so the horizon can be
+// re-checked after the read (§4.6 of the 0.21+ spec): pruning that
+// crossed the cursor while the log was read answers reset, never an
+// active section with commits missing. Commit sequences are contiguous
+// per partition, so a read that returns every sequence from cursor+1 on
+// is complete whatever pruning did meanwhile; a gap is what triggers the
+// re-check, and the common path costs no extra storage read.
 func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, error) {
 	sub := p.sub
-	if err := ps.write(&wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: toWireScopes(p.effective)}); err != nil {
-		return 0, false, err
-	}
+	start := &wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: toWireScopes(p.effective)}
 	next := sub.Cursor
 	if sub.Cursor >= ps.maxSeq {
 		// Quiet subscription: no log read at all.
+		if err := ps.write(start); err != nil {
+			return 0, false, err
+		}
 		return next, true, ps.write(&wire.SubEnd{NextCursor: next})
 	}
 	delivered := 0
 	exhausted := true
+	gap := false
+	expect := sub.Cursor + 1
+	var frames []*wire.Commit
+	// The held-back SUB_START counts against the byte budget too.
+	startBytes, err := wire.AppendFrame(nil, ps.rs.version, start)
+	if err != nil {
+		return 0, false, err
+	}
+	pendingBytes := len(startBytes)
+	sentData := ps.sentData
 	var werr error
-	err := ps.log.each(ctx, sub.Cursor, func(c *store.Commit) bool {
+	err = ps.log.each(ctx, sub.Cursor, func(c *store.Commit) bool {
+		if c.Seq != expect {
+			gap = true
+			return false
+		}
+		expect++
 		frame := commitFrame(c, sub.Table, p.effective)
 		if frame == nil {
 			next = c.Seq // nothing for this subscription: the cursor still advances
@@ -213,15 +256,14 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 			exhausted = false
 			return false
 		}
-		if ps.overBudget(frameSize(frame)) {
+		size := frameSize(frame)
+		if sentData && ps.cw.n+int64(pendingBytes+size) > int64(ps.e.limits.ResponseBudgetBytes) {
 			exhausted = false
 			return false
 		}
-		if werr = ps.write(frame); werr != nil {
-			return false
-		}
-		ps.sentData = true
-		ps.rs.report.CommitsSent++
+		frames = append(frames, frame)
+		pendingBytes += size
+		sentData = true
 		delivered += n
 		next = c.Seq
 		return true
@@ -231,6 +273,34 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	}
 	if err != nil {
 		return 0, false, err
+	}
+	if exhausted && !gap && next < ps.maxSeq && expect <= ps.maxSeq {
+		gap = true // the read ended before maxSeq
+	}
+	if gap {
+		h, ok, err := ps.e.store.Head(ctx, ps.rs.auth.Partition)
+		if err != nil {
+			return 0, false, storeErr(err, "read partition head")
+		}
+		if ok && h.HorizonSeq > sub.Cursor {
+			// §4.6: pruning crossed the cursor during the read.
+			ps.horizon = max(ps.horizon, h.HorizonSeq)
+			if err := ps.write(&wire.SubStart{ID: sub.ID, Status: wire.SubReset, ReasonCode: string(syncerr.CursorExpired), EffectiveScopes: wire.ScopeMap{}}); err != nil {
+				return 0, false, err
+			}
+			return sub.Cursor, false, ps.write(&wire.SubEnd{NextCursor: sub.Cursor})
+		}
+		return 0, false, syncerr.New(syncerr.StorageStaleRead, "the commit log read missed commit %d of the window (%d, %d]", expect, sub.Cursor, ps.maxSeq)
+	}
+	if err := ps.write(start); err != nil {
+		return 0, false, err
+	}
+	for _, f := range frames {
+		if err := ps.write(f); err != nil {
+			return 0, false, err
+		}
+		ps.sentData = true
+		ps.rs.report.CommitsSent++
 	}
 	if exhausted && next < ps.maxSeq {
 		next = ps.maxSeq

@@ -24,6 +24,14 @@ const maxCommitAttempts = 64
 // PUSH_RESULT. Returned errors are request-level (storage unavailable);
 // every protocol outcome is a result.
 func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushCommit, duplicate bool) (*wire.PushResult, error) {
+	// Identifiers no store can key by are answered before any storage
+	// read uses them (limits.go).
+	if res := commitIDTooLong(pc); res != nil {
+		return res, nil
+	}
+	if rej := checkOperationIdentifiers(pc); rej != nil && !duplicate {
+		return e.rejectCommit(ctx, rs, pc, rej)
+	}
 	// §2.3/§6.3: there is no separate idempotency lookup before
 	// evaluating. The key is checked where it matters, inside the atomic
 	// commit (Commit and PutRejection fail with ErrOutcomeExists when the
@@ -57,10 +65,18 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			return nil, err
 		}
 		if ev.reject == nil {
+			ev.reject = e.checkCommitSize(rs.auth.ActorID, pc, ev)
+		}
+		if ev.reject == nil {
 			// §6.8 order: declared references once over the candidate state
 			// after every operation is staged (references.go).
 			if err := e.enforceReferences(ctx, rs, pc, ev); err != nil {
 				return nil, err
+			}
+			if ev.reject == nil && ev.cascaded > 0 && e.checkCommitSize(rs.auth.ActorID, pc, ev) != nil {
+				// The client's own writes fit (checked above), so what no
+				// longer fits is the cascade: §6.11 reports it as the cap.
+				ev.reject, ev.details = referenceReject(pc.ClientCommitID, ev.cascadeOrigin, reasonCascadeLimit, nil, nil)
 			}
 		}
 		if ev.reject != nil {
@@ -203,10 +219,50 @@ type evaluation struct {
 
 type rowKey struct{ table, rowID string }
 
+// pushRules are the edges where §6.2 evaluation differs by wire version;
+// everything else is one code path. Version 3 follows the 0.21+ spec,
+// versions 1 and 2 keep the 0.15.48 rules their clients were built for.
+type pushRules struct {
+	// sparse: operation payloads are sparse rows (§2.4 "Sparse rows"),
+	// writing their present columns only. Otherwise payloads are full rows
+	// and every column of the client's schema version is present.
+	sparse bool
+	// columnConflicts: baseVersion is compared with the column versions of
+	// the present columns and conflicts report conflictColumns; a
+	// baseVersion above server_version is sync.invalid_request (§6.2).
+	// Otherwise any baseVersion other than the row's version conflicts.
+	columnConflicts bool
+	// rejectScopeChange: a present scope column whose value differs from
+	// the stored row is sync.invalid_request (§3.4 rule 5). Otherwise
+	// scope columns are silently kept at their stored values.
+	rejectScopeChange bool
+	// deletePrecedence: an upsert against an absent row consults the
+	// row's tombstone and requires every column for an insert (§6.2).
+	// Otherwise an upsert after a delete simply inserts again.
+	deletePrecedence bool
+}
+
+func rulesFor(wireVersion uint16) pushRules {
+	if wireVersion >= wire.Version3 {
+		return pushRules{sparse: true, columnConflicts: true, rejectScopeChange: true, deletePrecedence: true}
+	}
+	return pushRules{}
+}
+
+// opScratch holds the per-operation value buffers, reused across a commit.
+type opScratch struct {
+	cvals, svals, stored []rowcodec.Value
+	cpresent, spresent   []bool
+}
+
 // evaluate applies §6.2 and §3.4 to every operation in order against a
 // consistent read of the touched rows plus the commit's own earlier writes.
+// Rows are stored, scoped and authorized by the storage (latest) schema
+// version whatever version the client speaks: the client's version only
+// decides how its payload decodes and how rows are encoded back to it.
 func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit, allowed ScopeMap, resolveErr error) (*evaluation, error) {
 	storageV := e.schema.Versions[e.schema.Latest]
+	rules := rulesFor(rs.version)
 	// One consistent batched read per touched table.
 	want := map[string][]string{}
 	for _, op := range pc.Operations {
@@ -214,6 +270,8 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			want[op.Table] = append(want[op.Table], op.RowID)
 		}
 	}
+	// current holds live rows and tombstones (Deleted); a missing entry
+	// is a row never seen or whose tombstone was pruned.
 	current := map[rowKey]*store.Row{}
 	for table, ids := range want {
 		rows, err := e.store.GetRows(ctx, rs.auth.Partition, table, ids)
@@ -224,112 +282,307 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			current[rowKey{table, id}] = r
 		}
 	}
+	// The §6.11 pass needs the pre-commit state (tombstones included)
+	// after evaluation has staged its writes over current.
 	ev := &evaluation{stored: maps.Clone(current)}
-	fail := func(i int, code syncerr.Code, msg string) (*evaluation, error) {
-		ev.reject = &wire.OpResult{OpIndex: int32(i), Status: wire.OpError, Code: string(code), Message: msg, Retryable: false}
-		return ev, nil
-	}
-	var vals, storedVals []rowcodec.Value
+	var sc opScratch
 	for i := range pc.Operations {
 		op := &pc.Operations[i]
 		t, ok := rs.schemaV.Table(op.Table)
 		if !ok {
-			return fail(i, syncerr.UnknownTable, fmt.Sprintf("table %q is not served (§1.7)", op.Table))
+			ev.reject = opError(i, syncerr.UnknownTable, fmt.Sprintf("table %q is not served (§1.7)", op.Table))
+			return ev, nil
 		}
+		// The schema loader guarantees every served table is stored.
 		st, _ := storageV.Table(op.Table)
 		k := rowKey{op.Table, op.RowID}
 		stored := current[k]
+		tomb := stored != nil && stored.Deleted
+		if tomb {
+			stored = nil
+		}
 
 		if op.Op == wire.OpDelete {
 			if stored == nil {
 				continue // §6.2: absent-row delete is applied with no change and no check
 			}
-			if resolveErr != nil || !authorizeRow(t, stored.Scopes, allowed) {
-				return fail(i, syncerr.Forbidden, "delete denied by scope authorization (§3.4)")
+			if resolveErr != nil || !authorizeRow(st, stored.Scopes, allowed) {
+				ev.reject = opError(i, syncerr.Forbidden, "delete denied by scope authorization (§3.4)")
+				return ev, nil
 			}
 			ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpDelete, Scopes: stored.Scopes})
 			ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Delete: true, Row: store.Row{RowID: op.RowID}})
-			current[k] = nil
+			// §2.2: the delete leaves a tombstone, also for later
+			// operations of this commit.
+			current[k] = &store.Row{RowID: op.RowID, Deleted: true}
 			continue
 		}
 
-		var err error
-		vals, err = t.Codec.Decode(op.Payload.Value, vals[:0])
+		reject, nr, err := e.evalUpsert(rules, i, op, t, st, stored, tomb, allowed, resolveErr, &sc)
 		if err != nil {
-			return fail(i, syncerr.InvalidRequest, "row payload failed row-codec decode (§1.7): "+errText(err))
+			return nil, err
 		}
-		if valueText(t.Columns[t.PKIndex].Type, vals[t.PKIndex]) != op.RowID {
-			return fail(i, syncerr.InvalidRequest, "payload primary key does not match rowId")
+		if reject != nil {
+			ev.reject = reject
+			return ev, nil
 		}
-		if hasCRDTValue(t, vals) {
-			return fail(i, syncerr.CrdtMergeFailed, "no CRDT merger is registered on this server (§5.10.2)")
-		}
-		if stored != nil {
-			// §3.4 step 2: authorize the stored row, never the payload, and
-			// before disclosing anything in a conflict (§6.2).
-			if resolveErr != nil || !authorizeRow(t, stored.Scopes, allowed) {
-				return fail(i, syncerr.Forbidden, "write denied by scope authorization (§3.4)")
-			}
-			if op.BaseVersion.Present && op.BaseVersion.Value != stored.Version {
-				row, err := e.transcode(st, t, stored.Payload)
-				if err != nil {
-					return nil, err
-				}
-				ev.reject = &wire.OpResult{OpIndex: int32(i), Status: wire.OpConflict, Code: string(syncerr.VersionConflict),
-					Message: "baseVersion does not match the stored row (§6.2)", ServerVersion: stored.Version, ServerRow: row}
-				return ev, nil
-			}
-			// §3.4 rule 5: scope columns keep their stored values.
-			storedVals, err = st.Codec.Decode(stored.Payload, storedVals[:0])
-			if err != nil {
-				return nil, syncerr.Wrap(err, syncerr.OperationExecutionFailed, "stored row %s/%s does not decode", op.Table, op.RowID)
-			}
-			for _, p := range t.Scopes {
-				if j := st.ColumnIndex(t.Columns[p.ColumnIndex].Name); j >= 0 {
-					vals[p.ColumnIndex] = storedVals[j]
-				}
-			}
-			payload, err := e.toStorage(st, t, vals, storedVals)
-			if err != nil {
-				return fail(i, syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
-			}
-			nr := &store.Row{RowID: op.RowID, Version: stored.Version + 1, Scopes: stored.Scopes, Payload: payload}
-			ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: payload})
-			ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Row: *nr})
-			current[k] = nr
-			continue
-		}
-		// Insert path (§6.2). §3.4 step 2: with no stored row the pushed
-		// payload is the authorization row, and §3.4 applies to every push
-		// operation — so authorize before answering sync.row_missing, which
-		// would otherwise tell an actor without the scope that the row is
-		// absent.
-		scopes, ok := extractScopes(t, vals)
-		if !ok || resolveErr != nil || !authorizeRow(t, scopes, allowed) {
-			return fail(i, syncerr.Forbidden, "insert denied by scope authorization (§3.4)")
-		}
-		if op.BaseVersion.Present && op.BaseVersion.Value != 0 {
-			return fail(i, syncerr.RowMissing, "baseVersion names a row that does not exist (§6.2)")
-		}
-		payload, err := e.toStorage(st, t, vals, nil)
-		if err != nil {
-			return fail(i, syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
-		}
-		nr := &store.Row{RowID: op.RowID, Version: 1, Scopes: scopes, Payload: payload}
-		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: 1, Scopes: scopes, Row: payload})
+		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: nr.Payload})
 		ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Row: *nr})
 		current[k] = nr
 	}
 	return ev, nil
 }
 
-func hasCRDTValue(t *schema.Table, vals []rowcodec.Value) bool {
-	for i, c := range t.Columns {
-		if c.Type == rowcodec.TypeCRDT && !vals[i].Null {
-			return true
+func opError(i int, code syncerr.Code, msg string) *wire.OpResult {
+	return &wire.OpResult{OpIndex: int32(i), Status: wire.OpError, Code: string(code), Message: msg}
+}
+
+// evalUpsert runs §6.2 for one upsert. t is the client's schema version of
+// the table, st the storage version; stored is the live row (nil when
+// absent) and tomb reports a tombstone within the horizon. It returns the
+// rejecting result record, or the row to write.
+func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *schema.Table, stored *store.Row, tomb bool, allowed ScopeMap, resolveErr error, sc *opScratch) (*wire.OpResult, *store.Row, error) {
+	fail := func(code syncerr.Code, msg string) (*wire.OpResult, *store.Row, error) {
+		return opError(i, code, msg), nil, nil
+	}
+	var err error
+	if rules.sparse {
+		sc.cvals, sc.cpresent, err = t.Codec.DecodeSparse(op.Payload.Value, t.PKIndex, sc.cvals[:0], sc.cpresent[:0])
+	} else {
+		sc.cvals, err = t.Codec.Decode(op.Payload.Value, sc.cvals[:0])
+		sc.cpresent = fill(sc.cpresent, len(t.Columns), true)
+	}
+	if err != nil {
+		return fail(syncerr.InvalidRequest, "row payload failed row-codec decode (§1.7): "+errText(err))
+	}
+	if valueText(t.Columns[t.PKIndex].Type, sc.cvals[t.PKIndex]) != op.RowID {
+		return fail(syncerr.InvalidRequest, "payload primary key does not match rowId")
+	}
+	full := !slices.Contains(sc.cpresent, false)
+
+	// Work in the storage version's columns from here on. A column the
+	// client's version lacks is absent: an update keeps its stored value,
+	// an insert stores NULL.
+	vals, present := sc.cvals, sc.cpresent
+	if st != t {
+		sc.svals = slices.Grow(sc.svals[:0], len(st.Columns))[:len(st.Columns)]
+		sc.spresent = fill(sc.spresent, len(st.Columns), false)
+		for j, c := range st.Columns {
+			if ci := t.ColumnIndex(c.Name); ci >= 0 {
+				sc.svals[j], sc.spresent[j] = sc.cvals[ci], sc.cpresent[ci]
+			} else {
+				sc.svals[j] = rowcodec.Value{Null: true}
+			}
+		}
+		vals, present = sc.svals, sc.spresent
+	}
+
+	if stored == nil {
+		return e.evalInsert(rules, i, op, t, st, vals, present, full, tomb, allowed, resolveErr)
+	}
+
+	// §3.4 step 2 / §6.2 step 1: authorize the stored row, never the
+	// payload, and before disclosing anything in a conflict.
+	if resolveErr != nil || !authorizeRow(st, stored.Scopes, allowed) {
+		return fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
+	}
+	sc.stored, err = st.Codec.Decode(stored.Payload, sc.stored[:0])
+	if err != nil {
+		return nil, nil, syncerr.Wrap(err, syncerr.OperationExecutionFailed, "stored row %s/%s does not decode", op.Table, op.RowID)
+	}
+	// §3.4 rule 5 / §6.2 step 2: scope columns are immutable on update.
+	// An equal value is a no-op, so it neither writes nor restamps.
+	for _, p := range st.Scopes {
+		j := p.ColumnIndex
+		if !present[j] {
+			continue
+		}
+		if rules.rejectScopeChange && !sameScopeValue(st.Columns[j].Type, vals[j], sc.stored[j]) {
+			return fail(syncerr.InvalidRequest, fmt.Sprintf("scope column %q is immutable on update (§3.4 rule 5)", p.Column))
+		}
+		present[j] = false
+	}
+	if op.BaseVersion.Present {
+		base := op.BaseVersion.Value
+		var marked []bool // storage columns that conflict
+		switch {
+		case !rules.columnConflicts:
+			if base != stored.Version {
+				marked = []bool{}
+			}
+		case base > stored.Version:
+			return fail(syncerr.InvalidRequest, fmt.Sprintf("baseVersion %d exceeds the row's server_version %d (§6.2)", base, stored.Version))
+		default:
+			// §6.2 steps 4–5: baseVersion 0 (lost insert race) marks every
+			// present non-crdt column; otherwise the present non-crdt
+			// columns written after baseVersion. The primary key never
+			// marks; the stored row was authorized above.
+			marked = make([]bool, len(st.Columns))
+			hit := base == 0
+			for j := range st.Columns {
+				if present[j] && j != st.PKIndex && st.Columns[j].Type != rowcodec.TypeCRDT &&
+					(base == 0 || columnVersion(stored, j) > base) {
+					marked[j], hit = true, true
+				}
+			}
+			if !hit {
+				marked = nil
+			}
+		}
+		if marked != nil {
+			row, err := e.transcode(st, t, stored.Payload)
+			if err != nil {
+				return nil, nil, err
+			}
+			res := &wire.OpResult{OpIndex: int32(i), Status: wire.OpConflict, Code: string(syncerr.VersionConflict),
+				Message: "baseVersion does not match the stored row (§6.2)", ServerVersion: stored.Version, ServerRow: row}
+			if rules.columnConflicts {
+				res.Message = "columns changed after baseVersion (§6.2)"
+				res.ConflictColumns = rowcodec.PresenceBitmap(len(t.Columns), toClientColumns(st, t, marked))
+			}
+			return res, nil, nil
 		}
 	}
-	return false
+	if r := unsupportedValues(i, st, vals, present); r != nil {
+		return r, nil, nil
+	}
+	// §6.2 apply: present columns replace the stored ones, absent columns
+	// stay; the stored payload is always a full row (§2.4).
+	merged := slices.Clone(sc.stored)
+	for j := range merged {
+		if present[j] {
+			merged[j] = vals[j]
+		}
+	}
+	payload, err := st.Codec.Append(nil, merged)
+	if err != nil {
+		return fail(syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
+	}
+	// §2.2: every present column except the primary key takes the new
+	// server_version; version-2 writes (full rows) restamp all they carry.
+	next := stored.Version + 1
+	cv := make([]int64, len(st.Columns))
+	for j := range cv {
+		if present[j] && j != st.PKIndex {
+			cv[j] = next
+		} else {
+			cv[j] = columnVersion(stored, j)
+		}
+	}
+	return nil, &store.Row{RowID: op.RowID, Version: next, ColumnVersions: cv, Scopes: stored.Scopes, Payload: payload}, nil
+}
+
+// evalInsert is §6.2 for an upsert whose row is absent (never stored,
+// deleted, or pruned past the horizon).
+func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *schema.Table, vals []rowcodec.Value, present []bool, full, tomb bool, allowed ScopeMap, resolveErr error) (*wire.OpResult, *store.Row, error) {
+	fail := func(code syncerr.Code, msg string) (*wire.OpResult, *store.Row, error) {
+		return opError(i, code, msg), nil, nil
+	}
+	// §3.4 step 2: with no stored row the pushed payload is the
+	// authorization row. It is checked before sync.row_missing for a
+	// baseVersion, which would otherwise tell an actor without the scope
+	// that the row is absent.
+	authorized := func() bool {
+		for _, p := range st.Scopes {
+			if !present[p.ColumnIndex] {
+				return false
+			}
+		}
+		scopes, ok := extractScopes(st, vals)
+		return ok && resolveErr == nil && authorizeRow(st, scopes, allowed)
+	}
+	if op.BaseVersion.Present && op.BaseVersion.Value != 0 {
+		if !authorized() {
+			return fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
+		}
+		return fail(syncerr.RowMissing, "baseVersion names a row that does not exist (§6.2)")
+	}
+	if rules.deletePrecedence {
+		if !op.BaseVersion.Present && tomb {
+			// §6.2: a delete within the horizon beats an unversioned upsert.
+			return fail(syncerr.RowDeleted, "the row was deleted; an unversioned upsert does not recreate it (baseVersion 0 does) (§6.2)")
+		}
+		if !full {
+			return fail(syncerr.RowMissing, "a partial payload targets an absent row; an insert presents every column (§6.2)")
+		}
+	}
+	if !authorized() {
+		return fail(syncerr.Forbidden, "insert denied by scope authorization (§3.4)")
+	}
+	scopes, _ := extractScopes(st, vals)
+	if r := unsupportedValues(i, st, vals, present); r != nil {
+		return r, nil, nil
+	}
+	payload, err := st.Codec.Append(nil, vals)
+	if err != nil {
+		return fail(syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
+	}
+	// §2.2: an insert sets every column version to 1 (and clears the
+	// tombstone, which the store does when it writes the row).
+	cv := make([]int64, len(st.Columns))
+	for j := range cv {
+		cv[j] = 1
+	}
+	return nil, &store.Row{RowID: op.RowID, Version: 1, ColumnVersions: cv, Scopes: scopes, Payload: payload}, nil
+}
+
+// unsupportedValues refuses values this server cannot store yet. It runs
+// after authorization, so an actor without the scope learns only
+// sync.forbidden. No CRDT merger is registered (§5.10.2), and no blob
+// storage exists, so no referenced blob can exist (§6.6).
+func unsupportedValues(i int, st *schema.Table, vals []rowcodec.Value, present []bool) *wire.OpResult {
+	for _, j := range st.CRDTColumns {
+		if present[j] && !vals[j].Null {
+			return opError(i, syncerr.CrdtMergeFailed, "no CRDT merger is registered on this server (§5.10.2)")
+		}
+	}
+	for _, j := range st.BlobRefColumns {
+		if present[j] && !vals[j].Null {
+			return opError(i, syncerr.BlobNotFound, fmt.Sprintf("column %q references a blob this server does not hold; blob storage is not available (§6.6)", st.Columns[j].Name))
+		}
+	}
+	return nil
+}
+
+// columnVersion is the §2.2 column_version of storage column j; a row
+// stored without column versions has every column at its server_version.
+func columnVersion(r *store.Row, j int) int64 {
+	if j < len(r.ColumnVersions) {
+		return r.ColumnVersions[j]
+	}
+	return r.Version
+}
+
+// toClientColumns maps per-storage-column flags to the client version's
+// columns (a flagged column is always present in the client's payload, so
+// it exists in its version).
+func toClientColumns(st, t *schema.Table, flags []bool) []bool {
+	if st == t {
+		return flags
+	}
+	out := make([]bool, len(t.Columns))
+	for j, f := range flags {
+		if f {
+			if ci := t.ColumnIndex(st.Columns[j].Name); ci >= 0 {
+				out[ci] = true
+			}
+		}
+	}
+	return out
+}
+
+// sameScopeValue compares scope-column values the way stored scopes do:
+// by their rendered text.
+func sameScopeValue(typ rowcodec.Type, a, b rowcodec.Value) bool {
+	return a.Null == b.Null && valueText(typ, a) == valueText(typ, b)
+}
+
+func fill(b []bool, n int, v bool) []bool {
+	b = slices.Grow(b[:0], n)[:n]
+	for i := range b {
+		b[i] = v
+	}
+	return b
 }
 
 func errText(err error) string {
@@ -373,19 +626,24 @@ func valueText(t rowcodec.Type, v rowcodec.Value) string {
 // companion, if any, for the store: the frames are wrapped in a minimal
 // response message so the codec validates them both ways, and replays are
 // byte-equivalent by construction (§6.3.1 persists details with the
-// outcome).
+// outcome). Outcomes are stored at wire version 3, the richest layout
+// (conflictColumns survive); a replay is re-encoded in the requesting
+// client's version, its details frame included.
 func encodeOutcome(res *wire.PushResult, det *wire.PushResultDetails) ([]byte, error) {
 	frames := []wire.Frame{&wire.RespHeader{}, res}
 	if det != nil {
 		frames = append(frames, det)
 	}
-	b, err := wire.Encode(&wire.Message{WireVersion: wire.Version1, Kind: wire.KindResponse, Frames: frames})
+	b, err := wire.Encode(&wire.Message{WireVersion: wire.Version3, Kind: wire.KindResponse, Frames: frames})
 	if err != nil {
 		return nil, fmt.Errorf("encode push outcome: %w", err)
 	}
 	return b, nil
 }
 
+// decodeOutcome reads a stored outcome of any wire version: version 1 (all
+// outcomes stored before wire version 3 was served) or version 3, with or
+// without its PUSH_RESULT_DETAILS companion.
 func decodeOutcome(b []byte) (*wire.PushResult, *wire.PushResultDetails, error) {
 	m, err := wire.Decode(b)
 	if err != nil {
@@ -411,6 +669,9 @@ func decodeOutcome(b []byte) (*wire.PushResult, *wire.PushResultDetails, error) 
 	c.Results = append([]wire.OpResult(nil), res.Results...)
 	for i := range c.Results {
 		c.Results[i].ServerRow = append([]byte(nil), c.Results[i].ServerRow...)
+		if cc := c.Results[i].ConflictColumns; cc != nil {
+			c.Results[i].ConflictColumns = append([]byte(nil), cc...)
+		}
 	}
 	return &c, det, nil
 }

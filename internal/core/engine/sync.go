@@ -42,6 +42,7 @@ type Report struct {
 	Applied        int
 	Cached         int
 	Rejected       int
+	Deferred       int // push results that did not fit the response budget
 	Subscriptions  int
 	CommitsSent    int
 	SegmentsSent   int
@@ -62,6 +63,11 @@ type reqState struct {
 	head     store.Head
 	now      int64
 	client   *store.Client
+
+	// acceptedMax is the highest commitSeq this request's pushes were
+	// answered with (applied or cached): its pull must read at least that
+	// far (read-after-write, §7 preamble of the 0.21+ spec).
+	acceptedMax int64
 
 	allowedDone bool
 	allowed     ScopeMap
@@ -95,7 +101,62 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // the host answers with the §10.1 JSON shape and the error's HTTP status.
 // Failures after the first byte are written in-band as an ERROR frame
 // (§1.6) and reported in Report.ErrorCode.
+//
+// The response is always encoded in the request's wire version (1, 2 or
+// 3), and once that version is known every error code the client sees —
+// returned, in-band or in an operation result — is one its catalog knows
+// (syncerr.ForWire): a version-2 client never receives a code added by
+// version 3.
 func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
+	rep, err := e.handleSync(ctx, auth, body, opts, w)
+	if err != nil && rep.WireVersion != 0 && rep.BytesOut == 0 {
+		err = errorForWire(err, rep.WireVersion)
+	}
+	return rep, err
+}
+
+// errorForWire returns err as a client of wire version v may receive it
+// (§10.2 of that version's catalog). An error outside the catalog is an
+// unexpected fault and becomes syncerr.Internal first, which is what the
+// host would have answered. The original stays the cause, for logs.
+func errorForWire(err error, v uint16) error {
+	se := syncerr.As(err)
+	if se == nil {
+		se = syncerr.Internal(err)
+	}
+	code := syncerr.ForWire(se.Code, v)
+	if code == se.Code {
+		if syncerr.As(err) == nil {
+			return se
+		}
+		return err
+	}
+	m := syncerr.Wrap(se, code, "%s", se.Message)
+	m.Details = se.Details
+	m.Status = se.Status
+	return m
+}
+
+// resultForWire adapts a push result to the client's wire version: codes
+// through syncerr.ForWire, and no conflictColumns below version 3 (§6.3).
+// res is not modified.
+func resultForWire(res *wire.PushResult, v uint16) *wire.PushResult {
+	if v >= wire.Version3 {
+		return res
+	}
+	c := *res
+	c.Results = append([]wire.OpResult(nil), res.Results...)
+	for i := range c.Results {
+		r := &c.Results[i]
+		if r.Code != "" {
+			r.Code = string(syncerr.ForWire(syncerr.Code(r.Code), v))
+		}
+		r.ConflictColumns = nil
+	}
+	return &c
+}
+
+func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
 	rep := &Report{}
 	if auth.Partition == "" || auth.ActorID == "" {
 		return rep, syncerr.New(syncerr.AuthRequired, "authentication required")
@@ -174,6 +235,9 @@ func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	if strings.HasPrefix(rs.clientID, `["remote-command",`) {
 		return rep, syncerr.New(syncerr.InvalidClientID, "clientId uses the reserved server-command namespace (§1.5)")
 	}
+	if err := e.checkRequestLimits(auth, req); err != nil {
+		return rep, err
+	}
 	if err := e.checkClient(ctx, rs); err != nil {
 		return rep, err
 	}
@@ -203,6 +267,7 @@ func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		if se == nil {
 			se = syncerr.Internal(err)
 		}
+		se = syncerr.As(errorForWire(se, rs.version))
 		rep.ErrorCode = string(se.Code)
 		en := se.Entry()
 		ef := &wire.ErrorFrame{Code: string(se.Code), Message: se.Message, Category: en.Category, Retryable: en.Retryable, RecommendedAction: en.RecommendedAction}
@@ -228,23 +293,44 @@ func (e *Engine) respHeader(rs *reqState, reset bool) *wire.RespHeader {
 // serve runs the push half then the pull half after the header is out.
 func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, plans []*subPlan, enc *wire.Encoder, cw *countingWriter) error {
 	seen := make(map[string]bool, len(req.Commits))
+	deferred := false
 	for i := range req.Commits {
 		pc := &req.Commits[i]
+		// §1.6 wants one PUSH_RESULT per commit, and conflict serverRows can
+		// make them large: past the byte budget the remaining commits are
+		// not processed and are answered "send again" (notDelivered). The
+		// first result always goes out, so every request makes progress.
+		budget := int64(e.limits.ResponseBudgetBytes)
 		rs.details = nil
-		res, err := e.pushCommit(ctx, rs, pc, seen[pc.ClientCommitID])
-		if err != nil {
-			return err
+		var res *wire.PushResult
+		if i > 0 && (deferred || cw.n > budget) {
+			deferred = true
+			res = notDelivered(pc.ClientCommitID)
+		} else {
+			var err error
+			if res, err = e.pushCommit(ctx, rs, pc, seen[pc.ClientCommitID]); err != nil {
+				return err
+			}
+			seen[pc.ClientCommitID] = true
+			if res.Status != wire.PushRejected && res.CommitSeq.Present {
+				rs.acceptedMax = max(rs.acceptedMax, res.CommitSeq.Value)
+			}
+			if i > 0 && cw.n+int64(pushResultSize(res)+detailsSize(rs.details)) > budget {
+				deferred = true // processed; a resend replays its stored outcome
+				res, rs.details = notDelivered(pc.ClientCommitID), nil
+			}
 		}
-		seen[pc.ClientCommitID] = true
-		switch res.Status {
-		case wire.PushApplied:
+		switch {
+		case deferred:
+			rs.report.Deferred++
+		case res.Status == wire.PushApplied:
 			rs.report.Applied++
-		case wire.PushCached:
+		case res.Status == wire.PushCached:
 			rs.report.Cached++
 		default:
 			rs.report.Rejected++
 		}
-		if err := enc.WriteFrame(res); err != nil {
+		if err := enc.WriteFrame(resultForWire(res, rs.version)); err != nil {
 			return fmt.Errorf("write PUSH_RESULT: %w", err)
 		}
 		if d := rs.details; d != nil && res.Status == wire.PushRejected {
@@ -286,5 +372,6 @@ func storeErr(err error, what string) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return syncerr.Wrap(err, syncerr.RateLimited, "%s: request deadline exceeded", what)
 	}
-	return syncerr.Wrap(err, syncerr.OperationExecutionFailed, "%s failed", what)
+	// An unexpected storage fault: sync.internal_error, fixed message.
+	return syncerr.Internal(fmt.Errorf("%s: %w", what, err))
 }

@@ -13,26 +13,6 @@ import (
 // client never erases data a newer one wrote. Same-version requests are
 // byte copies.
 
-// toStorage encodes request-version values as storage-version bytes;
-// stored holds the row's current storage-version values (nil on insert).
-func (e *Engine) toStorage(st, t *schema.Table, vals, stored []rowcodec.Value) ([]byte, error) {
-	if st == t {
-		return t.Codec.Append(nil, vals)
-	}
-	out := make([]rowcodec.Value, len(st.Columns))
-	for i, c := range st.Columns {
-		switch j := t.ColumnIndex(c.Name); {
-		case j >= 0:
-			out[i] = vals[j]
-		case stored != nil:
-			out[i] = stored[i]
-		default:
-			out[i] = rowcodec.Value{Null: true}
-		}
-	}
-	return st.Codec.Append(nil, out)
-}
-
 // transcode re-encodes storage-version bytes for the request version t.
 func (e *Engine) transcode(st, t *schema.Table, payload []byte) ([]byte, error) {
 	if st == t {

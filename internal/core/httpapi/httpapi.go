@@ -23,6 +23,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
 
@@ -75,7 +76,11 @@ type Handler struct {
 	Routes Route
 	// MaxBodyBytes caps request bodies after decompression (413 above).
 	MaxBodyBytes int
-	Logger       *slog.Logger
+	// MaxResponseBytes caps a response body as sent (after compression);
+	// zero means limits.MaxResponseBodyBytes, what a Lambda response can
+	// carry once base64 encoded.
+	MaxResponseBytes int
+	Logger           *slog.Logger
 	// Now is the clock for request durations; nil means time.Now.
 	Now func() time.Time
 	// Meter, when set, wraps each request's context (e.g. to accumulate
@@ -83,8 +88,8 @@ type Handler struct {
 	Meter func(ctx context.Context) (context.Context, func() []slog.Attr)
 }
 
-// DefaultMaxBodyBytes matches API Gateway's 10 MB request limit.
-const DefaultMaxBodyBytes = 10 << 20
+// DefaultMaxBodyBytes is the decoded request body cap (limits package).
+const DefaultMaxBodyBytes = limits.DefaultDecodedBodyBytes
 
 // Serve handles one request. It never returns nil.
 func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
@@ -98,6 +103,7 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 		ctx, meterAttrs = h.Meter(ctx)
 	}
 	resp, rep, partition, actor := h.route(ctx, r)
+	resp = h.capResponse(ctx, r, resp)
 	if h.Logger != nil {
 		attrs := []slog.Attr{
 			slog.String("requestId", r.RequestID),
@@ -116,6 +122,7 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 				slog.Int("applied", rep.Applied),
 				slog.Int("cached", rep.Cached),
 				slog.Int("rejected", rep.Rejected),
+				slog.Int("deferred", rep.Deferred),
 				slog.Int("subscriptions", rep.Subscriptions),
 				slog.Int("commitsSent", rep.CommitsSent),
 				slog.Int("segmentsSent", rep.SegmentsSent),
@@ -135,6 +142,23 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 	}
 	resp.Header.Del("X-Syncular-Error")
 	return resp
+}
+
+// capResponse replaces a response the host could not deliver (Lambda
+// fails the invocation and API Gateway answers a bare 502) with a §10.1
+// error, before the log line, so the line reports the status sent.
+func (h *Handler) capResponse(ctx context.Context, r *Request, resp *Response) *Response {
+	max := h.MaxResponseBytes
+	if max <= 0 {
+		max = limits.MaxResponseBodyBytes
+	}
+	if len(resp.Body) <= max {
+		return resp
+	}
+	if h.Logger != nil {
+		h.Logger.ErrorContext(ctx, "response exceeds the Lambda payload limit", "requestId", r.RequestID, "bytes", len(resp.Body), "limit", max)
+	}
+	return errorResponse(syncerr.Internal(fmt.Errorf("response of %d bytes exceeds the %d-byte limit", len(resp.Body), max)))
 }
 
 func (h *Handler) route(ctx context.Context, r *Request) (*Response, *engine.Report, string, string) {

@@ -64,3 +64,33 @@ func BenchmarkRowDecode(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 	})
 }
+
+// BenchmarkSparseDecode: a typical v3 patch (PK plus two columns) and a
+// full sparse row of the bench table.
+func BenchmarkSparseDecode(b *testing.B) {
+	c := mustCodec(b, benchCols)
+	for _, tc := range []struct {
+		name    string
+		present []bool
+	}{
+		{"patch3", []bool{true, true, true, false, false, false, false}},
+		{"full", []bool{true, true, true, true, true, true, true}},
+	} {
+		row, err := c.AppendSparse(nil, benchRow, tc.present)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			dst := make([]Value, len(benchCols))
+			pres := make([]bool, len(benchCols))
+			b.SetBytes(int64(len(row)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if dst, pres, err = c.DecodeSparse(row, 0, dst, pres); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
+}

@@ -162,74 +162,89 @@ func (c *Codec) walk(b []byte, dst []Value) (int, error) {
 			}
 			continue
 		}
-		switch t := c.cols[i].Type; t {
-		case TypeInteger:
-			if len(b)-off < 8 {
-				return 0, c.truncated(i)
-			}
-			v := int64(binary.LittleEndian.Uint64(b[off:]))
-			if v > MaxSafeInt || v < -MaxSafeInt {
-				return 0, decodeErr("column %q: integer %d outside ±(2^53-1)", c.cols[i].Name, v)
-			}
-			if dst != nil {
-				dst[i] = Value{Int: v}
-			}
-			off += 8
-		case TypeFloat:
-			if len(b)-off < 8 {
-				return 0, c.truncated(i)
-			}
-			if dst != nil {
-				dst[i] = Value{Float: math.Float64frombits(binary.LittleEndian.Uint64(b[off:]))}
-			}
-			off += 8
-		case TypeBoolean:
-			if off >= len(b) {
-				return 0, c.truncated(i)
-			}
-			if b[off] > 1 {
-				return 0, decodeErr("column %q: boolean byte 0x%02x is neither 0 nor 1", c.cols[i].Name, b[off])
-			}
-			if dst != nil {
-				dst[i] = Value{Bool: b[off] == 1}
-			}
-			off++
-		default: // length-prefixed: string, json, blob_ref, bytes, crdt
-			if len(b)-off < 4 {
-				return 0, c.truncated(i)
-			}
-			n := uint64(binary.LittleEndian.Uint32(b[off:]))
-			off += 4
-			if n > uint64(len(b)-off) {
-				return 0, c.truncated(i)
-			}
-			end := off + int(n)
-			v := b[off:end:end]
-			switch t {
-			case TypeString, TypeJSON, TypeBlobRef:
-				if !utf8.Valid(v) {
-					return 0, decodeErr("column %q (%s): value is not valid UTF-8", c.cols[i].Name, t)
-				}
-				if t == TypeJSON && !canonjson.ValidSyntax(v) {
-					return 0, decodeErr("column %q (json): value does not parse as a JSON document", c.cols[i].Name)
-				}
-				if t == TypeBlobRef {
-					if p := blobRefProblem(v); p != "" {
-						return 0, decodeErr("column %q (blob_ref): value %s", c.cols[i].Name, p)
-					}
-				}
-				if dst != nil {
-					dst[i] = Value{Int: int64(off), Bytes: v}
-				}
-			default: // bytes, crdt: opaque
-				if dst != nil {
-					dst[i] = Value{Bytes: v}
-				}
-			}
-			off = end
+		var v *Value
+		if dst != nil {
+			v = &dst[i]
+		}
+		var err error
+		if off, err = c.value(b, off, i, v); err != nil {
+			return 0, err
 		}
 	}
 	return off, nil
+}
+
+// value validates the non-NULL value of column i at b[off:] and returns
+// the offset after it. With v non-nil it stores the value; text columns
+// are left as (Int = offset, Bytes = raw bytes) for the caller to turn
+// into strings.
+func (c *Codec) value(b []byte, off, i int, v *Value) (int, error) {
+	switch t := c.cols[i].Type; t {
+	case TypeInteger:
+		if len(b)-off < 8 {
+			return 0, c.truncated(i)
+		}
+		n := int64(binary.LittleEndian.Uint64(b[off:]))
+		if n > MaxSafeInt || n < -MaxSafeInt {
+			return 0, decodeErr("column %q: integer %d outside ±(2^53-1)", c.cols[i].Name, n)
+		}
+		if v != nil {
+			*v = Value{Int: n}
+		}
+		return off + 8, nil
+	case TypeFloat:
+		if len(b)-off < 8 {
+			return 0, c.truncated(i)
+		}
+		if v != nil {
+			*v = Value{Float: math.Float64frombits(binary.LittleEndian.Uint64(b[off:]))}
+		}
+		return off + 8, nil
+	case TypeBoolean:
+		if off >= len(b) {
+			return 0, c.truncated(i)
+		}
+		if b[off] > 1 {
+			return 0, decodeErr("column %q: boolean byte 0x%02x is neither 0 nor 1", c.cols[i].Name, b[off])
+		}
+		if v != nil {
+			*v = Value{Bool: b[off] == 1}
+		}
+		return off + 1, nil
+	default: // length-prefixed: string, json, blob_ref, bytes, crdt
+		if len(b)-off < 4 {
+			return 0, c.truncated(i)
+		}
+		n := uint64(binary.LittleEndian.Uint32(b[off:]))
+		off += 4
+		if n > uint64(len(b)-off) {
+			return 0, c.truncated(i)
+		}
+		end := off + int(n)
+		raw := b[off:end:end]
+		switch t {
+		case TypeString, TypeJSON, TypeBlobRef:
+			if !utf8.Valid(raw) {
+				return 0, decodeErr("column %q (%s): value is not valid UTF-8", c.cols[i].Name, t)
+			}
+			if t == TypeJSON && !canonjson.ValidSyntax(raw) {
+				return 0, decodeErr("column %q (json): value does not parse as a JSON document", c.cols[i].Name)
+			}
+			if t == TypeBlobRef {
+				if p := blobRefProblem(raw); p != "" {
+					return 0, decodeErr("column %q (blob_ref): value %s", c.cols[i].Name, p)
+				}
+			}
+			if v != nil {
+				*v = Value{Int: int64(off), Bytes: raw}
+			}
+		default: // bytes, crdt: opaque
+			if v != nil {
+				*v = Value{Bytes: raw}
+			}
+		}
+		return end, nil
+	}
 }
 
 // Append encodes row (one Value per column, in column order) onto dst. It
@@ -248,53 +263,64 @@ func (c *Codec) Append(dst []byte, row []Value) ([]byte, error) {
 	}
 	for i := range row {
 		v := &row[i]
-		col := &c.cols[i]
 		if v.Null {
-			if !col.Nullable {
-				return dst[:start], syncerr.New(syncerr.InvalidRequest, "NULL for non-nullable column %q", col.Name)
+			if !c.cols[i].Nullable {
+				return dst[:start], syncerr.New(syncerr.InvalidRequest, "NULL for non-nullable column %q", c.cols[i].Name)
 			}
 			dst[start+(i>>3)] |= 1 << (i & 7)
 			continue
 		}
-		switch col.Type {
-		case TypeInteger:
-			if v.Int > MaxSafeInt || v.Int < -MaxSafeInt {
-				return dst[:start], syncerr.New(syncerr.InvalidRequest, "column %q: integer %d outside ±(2^53-1)", col.Name, v.Int)
-			}
-			dst = binary.LittleEndian.AppendUint64(dst, uint64(v.Int))
-		case TypeFloat:
-			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(v.Float))
-		case TypeBoolean:
-			if v.Bool {
-				dst = append(dst, 1)
-			} else {
-				dst = append(dst, 0)
-			}
-		case TypeString, TypeJSON, TypeBlobRef:
-			s := v.Str
-			if uint64(len(s)) > math.MaxUint32 {
-				return dst[:start], syncerr.New(syncerr.InvalidRequest, "column %q: value longer than 2^32-1 bytes", col.Name)
-			}
-			if !utf8.ValidString(s) {
-				return dst[:start], syncerr.New(syncerr.InvalidRequest, "column %q (%s): value is not valid UTF-8", col.Name, col.Type)
-			}
-			if col.Type == TypeJSON && !canonjson.ValidSyntax(s) {
-				return dst[:start], syncerr.New(syncerr.InvalidRequest, "column %q (json): value does not parse as a JSON document", col.Name)
-			}
-			if col.Type == TypeBlobRef {
-				if p := blobRefProblem(s); p != "" {
-					return dst[:start], syncerr.New(syncerr.InvalidRequest, "column %q (blob_ref): value %s", col.Name, p)
-				}
-			}
-			dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
-			dst = append(dst, s...)
-		default: // bytes, crdt
-			if uint64(len(v.Bytes)) > math.MaxUint32 {
-				return dst[:start], syncerr.New(syncerr.InvalidRequest, "column %q: value longer than 2^32-1 bytes", col.Name)
-			}
-			dst = binary.LittleEndian.AppendUint32(dst, uint32(len(v.Bytes)))
-			dst = append(dst, v.Bytes...)
+		var err error
+		if dst, err = c.appendValue(dst, i, v); err != nil {
+			return dst[:start], err
 		}
+	}
+	return dst, nil
+}
+
+// appendValue encodes the non-NULL value v of column i onto dst, refusing
+// what a decoder would reject. On error the returned slice is unusable
+// and the caller truncates it.
+func (c *Codec) appendValue(dst []byte, i int, v *Value) ([]byte, error) {
+	col := &c.cols[i]
+	switch col.Type {
+	case TypeInteger:
+		if v.Int > MaxSafeInt || v.Int < -MaxSafeInt {
+			return dst, syncerr.New(syncerr.InvalidRequest, "column %q: integer %d outside ±(2^53-1)", col.Name, v.Int)
+		}
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(v.Int))
+	case TypeFloat:
+		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(v.Float))
+	case TypeBoolean:
+		if v.Bool {
+			dst = append(dst, 1)
+		} else {
+			dst = append(dst, 0)
+		}
+	case TypeString, TypeJSON, TypeBlobRef:
+		s := v.Str
+		if uint64(len(s)) > math.MaxUint32 {
+			return dst, syncerr.New(syncerr.InvalidRequest, "column %q: value longer than 2^32-1 bytes", col.Name)
+		}
+		if !utf8.ValidString(s) {
+			return dst, syncerr.New(syncerr.InvalidRequest, "column %q (%s): value is not valid UTF-8", col.Name, col.Type)
+		}
+		if col.Type == TypeJSON && !canonjson.ValidSyntax(s) {
+			return dst, syncerr.New(syncerr.InvalidRequest, "column %q (json): value does not parse as a JSON document", col.Name)
+		}
+		if col.Type == TypeBlobRef {
+			if p := blobRefProblem(s); p != "" {
+				return dst, syncerr.New(syncerr.InvalidRequest, "column %q (blob_ref): value %s", col.Name, p)
+			}
+		}
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(s)))
+		dst = append(dst, s...)
+	default: // bytes, crdt
+		if uint64(len(v.Bytes)) > math.MaxUint32 {
+			return dst, syncerr.New(syncerr.InvalidRequest, "column %q: value longer than 2^32-1 bytes", col.Name)
+		}
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(v.Bytes)))
+		dst = append(dst, v.Bytes...)
 	}
 	return dst, nil
 }

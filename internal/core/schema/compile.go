@@ -8,12 +8,14 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 )
 
 // maxIdentBytes is the Postgres identifier limit; longer names are silently
-// truncated there, so two distinct IR names could collide in storage.
-const maxIdentBytes = 63
+// truncated there, so two distinct IR names could collide in storage. The
+// limits package bounds table names on the wire with the same number.
+const maxIdentBytes = limits.MaxTableNameBytes
 
 // fold is the comparison key for identifiers: SQLite resolves table, column
 // and index names case-insensitively, so "Title" and "title" collide in a
@@ -253,14 +255,27 @@ func compilePrimaryKey(p *problems, table string, t *Table, typed []bool) {
 	case !typed[i]:
 	case t.Meta[i].Encrypted:
 		p.add(table, "primaryKey", "primary key %q is encrypted; the rowId must stay plaintext (§5.11)", t.PrimaryKey)
-	case col.Type != rowcodec.TypeString && col.Type != rowcodec.TypeInteger:
-		// bytes, blob_ref and crdt are excluded by the spec; float, boolean
-		// and json have no rendering both cores agree on byte-for-byte.
-		p.add(table, "primaryKey", "primary key %q has type %s; a rowId comes from a string or integer column", t.PrimaryKey, TypeName(col.Type))
+	case !pkEligible(col.Type):
+		// §2.4 primary-key eligibility: a rowId is the key's string form,
+		// which must render identically everywhere. float renders
+		// differently across cores; bytes, crdt and blob_ref have no
+		// rowId rendering at all.
+		p.add(table, "primaryKey", "primary key column %q of table %q has type %s, which is not eligible as a primary key (§2.4: string, integer, boolean or json)", t.PrimaryKey, table, TypeName(col.Type))
 	}
 	if col.Nullable {
 		p.add(table, "primaryKey", "primary key %q is nullable; every row needs a rowId", t.PrimaryKey)
 	}
+}
+
+// pkEligible is the §2.4 primary-key eligibility rule (wire version 3
+// spec): the types whose string rendering is total, injective and
+// byte-stable across implementations.
+func pkEligible(t rowcodec.Type) bool {
+	switch t {
+	case rowcodec.TypeString, rowcodec.TypeInteger, rowcodec.TypeBoolean, rowcodec.TypeJSON:
+		return true
+	}
+	return false
 }
 
 func compileScopes(p *problems, table string, raws []json.RawMessage, t *Table, typed []bool) {

@@ -212,6 +212,9 @@ func compileIR(doc *rawDoc) (*Schema, error) {
 	p := &problems{version: latest}
 	s.Versions[latest] = compileVersion(p, latest, doc.Tables)
 	all = append(all, p.list...)
+	if len(all) == 0 {
+		all = checkServedVersions(s)
+	}
 	if len(all) > 0 {
 		return nil, &Error{Problems: all}
 	}
@@ -248,6 +251,9 @@ func Merge(parts ...*Schema) (*Schema, error) {
 	}
 	if len(dups) > 0 {
 		return nil, &Error{Problems: dups}
+	}
+	if list := checkServedVersions(&merged); len(list) > 0 {
+		return nil, &Error{Problems: list}
 	}
 	return &merged, nil
 }

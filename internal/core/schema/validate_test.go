@@ -151,9 +151,7 @@ func TestValidationRules(t *testing.T) {
 		{"missing primary key", withTasks(set("primaryKey", "")), 1, "tasks", "primaryKey", "missing"},
 		{"primary key not a column", withTasks(set("primaryKey", "uuid")), 1, "tasks", "primaryKey", `"uuid" is not a column`},
 		{"primary key bytes", withTasks(set("primaryKey", "body")), 1, "tasks", "primaryKey", "type bytes"},
-		{"primary key float", withTasks(both(setCol("id", "type", "float"))), 1, "tasks", "primaryKey", "type float"},
-		{"primary key boolean", withTasks(both(setCol("id", "type", "boolean"))), 1, "tasks", "primaryKey", "type boolean"},
-		{"primary key json", withTasks(both(setCol("id", "type", "json"))), 1, "tasks", "primaryKey", "type json"},
+		{"primary key float", withTasks(both(setCol("id", "type", "float"))), 1, "tasks", "primaryKey", `primary key column "id" of table "tasks" has type float, which is not eligible`},
 		{"primary key blob_ref", withTasks(both(setCol("id", "type", "blob_ref"))), 1, "tasks", "primaryKey", "type blob_ref"},
 		{"primary key crdt", withTasks(both(setCol("id", "type", "crdt"), setCol("id", "crdtType", "yjs-doc"))), 1, "tasks", "primaryKey", "type crdt"},
 		{"primary key nullable", withTasks(setCol("id", "nullable", true)), 1, "tasks", "primaryKey", "nullable"},
@@ -222,6 +220,10 @@ func TestValidationAccepts(t *testing.T) {
 		doc  string
 	}{
 		{"integer primary key", withTasks(setCol("id", "type", "integer"))},
+		// §2.4 (wire version 3 spec): boolean and json keys render the same
+		// in every implementation and are eligible.
+		{"boolean primary key", withTasks(setCol("id", "type", "boolean"))},
+		{"json primary key", withTasks(setCol("id", "type", "json"))},
 		{"prefix containing a colon", withTasks(scopes("org:team:{project_id}"))},
 		{"one variable, one column, two prefixes", withTasks(scopes("project:{project_id}", "proj:{project_id}"))},
 		{"two variables on one column", withTasks(scopes("project:{project_id}", obj{"pattern": "p:{pid}", "column": "project_id"}))},

@@ -61,8 +61,9 @@ type Row struct {
 	RowID string
 	// Deleted marks a tombstone: the row was deleted by commit CommitSeq.
 	// Only GetRows returns tombstones (ScanRows never does); a tombstone
-	// has no Payload, Scopes or ColumnVersions. Writing an upsert replaces
-	// it; Prune removes tombstones with CommitSeq at or below the horizon.
+	// has no Payload, Scopes or ColumnVersions, and Version 0. Writing an
+	// upsert replaces it; Prune removes tombstones with CommitSeq at or
+	// below the horizon.
 	Deleted bool
 	// Version is server_version (§2.2): 1 on insert, +1 per applied upsert.
 	Version int64
@@ -184,13 +185,15 @@ type Store interface {
 	Commit(ctx context.Context, partition string, req *CommitRequest) error
 
 	// GetRows returns the current rows for rowIDs of table (absent rows are
-	// missing from the map), after finishing any partially materialized
-	// commit. Consistent read.
+	// missing from the map; a deleted row whose tombstone is not pruned yet
+	// is returned as the tombstone), after finishing any partially
+	// materialized commit. Consistent read.
 	GetRows(ctx context.Context, partition, table string, rowIDs []string) (map[string]*Row, error)
 	// ScanRows calls fn for the rows of table in ascending rowId byte order,
 	// starting strictly after `after` when hasAfter, until fn returns false
 	// or the table ends. Consistent read; rows reflect every commit up to
-	// at least the head read before the scan.
+	// at least the head read before the scan. Tombstones are never passed
+	// to fn.
 	ScanRows(ctx context.Context, partition, table string, after string, hasAfter bool, fn func(*Row) bool) error
 	// ReadLog calls fn for commits with afterSeq < Seq ≤ throughSeq, oldest
 	// first, until fn returns false. Commits at or below the horizon may be
@@ -205,7 +208,9 @@ type Store interface {
 	ListClients(ctx context.Context, partition string, fn func(*Client) bool) error
 
 	// Prune advances the horizon to horizonSeq (never backwards) and deletes
-	// commits at or below it (§4.6). It returns how many commits it removed.
+	// commits at or below it (§4.6), and in the same pass the tombstones
+	// with CommitSeq at or below it (§4.6 of the wire-3 spec). It returns
+	// how many commits it removed.
 	Prune(ctx context.Context, partition string, horizonSeq int64) (int, error)
 	// CommitTimes calls fn with (seq, createdAtMs) for commits after
 	// afterSeq, oldest first, until fn returns false (pruning policy input).

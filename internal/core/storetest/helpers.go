@@ -252,6 +252,18 @@ func checkRow(t *testing.T, got *store.Row, want store.Row) {
 	}
 }
 
+// checkTombstone asserts got is the tombstone of id left by commit seq:
+// flagged, with no payload, scopes or column versions.
+func checkTombstone(t *testing.T, got *store.Row, id string, seq int64) {
+	t.Helper()
+	if got == nil {
+		t.Fatalf("tombstone %q missing", id)
+	}
+	if !got.Deleted || got.RowID != id || got.CommitSeq != seq || len(got.Payload) != 0 || len(got.Scopes) != 0 || got.ColumnVersions != nil {
+		t.Errorf("tombstone %q: got %+v, want Deleted, CommitSeq %d, no payload, scopes or column versions", id, *got, seq)
+	}
+}
+
 func checkCommit(t *testing.T, got *store.Commit, want store.Commit) {
 	t.Helper()
 	if g, w := normCommit(*got), normCommit(want); !reflect.DeepEqual(g, w) {

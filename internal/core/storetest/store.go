@@ -65,6 +65,15 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RotateEpoch/DeletesClients", testRotateEpoch},
 		{"Prune/HorizonMonotonic", testPrune},
 		{"Prune/KeepsRows", testPruneKeepsRows},
+		{"ColumnVersions/RoundTrip", testColumnVersions},
+		{"ColumnVersions/ManyRowWrites", testColumnVersionsMany},
+		{"ColumnVersions/NoAliasing", testColumnVersionsNoAliasing},
+		{"Tombstones/GetRowsOnly", testTombstoneGetRowsOnly},
+		{"Tombstones/UpsertReplaces", testTombstoneUpsertReplaces},
+		{"Tombstones/DeleteAgainMovesSeq", testTombstoneDeleteAgain},
+		{"Tombstones/ManyInOneCommit", testTombstonesMany},
+		{"Prune/RemovesTombstones", testPruneTombstones},
+		{"Prune/TombstonesOfLargeCommit", testPruneTombstonesLarge},
 		{"CommitTimes/AfterSeq", testCommitTimes},
 		{"RefIndex/AddListRemove", testRefsAddListRemove},
 		{"RefIndex/FailedCommitWritesNone", testRefsFailedCommitWritesNone},
@@ -294,17 +303,15 @@ func testCommitRowsMaterialized(t *testing.T, e *partitionT) {
 		del("tasks", "c", "org=o1", "team=t1"),
 	)
 	rows := e.rows("tasks", "a", "b", "c", "missing")
-	if len(rows) != 2 {
-		t.Errorf("GetRows returned %d rows, want 2 (a, b)", len(rows))
+	if len(rows) != 3 {
+		t.Errorf("GetRows returned %d rows, want 3 (a, b, tombstone c)", len(rows))
 	}
 	checkRow(t, rows["a"], c1.Rows[0].Row)
 	checkRow(t, rows["b"], c2.Rows[0].Row)
 	if rows["b"] != nil && rows["b"].CommitSeq != 2 {
 		t.Errorf("row b CommitSeq %d, want 2", rows["b"].CommitSeq)
 	}
-	if _, ok := rows["c"]; ok {
-		t.Errorf("deleted row c still returned")
-	}
+	checkTombstone(t, rows["c"], "c", 2)
 	scanned := e.scan("tasks", "", false)
 	if got := rowIDs(scanned); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("ScanRows ids %v, want [a b]", got)
@@ -331,10 +338,11 @@ func testCommitRowTwice(t *testing.T, e *partitionT) {
 		t.Fatalf("ReadLog: %d commits, want 1", len(log))
 	}
 	checkCommit(t, log[0], c.Commit)
-	// Upsert then delete in one commit leaves no row.
+	// Upsert then delete in one commit leaves a tombstone.
 	e.commitNext(upsert("tasks", "y", 1, "y1"), del("tasks", "y"))
-	if m := e.rows("tasks", "y"); len(m) != 0 {
-		t.Errorf("row y present after upsert+delete: %+v", m["y"])
+	checkTombstone(t, e.rows("tasks", "y")["y"], "y", 3)
+	if got := rowIDs(e.scan("tasks", "", false)); !slices.Equal(got, []string{"x"}) {
+		t.Errorf("ScanRows ids %v, want [x]", got)
 	}
 }
 

@@ -232,13 +232,19 @@ func HasCode(err error, code Code) bool {
 	return e != nil && e.Code == code
 }
 
-// Internal wraps an unexpected failure for the wire without leaking its
-// text: the cause stays available to logs through Unwrap.
+// InternalMessage is the fixed public message of sync.internal_error: the
+// text of an unexpected failure never reaches the wire (§6.7, §10.2).
+const InternalMessage = "internal server error"
+
+// Internal wraps an unexpected server fault (storage, network, a bug) for
+// the wire as sync.internal_error — retryable, HTTP 500, fixed message
+// (§10.2 of the 0.21+ catalog). The cause stays available to logs through
+// Unwrap. A version-2 client receives it mapped by ForWire.
 func Internal(cause error) *Error {
 	if e := As(cause); e != nil {
 		return e
 	}
-	e := New(OperationExecutionFailed, "internal server error")
+	e := New(InternalError, InternalMessage)
 	e.cause = cause
 	return e
 }

@@ -88,6 +88,11 @@ func TestWrapAsStatusAndInternal(t *testing.T) {
 	if in.HTTPStatus() != 500 || strings.Contains(in.Message, "secret") || !errors.Is(in, cause) {
 		t.Fatalf("internal error leaks or loses its cause: %+v", in)
 	}
+	// §10.2 (0.21+): unexpected faults are sync.internal_error, retryable,
+	// with the fixed message.
+	if in.Code != InternalError || !in.Entry().Retryable || in.Message != InternalMessage {
+		t.Fatalf("Internal is %s (retryable %t, message %q), want retryable sync.internal_error", in.Code, in.Entry().Retryable, in.Message)
+	}
 	if Internal(wrapped) != e {
 		t.Fatal("Internal keeps an existing catalog error")
 	}

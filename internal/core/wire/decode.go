@@ -19,8 +19,9 @@ const (
 const DefaultMaxFrameBytes = 64 << 20
 
 // parseHeader checks the 8-byte envelope header (§1.2): magic, a wire
-// version in [1, 2], a known msgKind and zero flags, all before any frame
-// is read.
+// version this codec reads (1, 2 or 3), a known msgKind and zero flags,
+// all before any frame is read. Any other version is sync.invalid_request
+// before a frame is looked at (§1.2, §9).
 func parseHeader(h []byte) (uint16, MsgKind, error) {
 	if len(h) < headerLen {
 		return 0, 0, invalidf("truncated envelope header (%d of 8 bytes)", len(h))
@@ -29,7 +30,7 @@ func parseHeader(h []byte) (uint16, MsgKind, error) {
 		return 0, 0, invalidf("bad magic %q (want \"SSP2\")", h[:4])
 	}
 	v := binary.LittleEndian.Uint16(h[4:])
-	if v != Version1 && v != Version2 {
+	if !SupportedVersion(v) {
 		return 0, 0, invalidf("unsupported wire version %d", v)
 	}
 	k := MsgKind(h[6])

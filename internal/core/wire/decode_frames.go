@@ -55,7 +55,7 @@ func parseFrame(version uint16, kind MsgKind, t FrameType, payload []byte) (Fram
 	case FrameLease:
 		f = r.lease()
 	case FramePushResult:
-		f = r.pushResult()
+		f = r.pushResult(version)
 	case FramePushResultDetails:
 		f = r.pushResultDetails()
 	case FrameSubStart:
@@ -178,7 +178,8 @@ func (r *rd) lease() *Lease {
 }
 
 // pushResult: §6.3; commitSeq is present iff status is applied or cached.
-func (r *rd) pushResult() *PushResult {
+// From version 3 a conflict record ends with conflictColumns.
+func (r *rd) pushResult(version uint16) *PushResult {
 	p := &PushResult{}
 	p.ClientCommitID = r.str("clientCommitId")
 	p.Status = PushStatus(r.u8("status"))
@@ -189,12 +190,12 @@ func (r *rd) pushResult() *PushResult {
 	if r.err == nil && p.CommitSeq.Present != (p.Status != PushRejected) {
 		r.fail("commitSeq must be present iff status is applied or cached (status %s, commitSeq present %t)", p.Status, p.CommitSeq.Present)
 	}
-	p.Results = readList(r, "results", 5, r.opResult)
+	p.Results = readList(r, "results", 5, func(res *OpResult) { r.opResult(version, res) })
 	return p
 }
 
 // opResult: one §6.3 result; which fields follow depends on its status.
-func (r *rd) opResult(res *OpResult) {
+func (r *rd) opResult(version uint16, res *OpResult) {
 	res.OpIndex = r.i32("opIndex")
 	res.Status = OpResultStatus(r.u8("status"))
 	switch res.Status {
@@ -204,6 +205,12 @@ func (r *rd) opResult(res *OpResult) {
 		res.Message = r.str("message")
 		res.ServerVersion = r.i64("serverVersion")
 		res.ServerRow = r.bytes("serverRow")
+		if version >= Version3 {
+			// §6.3 (v3): presence-bitmap layout over the table's columns;
+			// its length and padding are checked by whoever knows the
+			// table (rowcodec.DecodePresence), not by the envelope codec.
+			res.ConflictColumns = r.bytes("conflictColumns")
+		}
 	case OpError:
 		res.Code = r.str("code")
 		res.Message = r.str("message")

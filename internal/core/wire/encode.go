@@ -187,7 +187,7 @@ func appendHeader(b []byte, version uint16, kind MsgKind) []byte {
 }
 
 func checkVersionKind(version uint16, kind MsgKind) error {
-	if version != Version1 && version != Version2 {
+	if !SupportedVersion(version) {
 		return encErrf("unsupported wire version %d", version)
 	}
 	if kind != KindRequest && kind != KindResponse {
@@ -379,6 +379,9 @@ func (e *enc) pushResult(v *PushResult) {
 			e.str("result.message", r.Message)
 			e.i64("result.serverVersion", r.ServerVersion)
 			e.bytes("result.serverRow", r.ServerRow)
+			if e.version >= Version3 {
+				e.bytes("result.conflictColumns", r.ConflictColumns)
+			}
 		case OpError:
 			e.str("result.code", r.Code)
 			e.str("result.message", r.Message)

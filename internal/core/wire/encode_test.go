@@ -37,7 +37,7 @@ func TestEncodeRefuses(t *testing.T) {
 		{"unknown first", reqMsg(&Unknown{FrameType: 0x17}, hdr(), pull())},
 		{"nil frame", reqMsg(hdr(), nil)},
 		{"typed nil frame", reqMsg(hdr(), (*PullHeader)(nil))},
-		{"bad version", &Message{WireVersion: 3, Kind: KindRequest, Frames: []Frame{hdr(), pull()}}},
+		{"bad version", &Message{WireVersion: 4, Kind: KindRequest, Frames: []Frame{hdr(), pull()}}},
 		{"bad kind", &Message{WireVersion: 1, Kind: 7, Frames: []Frame{hdr(), pull()}}},
 		{"empty clientId", reqMsg(&ReqHeader{SchemaVersion: 1}, pull())},
 		{"schemaVersion 0", reqMsg(&ReqHeader{ClientID: "c"}, pull())},

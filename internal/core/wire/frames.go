@@ -10,7 +10,14 @@ package wire
 // Magic is the envelope magic "SSP2".
 var Magic = [4]byte{'S', 'S', 'P', '2'}
 
-// Wire versions this codec reads and writes (§9: the window is [1, 2]).
+// Wire versions this codec reads and writes. The 0.15.48 spec's window is
+// [1, 2]; the 0.21+ spec's is [3] (§1.2, §9). This server serves both
+// generations, so the codec reads and writes 1, 2 and 3 and every response
+// is encoded in its request's version. Version 2 adds logEpoch to
+// REQ_HEADER and logEpoch/resetRequired to RESP_HEADER (kept in 3);
+// version 3 changes only the push payload layout (sparse rows, §2.4, which
+// this package carries as opaque bytes) and appends conflictColumns to
+// conflict records (§6.3).
 const (
 	Version1 uint16 = 1
 	Version2 uint16 = 2
@@ -18,6 +25,10 @@ const (
 	// push payloads (§2.4) and conflictColumns in conflict records (§6.3).
 	Version3 uint16 = 3
 )
+
+// SupportedVersion reports whether v is a wire version this codec reads
+// and writes.
+func SupportedVersion(v uint16) bool { return v >= Version1 && v <= Version3 }
 
 // MsgKind is the envelope message kind byte.
 type MsgKind uint8

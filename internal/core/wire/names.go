@@ -32,7 +32,7 @@ func (t FrameType) String() string {
 }
 
 // frameKind is the message kind a frame type is registered for (§1.2
-// registry); 0 means no layout in wire versions 1 and 2, i.e. unknown and
+// registry); 0 means no layout in wire versions 1 to 3, i.e. unknown and
 // skippable. END is registered for both and handled by the framing code.
 func frameKind(t FrameType) MsgKind {
 	switch t {

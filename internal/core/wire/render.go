@@ -236,6 +236,9 @@ func (w *jw) frame(version uint16, f Frame) {
 				w.fStr("message", r.Message)
 				w.fInt("serverVersion", r.ServerVersion)
 				w.fB64("serverRow", r.ServerRow)
+				if version >= Version3 {
+					w.fB64("conflictColumns", r.ConflictColumns)
+				}
 			case OpError:
 				w.fStr("code", r.Code)
 				w.fStr("message", r.Message)

@@ -74,7 +74,7 @@ func genFrame(r *rand.Rand) Frame {
 	case 6:
 		p := &PushResult{ClientCommitID: "c", Status: PushStatus(r.IntN(4)), CommitSeq: optI64()}
 		for i := range r.IntN(3) {
-			p.Results = append(p.Results, OpResult{OpIndex: int32(i), Status: OpResultStatus(r.IntN(4)), Code: str(), ServerRow: []byte(str())})
+			p.Results = append(p.Results, OpResult{OpIndex: int32(i), Status: OpResultStatus(r.IntN(4)), Code: str(), ServerRow: []byte(str()), ConflictColumns: []byte(str())})
 		}
 		return p
 	case 7:
@@ -120,7 +120,7 @@ func TestEncoderOutputAlwaysDecodes(t *testing.T) {
 		if r.IntN(2) == 0 {
 			kind, first = KindResponse, &RespHeader{LogEpoch: "e"}
 		}
-		m := &Message{WireVersion: uint16(1 + r.IntN(2)), Kind: kind, Frames: []Frame{first}}
+		m := &Message{WireVersion: uint16(1 + r.IntN(3)), Kind: kind, Frames: []Frame{first}}
 		if m.WireVersion == Version1 {
 			if h, ok := first.(*RespHeader); ok {
 				h.LogEpoch = ""

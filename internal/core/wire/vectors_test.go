@@ -68,8 +68,16 @@ func readAll(b []byte, max int) (*Message, error) {
 	}
 }
 
-func TestGoldenVectors(t *testing.T) {
-	dir := vectorsDir(t)
+func TestGoldenVectors(t *testing.T) { runGoldenVectors(t, vectorsDir(t), 0) }
+
+// TestGoldenVectorsV3: the wire-version 3 set (sparse push payloads,
+// conflictColumns) passes the same checks, and every valid case really is
+// version 3.
+func TestGoldenVectorsV3(t *testing.T) { runGoldenVectors(t, vectors.DirV3(t), Version3) }
+
+// runGoldenVectors checks every request and response vector under dir;
+// wantVersion, when non-zero, is the wire version each valid case carries.
+func runGoldenVectors(t *testing.T, dir string, wantVersion uint16) {
 	passed, invalid := 0, 0
 	for _, kind := range []string{"request", "response"} {
 		man := loadManifest(t, dir, kind)
@@ -83,6 +91,9 @@ func TestGoldenVectors(t *testing.T) {
 				}
 				if got := m.Kind.String(); got != kind {
 					t.Fatalf("msgKind %s, want %s", got, kind)
+				}
+				if wantVersion != 0 && m.WireVersion != wantVersion {
+					t.Fatalf("wire version %d, want %d", m.WireVersion, wantVersion)
 				}
 				rendered, err := Render(m)
 				if err != nil {

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
-	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -159,8 +158,19 @@ type Client struct {
 
 // Client returns a wire-v2 client that has acquired the epoch.
 func (h *Harness) Client(partition, actor, clientID string) *Client {
-	c := &Client{H: h, Partition: partition, Actor: actor, ID: clientID, Version: wire.Version2, Schema: 1, Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}
 	h.T.Helper()
+	return h.ClientV(wire.Version2, partition, actor, clientID)
+}
+
+// ClientV returns a client speaking wire version v; from version 2 it has
+// acquired the epoch. A version-3 client sends sparse push payloads
+// (Task presents every column).
+func (h *Harness) ClientV(v uint16, partition, actor, clientID string) *Client {
+	c := &Client{H: h, Partition: partition, Actor: actor, ID: clientID, Version: v, Schema: 1, Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}
+	h.T.Helper()
+	if v < wire.Version2 {
+		return c
+	}
 	resp, err := c.Send(c.Request(nil, nil, nil))
 	if err != nil {
 		h.T.Fatalf("epoch acquisition: %v", err)
@@ -224,6 +234,10 @@ func (c *Client) SendMode(m *wire.Message, mode engine.Mode) (*wire.Message, err
 	if err != nil {
 		return nil, fmt.Errorf("response does not decode: %w", err)
 	}
+	// A response is always in its request's wire version.
+	if resp.WireVersion != m.WireVersion {
+		return nil, fmt.Errorf("response in wire version %d to a version %d request", resp.WireVersion, m.WireVersion)
+	}
 	return resp, nil
 }
 
@@ -240,14 +254,10 @@ func (c *Client) Codec(table string) *schema.Table {
 	return t
 }
 
-// Task encodes a tasks row.
+// Task encodes a tasks row: a full row, or from wire version 3 a sparse
+// row presenting every column (§2.4).
 func (c *Client) Task(id, project, title string, done bool) []byte {
-	t := c.Codec("tasks")
-	b, err := t.Codec.Append(nil, []rowcodec.Value{{Str: id}, {Str: project}, {Str: title}, {Bool: done}, {Null: true}})
-	if err != nil {
-		c.H.T.Fatalf("encode task: %v", err)
-	}
-	return b
+	return c.Row("tasks", Cols{"id": S(id), "project_id": S(project), "title": S(title), "done": B(done)})
 }
 
 // Upsert builds an upsert operation; base < 0 means no baseVersion.

@@ -55,29 +55,22 @@ func opt(s string) rowcodec.Value {
 	return rowcodec.Value{Str: s}
 }
 
-func (c *Client) encode(table string, vals ...rowcodec.Value) []byte {
-	c.H.T.Helper()
-	b, err := c.Codec(table).Codec.Append(nil, vals)
-	if err != nil {
-		c.H.T.Fatalf("encode %s row: %v", table, err)
-	}
-	return b
-}
-
-// ProjectOp upserts a projects row of ReferenceSchema.
+// ProjectOp upserts a projects row of ReferenceSchema (every column
+// present: a full row, or from wire version 3 a sparse row with every
+// presence bit set).
 func (c *Client) ProjectOp(id string) wire.Operation {
-	return Upsert("projects", id, c.encode("projects", rowcodec.Value{Str: id}, rowcodec.Value{Str: "P " + id}), -1)
+	return Upsert("projects", id, c.Row("projects", Cols{"project_id": S(id), "title": S("P " + id)}), -1)
 }
 
 // ItemOp upserts an items row of ReferenceSchema in project p1.
 func (c *Client) ItemOp(id string, p Parents) wire.Operation {
-	return Upsert("items", id, c.encode("items", rowcodec.Value{Str: id}, rowcodec.Value{Str: "p1"}, rowcodec.Value{Str: "item " + id},
-		opt(p.Restrict), opt(p.Cascade), opt(p.Nullify)), -1)
+	return Upsert("items", id, c.Row("items", Cols{"id": S(id), "project_id": S("p1"), "label": S("item " + id),
+		"restrict_parent": opt(p.Restrict), "cascade_parent": opt(p.Cascade), "nullify_parent": opt(p.Nullify)}), -1)
 }
 
 // NoteOp upserts a notes row of ReferenceSchema in project p1.
 func (c *Client) NoteOp(id, item string) wire.Operation {
-	return Upsert("notes", id, c.encode("notes", rowcodec.Value{Str: id}, rowcodec.Value{Str: "p1"}, opt(item)), -1)
+	return Upsert("notes", id, c.Row("notes", Cols{"id": S(id), "project_id": S("p1"), "item_id": opt(item)}), -1)
 }
 
 // PushDetailed sends one commit and returns its PUSH_RESULT, the
@@ -120,13 +113,34 @@ func (c *Client) PushDetailed(commitID string, ops ...wire.Operation) (*wire.Pus
 // RunReferences runs the §6.11 / Appendix B.19 scenarios (conformance
 // catalog references/*) on an engine over the store newStore returns;
 // every subtest uses its own partition.
+//
+// Every scenario runs once per wire version 2 and 3 (v2/ and v3/
+// subtests): the version-3 clients send sparse rows (every column present
+// here; RunReferencesV3 covers partial ones), and a version-2 client sees
+// sync.reference_violation as sync.constraint_violation (§10.2 of its
+// catalog), with the same PUSH_RESULT_DETAILS (§6.3.1 exists in v2).
 func RunReferences(t *testing.T, newStore func(t *testing.T) store.Store, newSegs func() store.SegmentStore) {
+	for _, v := range []uint16{wire.Version2, wire.Version3} {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { runReferences(t, v, newStore, newSegs) })
+	}
+}
+
+// violationCode is the code a client of wire version v receives for a
+// reference violation.
+func violationCode(v uint16) syncerr.Code {
+	if v >= wire.Version3 {
+		return syncerr.ReferenceViolation
+	}
+	return syncerr.ConstraintViolation
+}
+
+func runReferences(t *testing.T, version uint16, newStore func(t *testing.T) store.Store, newSegs func() store.SegmentStore) {
 	setup := func(t *testing.T, lim engine.Limits) (*Harness, *Client, *Client) {
 		h := New(t, newStore(t), newSegs(), Options{Schema: ReferenceSchema, Limits: lim})
 		h.Grants.Set("alice", engine.ScopeMap{"project_id": {"*"}})
 		h.Grants.Set("bob", engine.ScopeMap{"project_id": {"*"}})
 		part := fmt.Sprintf("refs-%s-%d", t.Name(), h.Clock.Now())
-		return h, h.Client(part, "alice", "a"), h.Client(part, "bob", "b")
+		return h, h.ClientV(version, part, "alice", "a"), h.ClientV(version, part, "bob", "b")
 	}
 	applied := func(t *testing.T, r *wire.PushResult) {
 		t.Helper()
@@ -140,8 +154,8 @@ func RunReferences(t *testing.T, newStore func(t *testing.T) store.Store, newSeg
 			t.Fatalf("commit %s: status %d %+v, want one rejected record", r.ClientCommitID, r.Status, r.Results)
 		}
 		o := r.Results[0]
-		if o.OpIndex != opIndex || o.Status != wire.OpError || o.Code != string(syncerr.ReferenceViolation) || o.Retryable {
-			t.Fatalf("commit %s: result %+v, want sync.reference_violation at op %d", r.ClientCommitID, o, opIndex)
+		if o.OpIndex != opIndex || o.Status != wire.OpError || o.Code != string(violationCode(version)) || o.Retryable {
+			t.Fatalf("commit %s: result %+v, want %s at op %d", r.ClientCommitID, o, violationCode(version), opIndex)
 		}
 		if det == nil || det.ClientCommitID != r.ClientCommitID || len(det.Entries) != 1 ||
 			det.Entries[0].OpIndex != opIndex || det.Entries[0].DetailsJSON != wantJSON {
@@ -296,7 +310,11 @@ func RunReferences(t *testing.T, newStore func(t *testing.T) store.Store, newSeg
 			t.Errorf("subscriber row %+v, want the server's version 2 row", got)
 		}
 		// The cleared reference no longer holds the (recreated) parent.
-		applied(t, a.Push("c4", a.ProjectOp("p1")))
+		// baseVersion 0 recreates a deleted row under either version's
+		// rules (§6.2: an unversioned upsert does not, from version 3).
+		recreate := a.ProjectOp("p1")
+		recreate.BaseVersion = wire.Some(int64(0))
+		applied(t, a.Push("c4", recreate))
 		applied(t, a.Push("c5", Delete("projects", "p1")))
 	})
 
