@@ -169,14 +169,35 @@ func (p *refPass) decode(t *schema.Table, r *store.Row) ([]rowcodec.Value, error
 	return vals, nil
 }
 
-// checkParents is the first §6.11 rule: a staged upsert whose present,
-// non-null reference column names a parent absent from the candidate
-// state is rejected (missing_parent), attributed to the row's last upsert.
+// checkParents is the first §6.11 rule: a reference column that an
+// upsert of the commit presents and whose candidate value is non-null must
+// name a parent present in the candidate state (else missing_parent).
+// The violation is attributed to the last upsert of the row that
+// presented the column, whose value is the candidate one. A column no
+// upsert presents keeps its committed value and is not re-checked (a
+// sparse v3 patch of other columns, or a client schema version without
+// the column).
 func (p *refPass) checkParents() (bool, error) {
 	ops := p.pc.Operations
-	last := make(map[rowKey]int, len(ops))
+	type refAt struct {
+		k   rowKey
+		ref int
+	}
+	last := map[refAt]int{}
 	for i := range ops {
-		last[rowKey{ops[i].Table, ops[i].RowID}] = i
+		op := &ops[i]
+		t, ok := p.sv.Table(op.Table)
+		if op.Op != wire.OpUpsert || !ok {
+			continue
+		}
+		for j := range t.References {
+			if p.referencePresent(op, &t.References[j]) {
+				last[refAt{rowKey{op.Table, op.RowID}, j}] = i
+			}
+		}
+	}
+	if len(last) == 0 {
+		return false, nil
 	}
 	type need struct {
 		op     int
@@ -185,26 +206,29 @@ func (p *refPass) checkParents() (bool, error) {
 	}
 	var needs []need
 	want := map[string][]string{}
-	for i := range ops {
+	for i := range ops { // in operation order: the first violation terminates
 		op := &ops[i]
-		k := rowKey{op.Table, op.RowID}
 		t, ok := p.sv.Table(op.Table)
-		if op.Op != wire.OpUpsert || !ok || len(t.References) == 0 || last[k] != i {
+		if op.Op != wire.OpUpsert || !ok {
 			continue
 		}
-		row := p.final[k]
-		if !live(row) {
-			continue
-		}
-		vals, err := p.decode(t, row)
-		if err != nil {
-			return false, err
-		}
+		k := rowKey{op.Table, op.RowID}
+		var vals []rowcodec.Value
 		for j := range t.References {
-			ref := &t.References[j]
-			if !referencePresent(op, ref) {
+			if at, ok := last[refAt{k, j}]; !ok || at != i {
 				continue
 			}
+			row := p.final[k]
+			if !live(row) {
+				break
+			}
+			if vals == nil {
+				var err error
+				if vals, err = p.decode(t, row); err != nil {
+					return false, err
+				}
+			}
+			ref := &t.References[j]
 			if parent, ok := refValue(t, ref, vals); ok {
 				needs = append(needs, need{i, ref, parent})
 				want[ref.ParentTable] = append(want[ref.ParentTable], parent)
@@ -221,7 +245,7 @@ func (p *refPass) checkParents() (bool, error) {
 			found[rowKey{table, id}] = live(r)
 		}
 	}
-	for _, n := range needs { // in operation order: the first violation terminates
+	for _, n := range needs {
 		if !found[rowKey{n.ref.ParentTable, n.parent}] {
 			return p.reject(n.op, reasonMissingParent, []string{n.ref.Column}, map[string]string{"parent": n.ref.ParentTable, "row": n.parent})
 		}
@@ -230,10 +254,24 @@ func (p *refPass) checkParents() (bool, error) {
 }
 
 // referencePresent reports whether an upsert presents the reference
-// column. Full-row payloads (wire versions 1 and 2) present every column.
-func referencePresent(op *wire.Operation, ref *schema.Reference) bool {
-	_, _ = op, ref
-	return true
+// column: a column of the client's schema version that is in a full row
+// (wire versions 1 and 2) or has its presence bit set in a sparse row
+// (wire version 3, §2.4 "Sparse rows"). evaluate has already decoded the
+// payload, so its presence bitmap is well formed.
+func (p *refPass) referencePresent(op *wire.Operation, ref *schema.Reference) bool {
+	t, ok := p.rs.schemaV.Table(op.Table)
+	if !ok {
+		return false
+	}
+	ci := t.ColumnIndex(ref.Column)
+	if ci < 0 {
+		return false
+	}
+	if !rulesFor(p.rs.version).sparse {
+		return true
+	}
+	b := op.Payload.Value
+	return ci>>3 < len(b) && b[ci>>3]&(1<<(ci&7)) != 0
 }
 
 // deleted is a parent row the commit deletes, with the client operation
@@ -400,13 +438,15 @@ func (p *refPass) appendSetNull(child *schema.Table, ref *schema.Reference, row 
 	if err != nil {
 		return syncerr.Wrap(err, syncerr.OperationExecutionFailed, "row %s/%s does not re-encode", child.Name, row.RowID)
 	}
+	// §2.2: the write restamps the reference column only; the others
+	// keep their column versions (a row stored without them had every
+	// column at its row version).
 	nr := store.Row{RowID: row.RowID, Version: row.Version + 1, Scopes: row.Scopes, Payload: payload}
-	if n := len(row.ColumnVersions); n > 0 {
-		nr.ColumnVersions = slices.Clone(row.ColumnVersions)
-		if ref.ColumnIndex < n {
-			nr.ColumnVersions[ref.ColumnIndex] = nr.Version
-		}
+	nr.ColumnVersions = make([]int64, len(child.Columns))
+	for j := range nr.ColumnVersions {
+		nr.ColumnVersions[j] = columnVersion(row, j)
 	}
+	nr.ColumnVersions[ref.ColumnIndex] = nr.Version
 	p.ev.changes = append(p.ev.changes, store.Change{Table: child.Name, RowID: row.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: payload})
 	p.ev.rows = append(p.ev.rows, store.RowWrite{Table: child.Name, Row: nr})
 	p.final[rowKey{child.Name, row.RowID}] = &p.ev.rows[len(p.ev.rows)-1].Row

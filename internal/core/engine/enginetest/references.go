@@ -116,13 +116,14 @@ func (c *Client) PushDetailed(commitID string, ops ...wire.Operation) (*wire.Pus
 //
 // Every scenario runs once per wire version 2 and 3 (v2/ and v3/
 // subtests): the version-3 clients send sparse rows (every column present
-// here; RunReferencesV3 covers partial ones), and a version-2 client sees
+// here; the v3-sparse subtests cover partial ones), and a version-2 client sees
 // sync.reference_violation as sync.constraint_violation (§10.2 of its
 // catalog), with the same PUSH_RESULT_DETAILS (§6.3.1 exists in v2).
 func RunReferences(t *testing.T, newStore func(t *testing.T) store.Store, newSegs func() store.SegmentStore) {
 	for _, v := range []uint16{wire.Version2, wire.Version3} {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) { runReferences(t, v, newStore, newSegs) })
 	}
+	t.Run("v3-sparse", func(t *testing.T) { runReferencesSparse(t, newStore, newSegs) })
 }
 
 // violationCode is the code a client of wire version v receives for a
