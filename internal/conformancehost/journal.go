@@ -190,8 +190,8 @@ func (j *journalStore) CommitTimes(ctx context.Context, partition string, afterS
 }
 
 // ListChildren implements store.Store.
-func (j *journalStore) ListChildren(ctx context.Context, partition, childTable, column, parentID string, limit int) ([]string, error) {
-	return j.cur().ListChildren(ctx, partition, childTable, column, parentID, limit)
+func (j *journalStore) ListChildren(ctx context.Context, partition string, qs []store.ChildQuery, limit int) ([][]string, error) {
+	return j.cur().ListChildren(ctx, partition, qs, limit)
 }
 
 func cloneScopes(s wire.StoredScopes) wire.StoredScopes { return slices.Clone(s) }

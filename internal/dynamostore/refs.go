@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -60,24 +61,60 @@ func refAction(table *string, p string, r *store.RefWrite) txItem {
 	return txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: table, Item: k}}, size: ItemSize(k)}
 }
 
-// ListChildren implements store.Store: the head check (rolling an
-// unmaterialized commit forward, as every row reader does), then one
-// consistent Query of the parent's index partition, limited to limit
-// items.
-func (s *Store) ListChildren(ctx context.Context, partition, childTable, column, parentID string, limit int) ([]string, error) {
+// listConcurrency bounds the index Queries of one ListChildren call in
+// flight.
+const listConcurrency = 8
+
+// ListChildren implements store.Store: one head check for the whole call
+// (rolling an unmaterialized commit forward, as every row reader does),
+// then one consistent Query per parent's index partition, limited to
+// limit items, listConcurrency at a time. A cascade level of n parents
+// costs 1 + n round trips, and about n/listConcurrency Query latencies.
+func (s *Store) ListChildren(ctx context.Context, partition string, qs []store.ChildQuery, limit int) ([][]string, error) {
 	if err := checkPartition(partition); err != nil {
 		return nil, err
 	}
-	if limit <= 0 {
-		return nil, nil
-	}
-	pk := refPK(partition, childTable, column, parentID)
-	if !validKeyPart(childTable) || !validKeyPart(column) || !validKeyPart(parentID) || len(pk) > maxPKBytes {
-		return nil, nil // a key no commit could have written
+	out := make([][]string, len(qs))
+	if limit <= 0 || len(qs) == 0 {
+		return out, nil
 	}
 	if err := s.ensureApplied(ctx, partition); err != nil {
 		return nil, err
 	}
+	sem := make(chan struct{}, listConcurrency)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for i := range qs {
+		q := &qs[i]
+		pk := refPK(partition, q.ChildTable, q.Column, q.ParentID)
+		if !validKeyPart(q.ChildTable) || !validKeyPart(q.Column) || !validKeyPart(q.ParentID) || len(pk) > maxPKBytes {
+			continue // a key no commit could have written
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ids, err := s.listChildren(ctx, pk, limit)
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				return
+			}
+			out[i] = ids // each goroutine owns its slot
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	return out, nil
+}
+
+// listChildren is the index Query of one parent.
+func (s *Store) listChildren(ctx context.Context, pk string, limit int) ([]string, error) {
 	var ids []string
 	var perr error
 	err := s.query(ctx, "list children", &dynamodb.QueryInput{

@@ -332,22 +332,30 @@ func (p *partState) applyRef(w store.RefWrite) {
 }
 
 // ListChildren implements store.Store.
-func (s *Store) ListChildren(ctx context.Context, partition, childTable, column, parentID string, limit int) ([]string, error) {
+func (s *Store) ListChildren(ctx context.Context, partition string, qs []store.ChildQuery, limit int) ([][]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	out := make([][]string, len(qs))
 	p := s.lookup(partition)
 	if p == nil || limit <= 0 {
-		return nil, nil
+		return out, nil
 	}
 	p.mu.RLock()
-	ids := make([]string, 0, len(p.refs[refKey{childTable, column, parentID}]))
-	for id := range p.refs[refKey{childTable, column, parentID}] {
-		ids = append(ids, id)
+	for i, q := range qs {
+		set := p.refs[refKey{q.ChildTable, q.Column, q.ParentID}]
+		if len(set) == 0 {
+			continue
+		}
+		ids := make([]string, 0, len(set))
+		for id := range set {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		out[i] = ids[:min(len(ids), limit)]
 	}
 	p.mu.RUnlock()
-	slices.Sort(ids)
-	return ids[:min(len(ids), limit)], nil
+	return out, nil
 }
 
 // GetRows implements store.Store.

@@ -313,11 +313,30 @@ func (p *refPass) deletes() (bool, error) {
 	}
 	var restricts []restrictCheck
 	for len(queue) > 0 {
-		d := queue[0]
-		queue = queue[1:]
-		for _, r := range p.sv.ReferencedBy(d.table) {
-			child, ref := r.Table, r.Ref()
-			ids, rows, err := p.children(child, ref, d.id)
+		// One cascade level at a time: the index is read for all its
+		// parents in one store call (one head check), then processed in
+		// queue order exactly as one parent at a time would be.
+		level := queue
+		queue = nil
+		type ask struct {
+			d deleted
+			r schema.Referrer
+		}
+		var asks []ask
+		var qs []store.ChildQuery
+		for _, d := range level {
+			for _, r := range p.sv.ReferencedBy(d.table) {
+				asks = append(asks, ask{d, r})
+				qs = append(qs, store.ChildQuery{ChildTable: r.Table.Name, Column: r.Ref().Column, ParentID: d.id})
+			}
+		}
+		listed, err := p.listChildren(qs)
+		if err != nil {
+			return false, err
+		}
+		for i, a := range asks {
+			d, child, ref := a.d, a.r.Table, a.r.Ref()
+			ids, rows, err := p.children(child, ref, d.id, listed[i])
 			if err != nil {
 				return false, err
 			}
@@ -377,21 +396,41 @@ func (p *refPass) deletes() (bool, error) {
 	return false, nil
 }
 
-// children lists the rows of child whose reference column holds parent
-// in the candidate state: the committed reference index, without rows the
-// commit deleted or pointed elsewhere. The index read is bounded by the
-// cap plus the rows the commit writes, so an overflow is still detected.
-func (p *refPass) children(child *schema.Table, ref *schema.Reference, parent string) ([]string, map[string]*store.Row, error) {
+// listChildren reads the committed reference index for qs in one store
+// call and prefetches the candidate state of every listed child, one
+// batched read per child table. The read is bounded by the cap plus the
+// rows the commit writes, so an overflow is still detected.
+func (p *refPass) listChildren(qs []store.ChildQuery) ([][]string, error) {
 	limit := p.cap - p.appended + 1 + len(p.final)
-	ids, err := p.e.store.ListChildren(p.ctx, p.rs.auth.Partition, child.Name, ref.Column, parent, limit)
+	listed, err := p.e.store.ListChildren(p.ctx, p.rs.auth.Partition, qs, limit)
 	if err != nil {
-		return nil, nil, storeErr(err, "list child rows")
+		return nil, storeErr(err, "list child rows")
 	}
-	rows, err := p.candidate(child.Name, ids)
+	if len(listed) != len(qs) {
+		return nil, syncerr.New(syncerr.OperationExecutionFailed, "reference index answered %d of %d queries", len(listed), len(qs))
+	}
+	byTable := map[string][]string{}
+	for i, ids := range listed {
+		byTable[qs[i].ChildTable] = append(byTable[qs[i].ChildTable], ids...)
+	}
+	for table, ids := range byTable {
+		if _, err := p.candidate(table, ids); err != nil {
+			return nil, err
+		}
+	}
+	return listed, nil
+}
+
+// children narrows the committed children of parent (ids, from the
+// index) to the rows that reference it in the candidate state now:
+// without rows the commit deleted or pointed elsewhere, including by
+// actions applied earlier in this pass.
+func (p *refPass) children(child *schema.Table, ref *schema.Reference, parent string, ids []string) ([]string, map[string]*store.Row, error) {
+	rows, err := p.candidate(child.Name, ids) // prefetched: no store call
 	if err != nil {
 		return nil, nil, err
 	}
-	out := ids[:0]
+	out := make([]string, 0, len(ids))
 	for _, id := range ids {
 		still, err := p.stillChild(child, ref, rows[id], parent)
 		if err != nil {

@@ -143,6 +143,14 @@ type RefEntry struct {
 	ChildID    string
 }
 
+// ChildQuery selects the reference-index entries of one parent through
+// one reference column: the ChildTable rows whose Column holds ParentID.
+type ChildQuery struct {
+	ChildTable string
+	Column     string
+	ParentID   string
+}
+
 // RefWrite adds or (Remove) deletes one reference-index entry.
 type RefWrite struct {
 	RefEntry
@@ -216,12 +224,13 @@ type Store interface {
 	// afterSeq, oldest first, until fn returns false (pruning policy input).
 	CommitTimes(ctx context.Context, partition string, afterSeq int64, fn func(seq, createdAtMs int64) bool) error
 
-	// ListChildren returns the ids of childTable rows whose reference
-	// column holds parentID, in ascending byte order, at most limit of
-	// them (§6.11 enforcement reads limit = cap+1 to detect an overflow).
-	// The read reflects every commit up to the partition head, like
-	// GetRows.
-	ListChildren(ctx context.Context, partition, childTable, column, parentID string, limit int) ([]string, error)
+	// ListChildren answers each query with the ids of its child rows, in
+	// ascending byte order, at most limit per query (§6.11 enforcement
+	// reads limit = cap+1 to detect an overflow); out[i] answers qs[i].
+	// One call reflects every commit up to the partition head, like
+	// GetRows, however many queries it carries: the §6.11 pass asks for
+	// every parent of one cascade level at once.
+	ListChildren(ctx context.Context, partition string, qs []ChildQuery, limit int) ([][]string, error)
 }
 
 // SegmentKey identifies one publication context (§5.1 build-once key).

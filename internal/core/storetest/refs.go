@@ -25,11 +25,47 @@ func unref(child, column, parent, childID string) store.RefWrite {
 
 func (e *partitionT) children(child, column, parent string, limit int) []string {
 	e.t.Helper()
-	ids, err := e.s.ListChildren(e.ctx, e.p, child, column, parent, limit)
-	if err != nil {
-		e.t.Fatalf("ListChildren(%s.%s = %q): %v", child, column, parent, err)
+	out, err := e.s.ListChildren(e.ctx, e.p, []store.ChildQuery{{ChildTable: child, Column: column, ParentID: parent}}, limit)
+	if err != nil || len(out) != 1 {
+		e.t.Fatalf("ListChildren(%s.%s = %q): %d answers, %v", child, column, parent, len(out), err)
 	}
-	return ids
+	return out[0]
+}
+
+// testRefsManyQueries asks several parents in one call, as the §6.11
+// pass does per cascade level: each answer belongs to its query, in
+// query order, each bounded by the limit.
+func testRefsManyQueries(t *testing.T, e *partitionT) {
+	e.touch()
+	req := commitReq(0, "client-a", "c1", upsert("items", "i1", 1, "x"), upsert("items", "i2", 1, "x"), upsert("items", "i3", 1, "x"))
+	req.RefWrites = []store.RefWrite{
+		ref("items", "project", "p1", "i2"), ref("items", "project", "p1", "i1"),
+		ref("items", "project", "p2", "i3"), ref("items", "owner", "p1", "i3"),
+	}
+	e.commit(req)
+	qs := []store.ChildQuery{
+		{ChildTable: "items", Column: "project", ParentID: "p2"},
+		{ChildTable: "items", Column: "project", ParentID: "none"},
+		{ChildTable: "items", Column: "project", ParentID: "p1"},
+		{ChildTable: "items", Column: "owner", ParentID: "p1"},
+		{ChildTable: "items", Column: "project", ParentID: "p1"},
+	}
+	want := [][]string{{"i3"}, nil, {"i1", "i2"}, {"i3"}, {"i1", "i2"}}
+	got, err := e.s.ListChildren(e.ctx, e.p, qs, 10)
+	if err != nil || len(got) != len(qs) {
+		t.Fatalf("ListChildren of %d queries: %d answers, %v", len(qs), len(got), err)
+	}
+	for i := range qs {
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("query %d %+v: %q, want %q", i, qs[i], got[i], want[i])
+		}
+	}
+	if got, err := e.s.ListChildren(e.ctx, e.p, qs, 1); err != nil || len(got) != len(qs) || !slices.Equal(got[2], []string{"i1"}) {
+		t.Errorf("limit 1: %q, %v", got, err)
+	}
+	if got, err := e.s.ListChildren(e.ctx, e.p, nil, 10); err != nil || len(got) != 0 {
+		t.Errorf("no queries: %q, %v", got, err)
+	}
 }
 
 func testRefsAddListRemove(t *testing.T, e *partitionT) {

@@ -78,6 +78,7 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RefIndex/AddListRemove", testRefsAddListRemove},
 		{"RefIndex/FailedCommitWritesNone", testRefsFailedCommitWritesNone},
 		{"RefIndex/ManyInOneCommit", testRefsManyInOneCommit},
+		{"RefIndex/ManyQueries", testRefsManyQueries},
 		{"RefIndex/UnknownPartition", testRefsUnknownPartition},
 	}
 	for _, tc := range tests {
