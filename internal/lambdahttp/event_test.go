@@ -170,8 +170,12 @@ func TestErrorResponses(t *testing.T) {
 	if _, ok := resp.Headers["X-Syncular-Error"]; ok {
 		t.Fatal("internal header leaked")
 	}
-	ev.Headers["authorization"] = "Bearer ok"
+	// §1.1: 415 before 401 — no credentials and the wrong media type.
 	ev.Headers["content-type"] = "text/plain"
+	if resp := invoke(t, h, ev); resp.StatusCode != 415 || !strings.Contains(resp.Body, "sync.invalid_request") {
+		t.Fatalf("unauthenticated 415: %+v", resp)
+	}
+	ev.Headers["authorization"] = "Bearer ok"
 	if resp := invoke(t, h, ev); resp.StatusCode != 415 || !strings.Contains(resp.Body, "sync.invalid_request") {
 		t.Fatalf("415: %+v", resp)
 	}
@@ -189,7 +193,7 @@ func TestErrorResponses(t *testing.T) {
 		t.Fatal("accepted an S3 event")
 	}
 	// v1 in, v1 out.
-	v1 := events.APIGatewayProxyRequest{HTTPMethod: "POST", Path: "/sync"}
+	v1 := events.APIGatewayProxyRequest{HTTPMethod: "POST", Path: "/sync", Headers: map[string]string{"Content-Type": "application/vnd.syncular.sync.v2"}}
 	out, err = h.Invoke(context.Background(), mustJSON(t, v1))
 	if err != nil {
 		t.Fatal(err)

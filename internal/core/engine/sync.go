@@ -265,13 +265,18 @@ func (e *Engine) allowedScopes(ctx context.Context, rs *reqState) (ScopeMap, err
 }
 
 // storeErr turns a storage failure into a catalog error: errors that
-// already carry a code (throttling → sync.rate_limited) keep it.
+// already carry a code (throttling → sync.rate_limited) keep it; every
+// other storage failure (timeout, 5xx, a broken connection) is transient
+// as far as the client can tell, so it is sync.internal_error, which is
+// retryable (§10; a version-2 client receives it as sync.rate_limited,
+// see syncerr.ForWire). A non-retryable code here would make a stock
+// client give up on a commit because of an outage.
 func storeErr(err error, what string) error {
 	if se := syncerr.As(err); se != nil {
 		return err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return syncerr.Wrap(err, syncerr.RateLimited, "%s: request deadline exceeded", what)
+		return syncerr.Wrap(err, syncerr.InternalError, "%s: storage did not answer in time; retry", what)
 	}
-	return syncerr.Wrap(err, syncerr.OperationExecutionFailed, "%s failed", what)
+	return syncerr.Wrap(err, syncerr.InternalError, "%s failed; retry", what)
 }
