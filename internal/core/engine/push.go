@@ -60,7 +60,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if err != nil {
 				return nil, err
 			}
-			err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now})
+			err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID})
 			if errors.Is(err, store.ErrOutcomeExists) {
 				res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
 				return res, err
@@ -89,7 +89,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				ClientID: rs.clientID, ClientCommitID: pc.ClientCommitID, Changes: ev.changes,
 			},
 			Rows:    ev.rows,
-			Outcome: store.Outcome{Applied: true, CommitSeq: seq, Result: blob, RecordedAtMs: rs.now},
+			Outcome: store.Outcome{Applied: true, CommitSeq: seq, Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID},
 		}
 		for i := range creq.Rows {
 			creq.Rows[i].Row.CommitSeq = seq
@@ -115,7 +115,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if berr != nil {
 				return nil, berr
 			}
-			if perr := e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now}); perr != nil {
+			if perr := e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}); perr != nil {
 				if errors.Is(perr, store.ErrOutcomeExists) {
 					res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
 					return res, err
@@ -142,6 +142,15 @@ func (e *Engine) replay(ctx context.Context, rs *reqState, clientCommitID string
 	}
 	if o == nil {
 		return nil, false, nil
+	}
+	// §1.5/§2.3: an idempotency key belongs to the actor that recorded its
+	// outcome. checkClient already refuses a foreign actor on a bound
+	// clientId; this is the second fence (e.g. a clientId re-bound after
+	// an epoch rotation deleted the client records but kept outcomes), so
+	// another actor's result — which may carry a conflict serverRow from a
+	// scope it cannot read — is never answered, and nothing is applied.
+	if o.ActorID != "" && o.ActorID != rs.auth.ActorID {
+		return nil, false, syncerr.New(syncerr.InvalidClientID, "clientCommitId %q of this clientId was recorded by a different actor (§1.5)", clientCommitID)
 	}
 	res, err := decodeOutcome(o.Result)
 	if err != nil || res.ClientCommitID != clientCommitID {
