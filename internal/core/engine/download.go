@@ -87,10 +87,11 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 	if err != nil {
 		return nil, syncerr.New(syncerr.Forbidden, "X-Syncular-Scopes is missing or not a scope map (§5.5)")
 	}
-	allowed, err := e.cfg.Resolver.ResolveScopes(ctx, r.Auth.Partition, r.Auth.ActorID, "")
+	// §5.5 re-authorization: a resolver that cannot answer is a retryable
+	// error; "no grant" authorizes nothing (see resolve).
+	allowed, err := e.resolve(ctx, *r.Auth, "")
 	if err != nil {
-		e.log.WarnContext(ctx, "scope resolver failed on segment download; failing closed", "partition", r.Auth.Partition, "actor", r.Auth.ActorID, "error", err.Error())
-		return nil, syncerr.New(syncerr.Forbidden, "scope resolution failed")
+		return nil, err
 	}
 	v := e.schema.Versions[e.schema.Latest]
 	// §5.5: the requested scopes, intersected with what the actor holds

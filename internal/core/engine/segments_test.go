@@ -129,8 +129,11 @@ func TestSegmentDirectDownload(t *testing.T) {
 	} {
 		wantCodeNamed(t, name, fetch(tc.actor, tc.scopes), tc.code)
 	}
+	h.Grants.FailWith(engine.ErrNoGrant)
+	wantCodeNamed(t, "no grant", fetch("bob", `{"project_id":["p1"]}`), syncerr.Forbidden)
+	// A resolver that cannot answer is retryable, not a denial.
 	h.Grants.Fail(true)
-	wantCodeNamed(t, "resolver failure", fetch("bob", `{"project_id":["p1"]}`), syncerr.Forbidden)
+	wantCodeNamed(t, "resolver outage", fetch("bob", `{"project_id":["p1"]}`), syncerr.InternalError)
 	h.Grants.Fail(false)
 	h.Grants.Set("bob", projects("p2"))
 	wantCodeNamed(t, "grant revoked after issuance", fetch("bob", `{"project_id":["p1"]}`), syncerr.Forbidden)
