@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
@@ -331,16 +330,9 @@ func valueText(t rowcodec.Type, v rowcodec.Value) string {
 	case rowcodec.TypeBoolean:
 		return strconv.FormatBool(v.Bool)
 	case rowcodec.TypeFloat:
-		if math.IsNaN(v.Float) {
-			return "NaN"
-		}
-		if math.IsInf(v.Float, 0) {
-			if v.Float > 0 {
-				return "Infinity"
-			}
-			return "-Infinity"
-		}
-		return strconv.FormatFloat(v.Float, 'g', -1, 64)
+		// Number.prototype.toString, the form grants and clients use
+		// (1000000, 1e-7, 1e+21, 0 for -0).
+		return string(rowcodec.AppendFloat(nil, v.Float))
 	case rowcodec.TypeBytes, rowcodec.TypeCRDT:
 		return ""
 	default:
