@@ -54,8 +54,9 @@ type Request struct {
 	Auth *engine.Auth
 	// AuthError explains why Auth is nil (never logged with the token).
 	AuthError error
-	// BaseURL is scheme://host of this request, used to mint native
-	// signed segment URLs.
+	// BaseURL is the host's configured public scheme://host[/base], used
+	// to mint native signed segment URLs; hosts must never derive it from
+	// request headers (Host, X-Forwarded-*). Empty: no native URLs.
 	BaseURL   string
 	RequestID string
 }
