@@ -53,6 +53,7 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&o.partition, "partition", "default", "partition of every request")
 	fs.StringVar(&o.mount, "mount", "", "route prefix, e.g. /api")
 	fs.StringVar(&o.signedURLs, "signed-urls", config.SignedNative, "segment URLs: native, presign (needs -s3-endpoint) or off")
+	fs.StringVar(&o.publicURL, "public-url", "", "scheme://host[/base] that native signed segment URLs point at (default: the listen address; never taken from a request's Host header)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&o.dynamoEndpoint, "dynamodb-endpoint", "", "use this DynamoDB endpoint (e.g. DynamoDB Local http://127.0.0.1:8000) instead of memory")
 	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "use this S3 endpoint (path-style) for segments instead of memory")
@@ -109,6 +110,9 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
+	}
+	if o.publicURL == "" {
+		rn.setPublicURL("http://" + ln.Addr().String())
 	}
 	base := "http://" + ln.Addr().String() + rn.cfg.Mount
 	scopesJSON, _ := json.Marshal(scopes)

@@ -40,7 +40,10 @@ type options struct {
 	partition  string
 	mount      string
 	signedURLs string
-	logLevel   string
+	// publicURL is the base of native signed URLs; empty means this
+	// runner's own listen address (see setPublicURL).
+	publicURL string
+	logLevel  string
 
 	dynamoEndpoint string
 	s3Endpoint     string
@@ -98,6 +101,17 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 	// Separate keys per purpose: a bearer token must never verify as a
 	// segment token or the other way round.
 	signing := derive(secret, "syncular-local segment urls")
+	// Native segment URLs are built from configuration only, never from a
+	// request's Host header: -public-url, else the listen address (main
+	// replaces it with the bound address once listening).
+	publicURL := strings.TrimRight(o.publicURL, "/")
+	if publicURL == "" {
+		addr := o.addr
+		if addr == "" || strings.HasPrefix(addr, ":") {
+			addr = "127.0.0.1" + addr
+		}
+		publicURL = "http://" + addr
+	}
 	overrides := map[string]string{
 		"SYNC_TABLE_NAME":        o.table,
 		"SYNC_BUCKET":            o.bucket,
@@ -112,6 +126,7 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		"SYNC_SCOPES_MODE":       config.ScopesClaim,
 		"SYNC_SCOPES_CLAIM":      "syncular_scopes",
 		"SYNC_SIGNED_URLS":       o.signedURLs,
+		"SYNC_PUBLIC_URL":        publicURL,
 		"SYNC_SIGNING_KEY":       "",
 		"SYNC_SIGNING_KEY_REF":   "",
 		"SYNC_LOG_LEVEL":         o.logLevel,
@@ -158,6 +173,15 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		rn.handlers[fn.Name] = h
 	}
 	return rn, nil
+}
+
+// setPublicURL points native signed URLs at base (scheme://host[/base]).
+// Call it before serving.
+func (rn *runner) setPublicURL(base string) {
+	rn.cfg.PublicURL = strings.TrimRight(base, "/")
+	for _, h := range rn.handlers {
+		h.PublicURL = rn.cfg.PublicURL
+	}
 }
 
 func derive(secret []byte, purpose string) []byte {

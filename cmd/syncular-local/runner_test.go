@@ -43,6 +43,9 @@ func startRunner(t testing.TB, o options) (*runner, *httptest.Server) {
 	}
 	srv := httptest.NewServer(rn)
 	t.Cleanup(srv.Close)
+	if o.publicURL == "" {
+		rn.setPublicURL(srv.URL)
+	}
 	return rn, srv
 }
 

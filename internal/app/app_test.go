@@ -35,7 +35,7 @@ func todoSchema(t testing.TB) *schema.Schema {
 func localConfig(t testing.TB, extra map[string]string) *config.Config {
 	env := map[string]string{
 		"SYNC_TABLE_NAME": "t", "SYNC_BUCKET": "b", "SYNC_AUTH_MODE": "hs256", "SYNC_HS256_SECRET": string(secret),
-		"SYNC_SIGNED_URLS": "native", "SYNC_SIGNING_KEY": strings.Repeat("s", 32),
+		"SYNC_SIGNED_URLS": "native", "SYNC_SIGNING_KEY": strings.Repeat("s", 32), "SYNC_PUBLIC_URL": "https://sync.example.test",
 	}
 	for k, v := range extra {
 		env[k] = v
@@ -196,4 +196,49 @@ func TestPartitionClaim(t *testing.T) {
 	if sec := d.Pull(t, acme, "c", ea, hdr, sub); len(sec.Segments) != 1 || sec.Segments[0].Rows() != 1 {
 		t.Fatalf("acme bootstrap: %+v", sec.Segments)
 	}
+}
+
+// Issue 9 item 7: native signed URLs are built from SYNC_PUBLIC_URL only;
+// a request's Host and X-Forwarded-* headers (which a client controls)
+// never choose where other clients' tokens are sent.
+func TestSignedURLsUseConfiguredBase(t *testing.T) {
+	cfg := localConfig(t, nil)
+	d, _ := memDeployment(t, cfg)
+	refs := forgedHostPull(t, d)
+	for _, r := range refs {
+		if !r.URL.Present || !strings.HasPrefix(r.URL.Value, "https://sync.example.test/segments/") {
+			t.Fatalf("signed URL %q not under the configured public URL", r.URL.Value)
+		}
+	}
+	// Without a configured base (config refuses that for native mode; a
+	// host built around it) no native URL is minted at all.
+	cfg.PublicURL = ""
+	d, _ = memDeployment(t, cfg)
+	for _, r := range forgedHostPull(t, d) {
+		if r.URL.Present {
+			t.Fatalf("signed URL %q minted without a configured public URL", r.URL.Value)
+		}
+	}
+}
+
+// forgedHostPull bootstraps one task through the pull function with
+// hostile Host and X-Forwarded-* headers and returns the SEGMENT_REFs.
+func forgedHostPull(t *testing.T, d *apptest.Deployment) []*wire.SegmentRef {
+	t.Helper()
+	tok := d.Token(t, "a", map[string][]string{"project_id": {"p1"}})
+	ep := d.Epoch(t, "push", "/sync", tok, "c1")
+	d.Push(t, tok, "c1", ep, wire.PushCommit{ClientCommitID: "k1", Operations: []wire.Operation{apptest.Upsert("tasks", "t1", 0, d.Task(t, "t1", "p1", "x"))}})
+	body := apptest.Request(t, wire.Version2, wire.ReqHeader{ClientID: "c1", SchemaVersion: d.Schema.Latest, LogEpoch: wire.Some(ep)},
+		&wire.PullHeader{Accept: wire.AcceptExternalRows | wire.AcceptSignedURL},
+		&wire.Subscription{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1})
+	resp := d.Call(t, "pull", "/pull", tok, body, map[string]string{"Host": "evil.example", "X-Forwarded-Proto": "http", "X-Forwarded-Host": "evil.example"})
+	b := apptest.Body(t, &resp)
+	if resp.StatusCode != 200 {
+		t.Fatalf("pull: %d %s", resp.StatusCode, b)
+	}
+	refs := apptest.Find[*wire.SegmentRef](apptest.Decode(t, b))
+	if len(refs) == 0 {
+		t.Fatal("no SEGMENT_REF")
+	}
+	return refs
 }

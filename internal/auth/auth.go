@@ -77,7 +77,14 @@ func (m Mapping) Map(c Claims) (engine.Auth, error) {
 	return engine.Auth{Partition: partition, ActorID: actor}, nil
 }
 
-// claimID reads a claim as a non-empty identifier.
+// claimID reads a claim as a non-empty identifier. Actor and partition
+// claims must be JSON strings: a numeric claim is rejected, never turned
+// into its decimal text, so the number 42 and the string "42" can never
+// name the same actor or partition by accident (RFC 7519 makes sub a
+// string anyway). Behind API Gateway's JWT authorizer every claim arrives
+// as text (the authorizer renders numbers as strings before this code
+// sees them), so there a numeric sub is indistinguishable from its
+// string form: issue string subjects from the identity provider.
 func claimID(c Claims, name string) (string, error) {
 	v, ok := c[name]
 	if !ok || v == nil {
@@ -87,8 +94,8 @@ func claimID(c Claims, name string) (string, error) {
 	switch t := v.(type) {
 	case string:
 		s = t
-	case json.Number:
-		s = t.String()
+	case json.Number, float64, int64, int:
+		return "", fmt.Errorf("claim %q is a number; actor and partition claims must be JSON strings", name)
 	default:
 		return "", fmt.Errorf("claim %q is not a string", name)
 	}

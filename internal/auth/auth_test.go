@@ -31,6 +31,20 @@ func sign(t *testing.T, method jwt.SigningMethod, k any, claims jwt.MapClaims) s
 	return s
 }
 
+// signHeader signs claims with HS256 and extra protected header fields.
+func signHeader(t *testing.T, extra map[string]any, claims jwt.MapClaims) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
+	for k, v := range extra {
+		tok.Header[k] = v
+	}
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func verifier(m Mapping) *HS256 { return &HS256{Key: key, Mapping: m, Now: clock} }
 
 func TestHS256Good(t *testing.T) {
@@ -100,6 +114,12 @@ func TestHS256Rejects(t *testing.T) {
 		{"empty sub", "Bearer " + sign(t, jwt.SigningMethodHS256, key, with("sub", "")), `claim "sub" is empty`, Mapping{DefaultPartition: "d"}},
 		{"numeric-object sub", "Bearer " + sign(t, jwt.SigningMethodHS256, key, with("sub", map[string]any{"x": 1})), "not a string", Mapping{DefaultPartition: "d"}},
 		{"no partition claim", "Bearer " + sign(t, jwt.SigningMethodHS256, key, good), `claim "custom:tenant" is missing`, Mapping{PartitionClaim: "custom:tenant", DefaultPartition: "ignored"}},
+		// Issue 9 item 7: numbers are not silently equated with strings.
+		{"numeric sub", "Bearer " + sign(t, jwt.SigningMethodHS256, key, with("sub", 42)), `claim "sub" is a number`, Mapping{DefaultPartition: "d"}},
+		{"numeric partition", "Bearer " + sign(t, jwt.SigningMethodHS256, key, with("tenant", 7)), `claim "tenant" is a number`, Mapping{PartitionClaim: "tenant"}},
+		// RFC 7515 §4.1.11: unknown critical extensions reject the token.
+		{"crit header", "Bearer " + signHeader(t, map[string]any{"crit": []string{"exp-ext"}, "exp-ext": true}, good), `"crit" header`, Mapping{DefaultPartition: "d"}},
+		{"empty crit", "Bearer " + signHeader(t, map[string]any{"crit": []string{}}, good), `"crit" header`, Mapping{DefaultPartition: "d"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

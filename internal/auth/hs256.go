@@ -53,6 +53,12 @@ func (h *HS256) Authenticate(_ context.Context, cr Credentials) (engine.Auth, Cl
 	}
 	mc := jwt.MapClaims{}
 	_, err := jwt.NewParser(opts...).ParseWithClaims(tok, mc, func(t *jwt.Token) (any, error) {
+		// RFC 7515 §4.1.11: a recipient must reject a token whose "crit"
+		// header names extensions it does not process — and this verifier
+		// processes none (the JWT library ignores "crit" otherwise).
+		if _, ok := t.Header["crit"]; ok {
+			return nil, errCritical
+		}
 		return h.Key, nil
 	})
 	if err != nil {
@@ -66,9 +72,14 @@ func (h *HS256) Authenticate(_ context.Context, cr Credentials) (engine.Auth, Cl
 	return au, c, nil
 }
 
+// errCritical rejects tokens carrying a "crit" header.
+var errCritical = errors.New(`token has a "crit" header naming extensions this server does not process`)
+
 // tokenError condenses a jwt error to a fixed, token-free message.
 func tokenError(err error) error {
 	switch {
+	case errors.Is(err, errCritical):
+		return errCritical
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return errors.New("token expired")
 	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):

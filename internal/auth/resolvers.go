@@ -12,13 +12,18 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 )
 
 // ClaimResolver reads the allowed scopes (§3.2 rule 3) from a claim of the
 // request's verified token: a JSON object of variable → list of values, or
 // a JSON string holding one (API Gateway's JWT authorizer passes claims as
-// strings; Cognito custom attributes are strings). A missing or malformed
-// claim is an error, so the engine fails closed.
+// strings; Cognito custom attributes are strings). A token without the
+// claim holds no grant (engine.ErrNoGrant: subscriptions revoke, writes
+// are forbidden), the way identity providers omit an attribute that has
+// no value. A malformed claim is a configuration fault, not an answer:
+// it is an ordinary error, so the request fails retryably and no client
+// purges its rows because of it.
 type ClaimResolver struct {
 	Claim string
 }
@@ -31,7 +36,7 @@ func (r *ClaimResolver) ResolveScopes(ctx context.Context, _, _, _ string) (engi
 	}
 	v, ok := c[r.Claim]
 	if !ok || v == nil {
-		return nil, fmt.Errorf("claim resolver: claim %q is missing", r.Claim)
+		return nil, fmt.Errorf("claim resolver: claim %q is absent: %w", r.Claim, engine.ErrNoGrant)
 	}
 	m, err := scopeMapFromAny(v)
 	if err != nil {
@@ -92,19 +97,28 @@ func GrantKey(partition, actorID string) (string, string) {
 // (pk "GRANT#<partition>", sk "<actorId>") with a consistent GetItem, so a
 // revocation is seen by the next request. The item's "scopes" attribute is
 // a map of variable → list or string set of values, or a string holding
-// the JSON scope map. A missing item grants nothing; a malformed item or a
-// failed read is an error (fail closed).
+// the JSON scope map. A missing item grants nothing (an empty map: the
+// actor's subscriptions revoke). A failed read or a malformed item is an
+// error, which the engine answers with a retryable request error and never
+// with a revocation (fail closed without purging clients).
+//
+// The read goes through the store's call path: the same bounded, jittered
+// retries on throttling and 5xx (the SDK retryer is off, so attempts do
+// not multiply), capacity recorded on the request's context, and a
+// throttle still present after the last attempt is sync.rate_limited.
 type TableResolver struct {
 	Client GetItemAPI
 	Table  string
 	// PKAttr and SKAttr are the table's key attribute names.
 	PKAttr, SKAttr string
+	// Retry bounds the grant read (zero fields: dynamostore's defaults).
+	Retry dynamostore.RetryPolicy
 }
 
 // ResolveScopes implements engine.ScopeResolver.
 func (r *TableResolver) ResolveScopes(ctx context.Context, partition, actorID, _ string) (engine.ScopeMap, error) {
 	pk, sk := GrantKey(partition, actorID)
-	out, err := r.Client.GetItem(ctx, &dynamodb.GetItemInput{
+	in := &dynamodb.GetItemInput{
 		TableName:            aws.String(r.Table),
 		ConsistentRead:       aws.Bool(true),
 		ProjectionExpression: aws.String("#s"),
@@ -115,10 +129,22 @@ func (r *TableResolver) ResolveScopes(ctx context.Context, partition, actorID, _
 			r.PKAttr: &types.AttributeValueMemberS{Value: pk},
 			r.SKAttr: &types.AttributeValueMemberS{Value: sk},
 		},
+		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+	}
+	var out *dynamodb.GetItemOutput
+	err := dynamostore.Call(ctx, r.Retry, "read scope grant", func(ctx context.Context) error {
+		o, err := r.Client.GetItem(ctx, in, dynamostore.NoSDKRetry)
+		if o != nil && o.ConsumedCapacity != nil {
+			dynamostore.RecordConsumed(ctx, false, *o.ConsumedCapacity)
+		}
+		out = o
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("table resolver: read grant: %w", err)
 	}
+	// A consistent read costs one unit per started 4 KB (a miss costs one).
+	dynamostore.RecordEstimate(ctx, float64(max(1, (dynamostore.ItemSize(out.Item)+4095)/4096)), 0)
 	if len(out.Item) == 0 {
 		return engine.ScopeMap{}, nil
 	}

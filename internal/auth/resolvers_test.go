@@ -3,16 +3,24 @@ package auth
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"reflect"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
@@ -38,15 +46,18 @@ func TestClaimResolver(t *testing.T) {
 	}
 }
 
-// Every malformed or missing input is an error: the engine then revokes
-// subscriptions and forbids writes (fail closed), never "allow all".
+// Never "allow all": an absent claim is "no grant" (engine.ErrNoGrant:
+// revoke and forbid), a malformed one an error (the request fails
+// retryably: a configuration fault must not purge every client).
 func TestClaimResolverFailsClosed(t *testing.T) {
 	r := &ClaimResolver{Claim: "syncular_scopes"}
-	if _, err := r.ResolveScopes(context.Background(), "p", "a", "c"); err == nil {
-		t.Fatal("no claims in context accepted")
+	if _, err := r.ResolveScopes(context.Background(), "p", "a", "c"); err == nil || errors.Is(err, engine.ErrNoGrant) {
+		t.Fatalf("no claims in context: %v; want a non-grant error", err)
+	}
+	if got, err := r.ResolveScopes(WithClaims(context.Background(), Claims{"sub": "a"}), "p", "a", "c"); !errors.Is(err, engine.ErrNoGrant) {
+		t.Fatalf("absent claim: %v %v; want engine.ErrNoGrant", got, err)
 	}
 	for name, v := range map[string]any{
-		"missing":         nil,
 		"number":          float64(3),
 		"list":            []any{"p1"},
 		"string not json": "project_id=p1",
@@ -61,8 +72,8 @@ func TestClaimResolverFailsClosed(t *testing.T) {
 			c["syncular_scopes"] = v
 		}
 		got, err := r.ResolveScopes(WithClaims(context.Background(), c), "p", "a", "c")
-		if err == nil {
-			t.Errorf("%s: accepted as %v", name, got)
+		if err == nil || errors.Is(err, engine.ErrNoGrant) {
+			t.Errorf("%s: %v %v; want a malformed-claim error", name, got, err)
 		}
 	}
 }
@@ -162,5 +173,63 @@ func TestTableResolverDynamoDBLocal(t *testing.T) {
 	missing := &TableResolver{Client: client, Table: table + "-missing", PKAttr: dynamostore.AttrPK, SKAttr: dynamostore.AttrSK}
 	if _, err := missing.ResolveScopes(ctx, "acme", "alice", ""); err == nil {
 		t.Fatal("missing table did not fail closed")
+	}
+}
+
+// Issue 9 item 3: the table-mode grant read goes through the store's
+// bounded retry path. Against DynamoDB Local behind a proxy that
+// throttles every GetItem: exactly MaxAttempts requests are sent (the SDK
+// retryer does not multiply them), each is metered on the request's
+// context, and the result is sync.rate_limited — retryable, so the engine
+// answers a retryable request error and never revokes.
+func TestTableResolverThrottled(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	target, _ := url.Parse(ddb.Endpoint)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var throttled atomic.Int32
+	var on atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if on.Load() && strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".GetItem") {
+			throttled.Add(1)
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			w.WriteHeader(400)
+			_, _ = w.Write([]byte(`{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"injected"}`))
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	client := dynamodb.New(dynamodb.Options{
+		Region: testenv.Region, BaseEndpoint: aws.String(srv.URL),
+		Credentials: credentials.NewStaticCredentialsProvider("x", "x", ""),
+	})
+	ctx := context.Background()
+	table := testenv.UniqueName(t, "grants")
+	if err := dynamostore.CreateTable(ctx, ddb.Client(t), table); err != nil {
+		t.Fatal(err)
+	}
+	r := &TableResolver{Client: client, Table: table, PKAttr: dynamostore.AttrPK, SKAttr: dynamostore.AttrSK,
+		Retry: dynamostore.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}}
+	mctx, capacity := dynamostore.WithCapacity(ctx)
+	if _, err := r.ResolveScopes(mctx, "acme", "alice", ""); err != nil {
+		t.Fatalf("healthy read: %v", err)
+	}
+	if u := capacity.Snapshot(); u.RoundTrips != 1 || u.EstRCU != 1 {
+		t.Fatalf("healthy read metered as %+v; want 1 round trip, 1 RCU", u)
+	}
+	on.Store(true)
+	mctx, capacity = dynamostore.WithCapacity(ctx)
+	_, err := r.ResolveScopes(mctx, "acme", "alice", "")
+	if se := syncerr.As(err); se == nil || se.Code != syncerr.RateLimited || !se.Entry().Retryable {
+		t.Fatalf("throttled grant read: %v; want sync.rate_limited", err)
+	}
+	if errors.Is(err, engine.ErrNoGrant) {
+		t.Fatal("a throttled read was reported as no grant")
+	}
+	if n := throttled.Load(); n != 3 {
+		t.Fatalf("%d GetItem requests sent; want exactly MaxAttempts = 3", n)
+	}
+	if u := capacity.Snapshot(); u.RoundTrips != 3 {
+		t.Fatalf("metered %d round trips; want 3", u.RoundTrips)
 	}
 }

@@ -109,7 +109,7 @@ var Vars = []Var{
 	{"SYNC_BUCKET", "(required)", "S3 bucket holding bootstrap segments (`segments/<id>`)."},
 	{"SYNC_SCHEMA_PATH", "`schema.json` next to the `bootstrap` binary", "Schema document (driver shape or `syncular.ir.json`). The SAM build copies it into each function package."},
 	{"SYNC_MOUNT", "empty", "Route prefix, e.g. `/api` serves `/api/sync`. Empty serves `/sync`, `/push`, `/pull`, `/segments/{id}`."},
-	{"SYNC_PUBLIC_URL", "the request's `Host`", "`https://host[/base]` that native signed segment URLs point at (set it behind a custom domain with a base path)."},
+	{"SYNC_PUBLIC_URL", "none", "`https://host[/base]` that native signed segment URLs point at; required with `SYNC_SIGNED_URLS=native`. Never derived from the request's `Host` header."},
 	{"SYNC_AUTH_MODE", "`jwt-authorizer`", "`jwt-authorizer`: trust the claims of API Gateway's JWT authorizer. `hs256`: verify an HS256 bearer token in-process."},
 	{"SYNC_ACTOR_CLAIM", "`sub`", "Claim that becomes the actorId."},
 	{"SYNC_PARTITION_CLAIM", "empty", "Claim that becomes the partition (e.g. `custom:tenant`). A request without it is rejected (401). Empty uses SYNC_DEFAULT_PARTITION for everyone."},
@@ -224,6 +224,12 @@ func (c *Config) validate(l *loader) {
 	}
 	if c.SignedURLs == SignedNative {
 		l.key("SYNC_SIGNING_KEY", c.SigningKey, c.SigningKeyRef, "native signed URLs")
+		// Native URLs are built only from configuration, never from the
+		// request's Host header (a forged Host would point clients, and
+		// their tokens, at another server).
+		if c.PublicURL == "" {
+			l.fail("SYNC_PUBLIC_URL", "is required with SYNC_SIGNED_URLS=native (native segment URLs are never built from the request's Host header)")
+		}
 	}
 	// s3segments records a publication only while its object is guaranteed
 	// to exist for the publication's life plus a URL TTL and a margin.

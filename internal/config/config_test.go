@@ -80,6 +80,7 @@ func TestBadConfig(t *testing.T) {
 		{map[string]string{"SYNC_S3_PATH_STYLE": "yes please"}, []string{`SYNC_S3_PATH_STYLE="yes please": must be true or false`}},
 		{map[string]string{"SYNC_DYNAMODB_ENDPOINT": "localhost:8000"}, []string{"SYNC_DYNAMODB_ENDPOINT"}},
 		{map[string]string{"SYNC_PUBLIC_URL": "sync.example.com"}, []string{"SYNC_PUBLIC_URL"}},
+		{map[string]string{"SYNC_SIGNED_URLS": "native", "SYNC_SIGNING_KEY": strings.Repeat("k", 32)}, []string{"SYNC_PUBLIC_URL is required with SYNC_SIGNED_URLS=native"}},
 		{map[string]string{"SYNC_SCOPES_MODE": "ldap"}, []string{"SYNC_SCOPES_MODE"}},
 		{map[string]string{"SYNC_SEGMENT_TTL": "48h"}, []string{"SYNC_SEGMENT_OBJECT_DAYS (2) must exceed SYNC_SEGMENT_TTL (48h0m0s) + 15m + 1h"}},
 	}

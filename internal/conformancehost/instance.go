@@ -208,7 +208,12 @@ func (g *grants) ResolveScopes(_ context.Context, _, actor, _ string) (engine.Sc
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.failing {
-		return nil, fmt.Errorf("injected: resolveScopes failure")
+		// The catalog's "resolveScopes threw" is the spec's fail-closed
+		// denial (§3.2 rule 5: revoke, §3.4: forbid). This engine reserves
+		// that for a resolver that decided (engine.ErrNoGrant) and answers
+		// "could not find out" retryably, so the scripted failure is a
+		// decided one.
+		return nil, fmt.Errorf("injected: resolveScopes failure: %w", engine.ErrNoGrant)
 	}
 	m := g.byActor[actor]
 	if m == nil {

@@ -160,6 +160,17 @@ func (j *journalStore) GetClient(ctx context.Context, partition, clientID string
 	return j.cur().GetClient(ctx, partition, clientID)
 }
 
+// BindClient implements store.Store.
+func (j *journalStore) BindClient(ctx context.Context, partition string, c *store.Client) (*store.Client, error) {
+	saved := *c
+	got, err := j.cur().BindClient(ctx, partition, c)
+	return got, j.record(err, func(ctx context.Context, s store.Store) error {
+		c := saved
+		_, err := s.BindClient(ctx, partition, &c)
+		return err
+	})
+}
+
 // PutClient implements store.Store.
 func (j *journalStore) PutClient(ctx context.Context, partition string, c *store.Client) error {
 	saved := *c

@@ -254,6 +254,7 @@ const (
 	oSeq     = "cs" // N commitSeq
 	oResult  = "r"  // B engine-encoded result (absent when empty)
 	oAt      = "at" // N recordedAtMs
+	oActor   = "ac" // S actorId that recorded it (absent on older items)
 )
 
 func outcomeItem(p, clientID, clientCommitID string, o *store.Outcome) map[string]types.AttributeValue {
@@ -261,6 +262,9 @@ func outcomeItem(p, clientID, clientCommitID string, o *store.Outcome) map[strin
 	item[oFormat], item[oApplied], item[oSeq], item[oAt] = N(1), BOOL(o.Applied), N(o.CommitSeq), N(o.RecordedAtMs)
 	if len(o.Result) > 0 {
 		item[oResult] = B(o.Result)
+	}
+	if o.ActorID != "" {
+		item[oActor] = S(o.ActorID)
 	}
 	return item
 }
@@ -298,7 +302,11 @@ func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommi
 	if f != 1 || !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 		return nil, store.ErrOutcomeUnreadable
 	}
-	return &store.Outcome{Applied: applied, CommitSeq: seq, Result: res, RecordedAtMs: at}, nil
+	actor, hasActor := getS(item, oActor)
+	if _, present := item[oActor]; present && (!hasActor || actor == "") {
+		return nil, store.ErrOutcomeUnreadable
+	}
+	return &store.Outcome{Applied: applied, CommitSeq: seq, Result: res, RecordedAtMs: at, ActorID: actor}, nil
 }
 
 // PutRejection implements store.Store: a put-if-absent of the outcome.
@@ -362,14 +370,65 @@ func (s *Store) GetClient(ctx context.Context, partition, clientID string) (*sto
 	return parseClient(item)
 }
 
+// BindClient implements store.Store: a PutItem conditioned on the record
+// being absent; on a lost race DynamoDB returns the winner's item with the
+// failed condition (ALL_OLD), so no second read is needed.
+func (s *Store) BindClient(ctx context.Context, partition string, c *store.Client) (*store.Client, error) {
+	if err := checkClientKey(partition, c.ClientID); err != nil {
+		return nil, err
+	}
+	item := clientItem(partition, c)
+	in := &dynamodb.PutItemInput{
+		TableName:                           s.table,
+		Item:                                item,
+		ConditionExpression:                 aws.String("attribute_not_exists(pk)"),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		ReturnConsumedCapacity:              total,
+	}
+	const op = "bind client record"
+	err := call(ctx, s.retry, op, func(ctx context.Context) error {
+		o, err := s.db.PutItem(ctx, in, NoSDKRetry)
+		if o != nil && o.ConsumedCapacity != nil {
+			RecordConsumed(ctx, true, *o.ConsumedCapacity)
+		}
+		return err
+	})
+	if err == nil || isConditionFailed(err) {
+		RecordEstimate(ctx, 0, units(ItemSize(item), writeUnit))
+	}
+	if err == nil {
+		out := *c
+		return &out, nil
+	}
+	if !isConditionFailed(err) {
+		return nil, wrap(op, err)
+	}
+	if old := conditionItem(err); old != nil {
+		return parseClient(old)
+	}
+	// A backend that does not return the item: read the winner.
+	cur, gerr := s.GetClient(ctx, partition, c.ClientID)
+	if gerr != nil {
+		return nil, gerr
+	}
+	if cur == nil {
+		return nil, fmt.Errorf("dynamostore: %s: record vanished after a lost bind", op)
+	}
+	return cur, nil
+}
+
+func clientItem(partition string, c *store.Client) map[string]types.AttributeValue {
+	item := Key(clientPK(partition), clientSK(c.ClientID))
+	item[cActor], item[cCursor], item[cUpdated], item[cWire] = S(c.ActorID), N(c.Cursor), N(c.UpdatedAtMs), N(int64(c.WireVersion))
+	return item
+}
+
 // PutClient implements store.Store.
 func (s *Store) PutClient(ctx context.Context, partition string, c *store.Client) error {
 	if err := checkClientKey(partition, c.ClientID); err != nil {
 		return err
 	}
-	item := Key(clientPK(partition), clientSK(c.ClientID))
-	item[cActor], item[cCursor], item[cUpdated], item[cWire] = S(c.ActorID), N(c.Cursor), N(c.UpdatedAtMs), N(int64(c.WireVersion))
-	return s.putItem(ctx, "write client record", item, "", nil)
+	return s.putItem(ctx, "write client record", clientItem(partition, c), "", nil)
 }
 
 // ListClients implements store.Store.

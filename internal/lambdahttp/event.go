@@ -166,7 +166,7 @@ func v1Claims(a map[string]any) auth.Claims {
 	return flat
 }
 
-func fromV2Parts(rawPath, rawQuery string, qp map[string]string, method string, headers map[string]string, body string, b64 bool, requestID, domain string, claims auth.Claims) (*converted, error) {
+func fromV2Parts(rawPath, rawQuery string, qp map[string]string, method string, headers map[string]string, body string, b64 bool, requestID, _ string, claims auth.Claims) (*converted, error) {
 	h := make(http.Header, len(headers))
 	for k, v := range headers {
 		// v2 joins repeated headers with commas already.
@@ -193,14 +193,13 @@ func fromV2Parts(rawPath, rawQuery string, qp map[string]string, method string, 
 			Query:     q,
 			Header:    h,
 			Body:      data,
-			BaseURL:   baseURL(h, domain),
 			RequestID: requestID,
 		},
 		creds: auth.Credentials{Authorization: h.Get("Authorization"), AuthorizerClaims: claims},
 	}, nil
 }
 
-func fromV1Parts(method, path string, headers map[string]string, mvh map[string][]string, qp map[string]string, mvq map[string][]string, body string, b64 bool, requestID, domain string, claims auth.Claims) (*converted, error) {
+func fromV1Parts(method, path string, headers map[string]string, mvh map[string][]string, qp map[string]string, mvq map[string][]string, body string, b64 bool, requestID, _ string, claims auth.Claims) (*converted, error) {
 	h := make(http.Header, len(headers))
 	if len(mvh) > 0 {
 		for k, vs := range mvh {
@@ -240,7 +239,6 @@ func fromV1Parts(method, path string, headers map[string]string, mvh map[string]
 			Query:     q,
 			Header:    h,
 			Body:      data,
-			BaseURL:   baseURL(h, domain),
 			RequestID: requestID,
 		},
 		creds: auth.Credentials{Authorization: h.Get("Authorization"), AuthorizerClaims: claims},
@@ -261,22 +259,4 @@ func decodeBody(body string, b64 bool) ([]byte, error) {
 		return nil, errBadBase64
 	}
 	return b, nil
-}
-
-// baseURL is scheme://host of the request as the client addressed it: the
-// Host header (what the client used, also under sam local) or the API's
-// domain name, and X-Forwarded-Proto (API Gateway sets it) or https.
-func baseURL(h http.Header, domain string) string {
-	host := h.Get("Host")
-	if host == "" {
-		host = domain
-	}
-	if host == "" || strings.ContainsAny(host, "/?#@ ") {
-		return ""
-	}
-	scheme := "https"
-	if p := strings.ToLower(strings.TrimSpace(strings.Split(h.Get("X-Forwarded-Proto"), ",")[0])); p == "http" || p == "https" {
-		scheme = p
-	}
-	return scheme + "://" + host
 }

@@ -53,8 +53,10 @@ func TestDecodeV2(t *testing.T) {
 	if got := r.Query["x"]; len(got) != 2 || r.Query.Get("st") != "a.b" {
 		t.Fatalf("query %v", r.Query)
 	}
-	if r.BaseURL != "https://api.example.com" {
-		t.Fatalf("base URL %q", r.BaseURL)
+	// Issue 9 item 7: the base of signed URLs never comes from the
+	// request's Host or domain name.
+	if r.BaseURL != "" {
+		t.Fatalf("base URL %q derived from the request", r.BaseURL)
 	}
 	// Non-string claims (numbers, objects) do not break decoding.
 	if c.creds.AuthorizerClaims["sub"] != "u1" || c.creds.AuthorizerClaims["custom:tenant"] != "t1" || c.creds.Authorization != "Bearer T" {
@@ -82,7 +84,7 @@ func TestDecodeV1(t *testing.T) {
 	if !c.v1 || r.Method != "POST" || r.Path != "/segments/sha256:abc%20def" || string(r.Body) != "hello" || r.Query.Get("st") != "tok" {
 		t.Fatalf("request %+v", r)
 	}
-	if r.Header.Get("content-type") != "application/json" || r.BaseURL != "http://localhost:3000" || r.RequestID != "v1-id" {
+	if r.Header.Get("content-type") != "application/json" || r.BaseURL != "" || r.RequestID != "v1-id" {
 		t.Fatalf("request %+v", r)
 	}
 	if c.creds.AuthorizerClaims["sub"] != "u" {
@@ -103,22 +105,6 @@ func TestDecodeErrors(t *testing.T) {
 	}
 	if _, err := decodeEvent([]byte(`{"version":"2.0","rawPath":"/sync","body":"!!!","isBase64Encoded":true}`)); err != errBadBase64 {
 		t.Fatalf("bad base64: %v", err)
-	}
-}
-
-func TestBaseURL(t *testing.T) {
-	h := http.Header{}
-	if got := baseURL(h, "d.example"); got != "https://d.example" {
-		t.Fatal(got)
-	}
-	h.Set("Host", "h.example:8443")
-	h.Set("X-Forwarded-Proto", "http, https")
-	if got := baseURL(h, "d.example"); got != "http://h.example:8443" {
-		t.Fatal(got)
-	}
-	h.Set("Host", "evil/path")
-	if got := baseURL(h, ""); got != "" {
-		t.Fatal(got)
 	}
 }
 
@@ -170,8 +156,12 @@ func TestErrorResponses(t *testing.T) {
 	if _, ok := resp.Headers["X-Syncular-Error"]; ok {
 		t.Fatal("internal header leaked")
 	}
-	ev.Headers["authorization"] = "Bearer ok"
+	// §1.1: 415 before 401 — no credentials and the wrong media type.
 	ev.Headers["content-type"] = "text/plain"
+	if resp := invoke(t, h, ev); resp.StatusCode != 415 || !strings.Contains(resp.Body, "sync.invalid_request") {
+		t.Fatalf("unauthenticated 415: %+v", resp)
+	}
+	ev.Headers["authorization"] = "Bearer ok"
 	if resp := invoke(t, h, ev); resp.StatusCode != 415 || !strings.Contains(resp.Body, "sync.invalid_request") {
 		t.Fatalf("415: %+v", resp)
 	}
@@ -189,7 +179,7 @@ func TestErrorResponses(t *testing.T) {
 		t.Fatal("accepted an S3 event")
 	}
 	// v1 in, v1 out.
-	v1 := events.APIGatewayProxyRequest{HTTPMethod: "POST", Path: "/sync"}
+	v1 := events.APIGatewayProxyRequest{HTTPMethod: "POST", Path: "/sync", Headers: map[string]string{"Content-Type": "application/vnd.syncular.sync.v2"}}
 	out, err = h.Invoke(context.Background(), mustJSON(t, v1))
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +231,7 @@ func TestNetHTTPRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.BaseURL != "http://127.0.0.1:8787" || r.Header.Get("Accept-Encoding") != "gzip,zstd" || !bytes.Equal(r.Body, []byte{1, 2, 3}) {
+	if r.BaseURL != "" || r.Header.Get("Accept-Encoding") != "gzip,zstd" || !bytes.Equal(r.Body, []byte{1, 2, 3}) {
 		t.Fatalf("request %+v", r)
 	}
 	w := httptest.NewRecorder()

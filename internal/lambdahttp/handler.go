@@ -29,8 +29,11 @@ const MaxResponsePayload = limits.LambdaPayloadBytes
 type Handler struct {
 	API  *httpapi.Handler
 	Auth auth.Authenticator
-	// PublicURL overrides the request-derived base URL of native signed
-	// segment URLs.
+	// PublicURL is the configured scheme://host[/base] that native signed
+	// segment URLs point at (SYNC_PUBLIC_URL). It is never taken from the
+	// request (a forged Host header would otherwise send clients and their
+	// tokens elsewhere); empty means no native URLs are minted and clients
+	// use the authenticated segment route.
 	PublicURL string
 	Logger    *slog.Logger
 }
@@ -101,9 +104,7 @@ func (h *Handler) serve(ctx context.Context, c *converted) *httpapi.Response {
 			r.RequestID = lc.AwsRequestID
 		}
 	}
-	if h.PublicURL != "" {
-		r.BaseURL = h.PublicURL
-	}
+	r.BaseURL = h.PublicURL
 	au, claims, err := h.Auth.Authenticate(ctx, c.creds)
 	if err == nil {
 		r.Auth = &au

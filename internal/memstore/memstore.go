@@ -494,6 +494,27 @@ func (s *Store) GetClient(ctx context.Context, partition, clientID string) (*sto
 	return &cc, nil
 }
 
+// BindClient implements store.Store: create-if-absent under the
+// partition lock.
+func (s *Store) BindClient(ctx context.Context, partition string, c *store.Client) (*store.Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return nil, ErrUnknownPartition
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cur := p.clients[c.ClientID]; cur != nil {
+		cc := *cur
+		return &cc, nil
+	}
+	stored, out := *c, *c
+	p.clients[c.ClientID] = &stored
+	return &out, nil
+}
+
 // PutClient implements store.Store.
 func (s *Store) PutClient(ctx context.Context, partition string, c *store.Client) error {
 	if err := ctx.Err(); err != nil {

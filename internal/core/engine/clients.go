@@ -46,8 +46,13 @@ func (c *clientCache) put(k clientKey, v store.Client) {
 	c.m[k] = v
 }
 
-// checkClient enforces the §1.5 actor binding and returns the known
-// record (nil for a client never seen).
+// checkClient enforces the §1.5 actor binding before any push or pull
+// work and leaves the bound record in rs.client. A clientId seen for the
+// first time is bound with the store's atomic create-if-absent
+// (BindClient), never by a read followed by a later write: when two
+// actors race the first request of one clientId, exactly one binding is
+// created and the other actor is refused here, before it could read or
+// replay anything recorded under that clientId.
 func (e *Engine) checkClient(ctx context.Context, rs *reqState) error {
 	k := clientKey{rs.auth.Partition, rs.head.LogEpoch, rs.clientID}
 	if c, ok := e.clients.get(k); ok {
@@ -57,12 +62,18 @@ func (e *Engine) checkClient(ctx context.Context, rs *reqState) error {
 		if err != nil {
 			return storeErr(err, "read client record")
 		}
-		if c != nil {
-			e.clients.put(k, *c)
+		if c == nil {
+			c, err = e.store.BindClient(ctx, rs.auth.Partition, &store.Client{
+				ClientID: rs.clientID, ActorID: rs.auth.ActorID, Cursor: -1, UpdatedAtMs: rs.now, WireVersion: rs.version,
+			})
+			if err != nil {
+				return storeErr(err, "bind client record")
+			}
 		}
+		e.clients.put(k, *c)
 		rs.client = c
 	}
-	if rs.client != nil && rs.client.ActorID != rs.auth.ActorID {
+	if rs.client.ActorID != rs.auth.ActorID {
 		return syncerr.New(syncerr.InvalidClientID, "clientId is bound to a different actor in this partition (§1.5)")
 	}
 	return nil

@@ -24,11 +24,18 @@ import (
 type ScopeMap map[string][]string
 
 // ScopeResolver returns the allowed scopes of an actor (§3.2 rule 3). It is
-// called at most once per request; an error fails closed (revoked
-// subscriptions, forbidden writes).
+// called at most once per request. An actor without any grant is an empty
+// map (or an error wrapping ErrNoGrant): its subscriptions revoke and its
+// writes are forbidden. Any other error means "could not find out" (an
+// outage, throttling, a timeout): the request fails with a retryable
+// error and nothing is applied, recorded, revoked or purged.
 type ScopeResolver interface {
 	ResolveScopes(ctx context.Context, partition, actorID, clientID string) (ScopeMap, error)
 }
+
+// ErrNoGrant is what a resolver returns (wrapped or not) to say the actor
+// holds no grant at all; the engine treats it exactly like an empty map.
+var ErrNoGrant = errors.New("engine: the actor holds no scope grant")
 
 // ResolverFunc adapts a function to ScopeResolver.
 type ResolverFunc func(ctx context.Context, partition, actorID, clientID string) (ScopeMap, error)
@@ -190,6 +197,8 @@ type Engine struct {
 	epoch   func() string
 	log     *slog.Logger
 	clients *clientCache
+	// variables is the union of scope variables of every served version.
+	variables map[string]bool
 }
 
 // New validates cfg and returns an Engine.
@@ -219,16 +228,26 @@ func New(cfg Config) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("engine: unknown signed URL mode %d", cfg.SignedURLs)
 	}
+	// §3.2 rule 3: resolver keys are checked against the variables of
+	// every served version, so an older client is not failed because a
+	// newer version added a variable.
+	vars := map[string]bool{}
+	for _, v := range cfg.Schema.Versions {
+		for _, name := range v.Variables() {
+			vars[name] = true
+		}
+	}
 	e := &Engine{
-		cfg:     cfg,
-		limits:  cfg.Limits.withDefaults(),
-		schema:  cfg.Schema,
-		store:   cfg.Store,
-		segs:    cfg.Segments,
-		now:     cfg.Clock,
-		epoch:   cfg.NewEpoch,
-		log:     cfg.Logger,
-		clients: newClientCache(4096),
+		cfg:       cfg,
+		variables: vars,
+		limits:    cfg.Limits.withDefaults(),
+		schema:    cfg.Schema,
+		store:     cfg.Store,
+		segs:      cfg.Segments,
+		now:       cfg.Clock,
+		epoch:     cfg.NewEpoch,
+		log:       cfg.Logger,
+		clients:   newClientCache(4096),
 	}
 	if e.now == nil {
 		e.now = func() int64 { return time.Now().UnixMilli() }

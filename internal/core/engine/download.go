@@ -58,11 +58,27 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 		if err != nil {
 			return nil, err
 		}
-		// §5.4: sd and aud bind the token to publications of one partition
-		// and one set of effective scopes.
-		return grant(dl, seg.Publications, now, func(p store.Publication) bool {
-			return p.ScopeDigest == c.SD && e.audience(p.Partition) == c.Aud
-		}, syncerr.New(syncerr.Forbidden, "segment token does not match a publication"))
+		// §5.4: sd, aud and ep bind the token to publications of one
+		// partition, one set of effective scopes and the log epoch it was
+		// minted under; the partition must still be in that epoch (§2.1: a
+		// rotation invalidates everything handed out before it).
+		var mine []store.Publication
+		for _, p := range seg.Publications {
+			if p.ScopeDigest == c.SD && p.LogEpoch == c.Ep && e.audience(p.Partition) == c.Aud {
+				mine = append(mine, p)
+			}
+		}
+		if len(mine) > 0 {
+			head, ok, err := e.store.Head(ctx, mine[0].Partition)
+			if err != nil {
+				return nil, storeErr(err, "read partition head")
+			}
+			if !ok || head.LogEpoch != c.Ep {
+				return nil, syncerr.New(syncerr.Forbidden, "segment token was issued under an earlier log epoch; pull again (§2.1)")
+			}
+		}
+		return grant(dl, mine, now, func(store.Publication) bool { return true },
+			syncerr.New(syncerr.Forbidden, "segment token does not match a publication"))
 	}
 	if r.Auth == nil || r.Auth.Partition == "" || r.Auth.ActorID == "" {
 		return nil, syncerr.New(syncerr.AuthRequired, "authentication required")
@@ -87,10 +103,11 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 	if err != nil {
 		return nil, syncerr.New(syncerr.Forbidden, "X-Syncular-Scopes is missing or not a scope map (§5.5)")
 	}
-	allowed, err := e.cfg.Resolver.ResolveScopes(ctx, r.Auth.Partition, r.Auth.ActorID, "")
+	// §5.5 re-authorization: a resolver that cannot answer is a retryable
+	// error; "no grant" authorizes nothing (see resolve).
+	allowed, err := e.resolve(ctx, *r.Auth, "")
 	if err != nil {
-		e.log.WarnContext(ctx, "scope resolver failed on segment download; failing closed", "partition", r.Auth.Partition, "actor", r.Auth.ActorID, "error", err.Error())
-		return nil, syncerr.New(syncerr.Forbidden, "scope resolution failed")
+		return nil, err
 	}
 	v := e.schema.Versions[e.schema.Latest]
 	// §5.5: the requested scopes, intersected with what the actor holds

@@ -60,7 +60,7 @@ func TestInBandError(t *testing.T) {
 	last, ok := resp.Frames[len(resp.Frames)-1].(*wire.ErrorFrame)
 	// An unexpected storage fault is sync.internal_error; this v2 client
 	// gets it as its catalog's nearest code (syncerr.ForWire).
-	if !ok || last.Code != string(syncerr.ForWire(syncerr.InternalError, wire.Version2)) || rep.ErrorCode != last.Code || last.Category == "" || last.Message != syncerr.InternalMessage {
+	if !ok || last.Code != string(syncerr.ForWire(syncerr.InternalError, wire.Version2)) || !last.Retryable || rep.ErrorCode != last.Code || last.Category == "" || last.Message != syncerr.InternalMessage {
 		t.Fatalf("frames %v: want a trailing ERROR, report %+v", kinds, rep)
 	}
 	if r, ok := resp.Frames[1].(*wire.PushResult); !ok || r.Status != wire.PushApplied {
@@ -127,4 +127,44 @@ func TestIdempotencyKeyScope(t *testing.T) {
 	if s1 != 1 || s2 != 2 || s3 != 1 {
 		t.Fatalf("commitSeqs %d %d %d: want per-partition sequences 1, 2 and 1", s1, s2, s3)
 	}
+}
+
+// faultyRows fails GetRows with a plain (uncoded) storage error, the
+// way a backend reports a timeout or a 5xx it could not classify.
+type faultyRows struct {
+	*memstore.Store
+	armed bool
+}
+
+func (f *faultyRows) GetRows(ctx context.Context, p, table string, ids []string) (map[string]*store.Row, error) {
+	if f.armed {
+		return nil, errors.New("connection reset by peer")
+	}
+	return f.Store.GetRows(ctx, p, table, ids)
+}
+
+// Issue 9 item 11: a transient storage fault reaches the client as
+// sync.internal_error, which is retryable, and nothing is recorded for
+// the commit: the same push applies once storage recovers.
+func TestStorageFaultIsRetryable(t *testing.T) {
+	st := &faultyRows{Store: memstore.New()}
+	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
+	grantAll(h, projects("p1"), "alice")
+	a := h.Client("tenant", "alice", "a")
+	wantApplied(t, a.Push("c0", up("tasks", "t0", a.Task("t0", "p1", "x", false), 0)))
+	st.armed = true
+	resp, err := a.Send(a.Request([]wire.PushCommit{cmt("c1", up("tasks", "t1", a.Task("t1", "p1", "y", false), 0))}, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The push runs after the response header (§1.6), so the fault is
+	// the in-band ERROR frame.
+	last, ok := resp.Frames[len(resp.Frames)-1].(*wire.ErrorFrame)
+	// A version-2 client receives sync.internal_error as its catalog's
+	// retryable stand-in (syncerr.ForWire).
+	if !ok || last.Code != string(syncerr.ForWire(syncerr.InternalError, wire.Version2)) || !last.Retryable {
+		t.Fatalf("storage fault answered %+v; want a retryable sync.internal_error (v2 form)", resp.Frames[len(resp.Frames)-1])
+	}
+	st.armed = false
+	wantApplied(t, a.Push("c1", up("tasks", "t1", a.Task("t1", "p1", "y", false), 0)))
 }

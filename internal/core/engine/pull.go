@@ -83,12 +83,10 @@ func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) 
 	}
 	allowed, err := e.allowedScopes(ctx, rs)
 	if err != nil {
-		return plans, nil // §3.2 rule 5: every subscription revokes
-	}
-	for k := range allowed {
-		if !rs.schemaV.HasVariable(k) {
-			return nil, syncerr.New(syncerr.InvalidSubscription, "the scope resolver returned %q, which no table declares (§3.2)", k)
-		}
+		// The grant could not be read: a retryable request error, never a
+		// revocation (see resolve). A decided "no grant" is an empty map
+		// and revokes below (§3.2 rule 5).
+		return nil, err
 	}
 	for _, p := range plans {
 		p.effective, p.active = effectiveScopes(p.sub.Scopes, allowed)

@@ -1,7 +1,9 @@
 package engine_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -50,14 +52,14 @@ func TestPullRequestValidation(t *testing.T) {
 	_ = err
 }
 
-// §3.2 rule 5 / §3.4 step 4: a failing resolver revokes every subscription
-// and forbids every write, in the same request.
+// §3.2 rule 5 / §3.4 step 4: a resolver that answers "no grant" revokes
+// every subscription and forbids every write, in the same request.
 func TestPullResolverFailure(t *testing.T) {
 	h := newHarness(t, enginetest.Options{})
 	h.Grants.Set("alice", projects("p1"))
 	a := h.Client("tenant", "alice", "a")
 	wantApplied(t, a.Push("seed", up("tasks", "t1", a.Task("t1", "p1", "x", false), 0)))
-	h.Grants.Fail(true)
+	h.Grants.FailWith(fmt.Errorf("grant table says: %w", engine.ErrNoGrant))
 	calls := h.Grants.Calls()
 	subs := []wire.Subscription{sub("s1", "tasks", "p1", -1), sub("s2", "projects", "p1", 1)}
 	resp, err := a.Send(a.Request([]wire.PushCommit{
@@ -744,5 +746,112 @@ func TestPullManyCursorsOneRequest(t *testing.T) {
 		if s.End.NextCursor < lo || s.End.NextCursor > hi {
 			t.Fatalf("sub %d: nextCursor %d, want within [%d, %d]", i, s.End.NextCursor, lo, hi)
 		}
+	}
+}
+
+// Issue 9 item 3: a resolver that cannot answer (outage, throttle,
+// timeout) is not a revocation. The request fails before any response
+// byte with a retryable error; nothing is applied, no outcome is stored
+// (so the client's retry is evaluated afresh), no subscription revokes.
+func TestResolverOutageIsRetryable(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		code syncerr.Code
+	}{
+		"outage":   {errors.New("connection refused"), syncerr.InternalError},
+		"timeout":  {fmt.Errorf("grant read: %w", context.DeadlineExceeded), syncerr.InternalError},
+		"throttle": {syncerr.New(syncerr.RateLimited, "grant read throttled"), syncerr.RateLimited},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, enginetest.Options{})
+			h.Grants.Set("alice", projects("p1"))
+			a := h.Client("tenant", "alice", "a")
+			wantApplied(t, a.Push("seed", up("tasks", "t1", a.Task("t1", "p1", "x", false), 0)))
+			h.Grants.FailWith(tc.err)
+			commits := []wire.PushCommit{
+				cmt("c1", up("tasks", "t2", a.Task("t2", "p1", "x", false), 0)),
+				cmt("c2", up("tasks", "t1", a.Task("t1", "p1", "y", false), 1)),
+				cmt("c3", del("tasks", "t1")),
+			}
+			for _, req := range []*wire.Message{
+				a.Request(commits, &wire.PullHeader{Accept: acceptRows}, []wire.Subscription{sub("s1", "tasks", "p1", -1)}),
+				a.Request(commits, nil, nil),
+				a.Request(nil, &wire.PullHeader{Accept: acceptRows}, []wire.Subscription{sub("s1", "tasks", "p1", 1)}),
+			} {
+				_, err := a.Send(req)
+				se := syncerr.As(err)
+				if se == nil || se.Code != syncerr.ForWire(tc.code, wire.Version2) || !se.Entry().Retryable {
+					t.Fatalf("want a retryable %s request error, got %v", tc.code, err)
+				}
+			}
+			for _, id := range []string{"c1", "c2", "c3"} {
+				if o, err := h.Store.GetOutcome(context.Background(), "tenant", "a", id); err != nil || o != nil {
+					t.Fatalf("outcome of %s stored during the outage: %+v %v", id, o, err)
+				}
+			}
+			if head(t, h, "tenant").MaxCommitSeq != 1 {
+				t.Fatal("a commit applied during the outage")
+			}
+			h.Grants.FailWith(nil)
+			res, err := a.PushCommits(commits...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range res {
+				if r.Status != wire.PushApplied {
+					t.Fatalf("retry after the outage: commit %d %+v", i, r)
+				}
+			}
+		})
+	}
+}
+
+// §3.2 rule 3: resolver keys are checked against every served version's
+// variables (a key only a newer version declares is legal for an older
+// client) and on push-only requests too.
+func TestResolverKeysAllVersions(t *testing.T) {
+	const v2 = `{
+  "version": 2,
+  "tables": [
+    {"name": "tasks", "primaryKey": "id",
+     "columns": [
+       {"name": "id", "type": "string", "nullable": false},
+       {"name": "project_id", "type": "string", "nullable": false},
+       {"name": "title", "type": "string", "nullable": false},
+       {"name": "done", "type": "boolean", "nullable": false},
+       {"name": "priority", "type": "integer", "nullable": true}
+     ],
+     "scopes": ["project:{project_id}"]},
+    {"name": "labels", "primaryKey": "id",
+     "columns": [
+       {"name": "id", "type": "string", "nullable": false},
+       {"name": "team_id", "type": "string", "nullable": false}
+     ],
+     "scopes": ["team:{team_id}"]},
+    {"name": "projects", "primaryKey": "id",
+     "columns": [
+       {"name": "id", "type": "string", "nullable": false},
+       {"name": "name", "type": "string", "nullable": false}
+     ],
+     "scopes": [{"pattern": "project:{project_id}", "column": "id"}]}
+  ]
+}`
+	h := newHarness(t, enginetest.Options{Schema: v2, OlderSchemas: []string{enginetest.TodoSchema}})
+	h.Grants.Set("alice", engine.ScopeMap{"project_id": {"p1"}, "team_id": {"t1"}})
+	old := h.Client("tenant", "alice", "old") // speaks schema version 1: no team_id there
+	if old.Schema != 1 {
+		t.Fatalf("client schema %d", old.Schema)
+	}
+	wantApplied(t, old.Push("c1", up("tasks", "t1", old.Task("t1", "p1", "x", false), 0)))
+	if _, err := old.Pull(pullHdr(acceptRows), sub("s", "tasks", "p1", -1)); err != nil {
+		t.Fatalf("older client with a newer version's grant key: %v", err)
+	}
+	// A key no version declares fails every request that resolves, the
+	// push-only one included.
+	h.Grants.Set("alice", engine.ScopeMap{"project_id": {"p1"}, "galaxy_id": {"g"}})
+	_, err := old.Send(old.Request([]wire.PushCommit{cmt("c2", up("tasks", "t2", old.Task("t2", "p1", "x", false), 0))}, nil, nil))
+	wantCode(t, err, syncerr.InvalidSubscription)
+	if head(t, h, "tenant").MaxCommitSeq != 1 {
+		t.Fatal("push applied under an invalid resolver result")
 	}
 }

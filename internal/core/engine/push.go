@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 
@@ -85,7 +84,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if err != nil {
 				return nil, err
 			}
-			err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now})
+			err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID})
 			if errors.Is(err, store.ErrOutcomeExists) {
 				res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
 				return res, err
@@ -116,7 +115,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			},
 			Rows:      ev.rows,
 			RefWrites: ev.refs,
-			Outcome:   store.Outcome{Applied: true, CommitSeq: seq, Result: blob, RecordedAtMs: rs.now},
+			Outcome:   store.Outcome{Applied: true, CommitSeq: seq, Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID},
 		}
 		for i := range creq.Rows {
 			creq.Rows[i].Row.CommitSeq = seq
@@ -148,7 +147,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if berr != nil {
 				return nil, berr
 			}
-			if perr := e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now}); perr != nil {
+			if perr := e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}); perr != nil {
 				if errors.Is(perr, store.ErrOutcomeExists) {
 					res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
 					return res, err
@@ -176,6 +175,15 @@ func (e *Engine) replay(ctx context.Context, rs *reqState, clientCommitID string
 	}
 	if o == nil {
 		return nil, false, nil
+	}
+	// §1.5/§2.3: an idempotency key belongs to the actor that recorded its
+	// outcome. checkClient already refuses a foreign actor on a bound
+	// clientId; this is the second fence (e.g. a clientId re-bound after
+	// an epoch rotation deleted the client records but kept outcomes), so
+	// another actor's result — which may carry a conflict serverRow from a
+	// scope it cannot read — is never answered, and nothing is applied.
+	if o.ActorID != "" && o.ActorID != rs.auth.ActorID {
+		return nil, false, syncerr.New(syncerr.InvalidClientID, "clientCommitId %q of this clientId was recorded by a different actor (§1.5)", clientCommitID)
 	}
 	res, det, err := decodeOutcome(o.Result)
 	if err != nil || res.ClientCommitID != clientCommitID {
@@ -605,16 +613,9 @@ func valueText(t rowcodec.Type, v rowcodec.Value) string {
 	case rowcodec.TypeBoolean:
 		return strconv.FormatBool(v.Bool)
 	case rowcodec.TypeFloat:
-		if math.IsNaN(v.Float) {
-			return "NaN"
-		}
-		if math.IsInf(v.Float, 0) {
-			if v.Float > 0 {
-				return "Infinity"
-			}
-			return "-Infinity"
-		}
-		return strconv.FormatFloat(v.Float, 'g', -1, 64)
+		// Number.prototype.toString, the form grants and clients use
+		// (1000000, 1e-7, 1e+21, 0 for -0).
+		return string(rowcodec.AppendFloat(nil, v.Float))
 	case rowcodec.TypeBytes, rowcodec.TypeCRDT:
 		return ""
 	default:

@@ -138,10 +138,10 @@ func TestPushAbsentRowDelete(t *testing.T) {
 	if len(sec.Commits) != 0 || sec.End.NextCursor != seq {
 		t.Fatalf("observer: %d commits, nextCursor %d; want none and %d", len(sec.Commits), sec.End.NextCursor, seq)
 	}
-	// No authorization check: even a failing resolver lets it apply.
-	h.Grants.Fail(true)
+	// No authorization check: even an actor without any grant applies it.
+	h.Grants.FailWith(engine.ErrNoGrant)
 	wantApplied(t, a.Push("d2", del("tasks", "ghost2")))
-	h.Grants.Fail(false)
+	h.Grants.FailWith(nil)
 	// Mixed with a real change: one COMMIT carrying only the upsert.
 	seq = wantApplied(t, a.Push("d3", del("tasks", "ghost"), up("tasks", "t1", a.Task("t1", "p1", "x", false), 0), del("tasks", "ghost3")))
 	sec, err = obs.Pull(hdr)

@@ -129,8 +129,11 @@ func TestSegmentDirectDownload(t *testing.T) {
 	} {
 		wantCodeNamed(t, name, fetch(tc.actor, tc.scopes), tc.code)
 	}
+	h.Grants.FailWith(engine.ErrNoGrant)
+	wantCodeNamed(t, "no grant", fetch("bob", `{"project_id":["p1"]}`), syncerr.Forbidden)
+	// A resolver that cannot answer is retryable, not a denial.
 	h.Grants.Fail(true)
-	wantCodeNamed(t, "resolver failure", fetch("bob", `{"project_id":["p1"]}`), syncerr.Forbidden)
+	wantCodeNamed(t, "resolver outage", fetch("bob", `{"project_id":["p1"]}`), syncerr.InternalError)
 	h.Grants.Fail(false)
 	h.Grants.Set("bob", projects("p2"))
 	wantCodeNamed(t, "grant revoked after issuance", fetch("bob", `{"project_id":["p1"]}`), syncerr.Forbidden)
@@ -216,14 +219,14 @@ func TestNativeTokenTampering(t *testing.T) {
 		t.Fatal("sign")
 	}
 	cases := map[string]string{
-		"v changed":        resign(func(c map[string]any) { c["v"] = 2 }),
+		"v changed":        resign(func(c map[string]any) { c["v"] = 1 }),
 		"seg changed":      resign(func(c map[string]any) { c["seg"] = other.SegmentID }),
 		"sd changed":       resign(func(c map[string]any) { c["sd"] = other.ScopeDigest }),
 		"sd garbage":       resign(func(c map[string]any) { c["sd"] = "00" }),
 		"aud changed":      resign(func(c map[string]any) { c["aud"] = "0123456789abcdef0123456789abcdef" }),
 		"exp past skew":    resign(func(c map[string]any) { c["exp"] = h.Clock.Now()/1000 - 61 }),
 		"mac changed":      base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(flip(mac)),
-		"claims unsigned":  base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), `"v":1`, `"v":1 `, 1))) + "." + base64.RawURLEncoding.EncodeToString(mac),
+		"claims unsigned":  base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), `"v":2`, `"v":2 `, 1))) + "." + base64.RawURLEncoding.EncodeToString(mac),
 		"no mac":           base64.RawURLEncoding.EncodeToString(payload) + ".",
 		"not a token":      "garbage",
 		"other key":        otherKeyToken(t, payload),

@@ -1,12 +1,16 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/url"
 	"strings"
 
@@ -17,19 +21,80 @@ import (
 //
 //	st = base64url(payload) "." base64url(HMAC-SHA256(key, payload))
 //
-// with payload {"v":1,"seg":…,"sd":…,"aud":…,"exp":<unix seconds>}. aud is
-// a keyed hash of the partition: stable per partition, and a client cannot
-// derive the partition id from it.
+// with payload {"v":2,"seg":…,"sd":…,"aud":…,"ep":…,"exp":<unix seconds>}.
+// aud is a keyed hash of the partition: stable per partition, and a client
+// cannot derive the partition id from it. ep is the partition's log epoch
+// at minting: after an epoch rotation (§2.1) the token no longer verifies.
+// The payload is parsed strictly: exactly these keys, each once, spelled
+// exactly so (no case folding), no trailing data.
 
 // maxTokenSkewSeconds is the §5.4 verification allowance for clock error.
 const maxTokenSkewSeconds = 60
+
+// tokenVersion is the claims layout minted and accepted.
+const tokenVersion = 2
 
 type tokenClaims struct {
 	V   int    `json:"v"`
 	Seg string `json:"seg"`
 	SD  string `json:"sd"`
 	Aud string `json:"aud"`
+	Ep  string `json:"ep"`
 	Exp int64  `json:"exp"`
+}
+
+// parseTokenClaims decodes a token payload strictly. encoding/json alone
+// would match keys case-insensitively, keep the last of duplicate keys and
+// ignore unknown ones; a token must mean exactly one thing.
+func parseTokenClaims(payload []byte) (tokenClaims, error) {
+	var c tokenClaims
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return c, errors.New("not an object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return c, err
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return c, fmt.Errorf("duplicate claim %q", key)
+		}
+		seen[key] = true
+		var dst any
+		switch key {
+		case "v":
+			dst = &c.V
+		case "seg":
+			dst = &c.Seg
+		case "sd":
+			dst = &c.SD
+		case "aud":
+			dst = &c.Aud
+		case "ep":
+			dst = &c.Ep
+		case "exp":
+			dst = &c.Exp
+		default:
+			return c, fmt.Errorf("unknown claim %q", key)
+		}
+		if err := dec.Decode(dst); err != nil {
+			return c, fmt.Errorf("claim %q: %w", key, err)
+		}
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return c, errors.New("unterminated object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return c, errors.New("trailing data")
+	}
+	if len(seen) != 6 {
+		return c, errors.New("missing claims")
+	}
+	return c, nil
 }
 
 // audience derives the token audience of a partition.
@@ -47,10 +112,11 @@ func (e *Engine) signToken(c tokenClaims) string {
 	return base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// MintToken returns a native token for segmentID bound to digest and
-// partition, expiring at expSeconds (unix seconds).
-func (e *Engine) MintToken(segmentID, digest, partition string, expSeconds int64) string {
-	return e.signToken(tokenClaims{V: 1, Seg: segmentID, SD: digest, Aud: e.audience(partition), Exp: expSeconds})
+// MintToken returns a native token for segmentID bound to digest,
+// partition and the partition's log epoch, expiring at expSeconds (unix
+// seconds).
+func (e *Engine) MintToken(segmentID, digest, partition, logEpoch string, expSeconds int64) string {
+	return e.signToken(tokenClaims{V: tokenVersion, Seg: segmentID, SD: digest, Aud: e.audience(partition), Ep: logEpoch, Exp: expSeconds})
 }
 
 // verifyToken checks the MAC and the claims that need no storage: version,
@@ -81,7 +147,8 @@ func (e *Engine) verifyToken(st, segmentID string, nowMs int64) (tokenClaims, er
 	if !hmac.Equal(mac, m.Sum(nil)) {
 		return deny("bad signature")
 	}
-	if err := json.Unmarshal(payload, &c); err != nil || c.V != 1 {
+	c, err = parseTokenClaims(payload)
+	if err != nil || c.V != tokenVersion || c.Ep == "" {
 		return deny("unsupported claims")
 	}
 	if c.Seg != segmentID {
@@ -103,7 +170,7 @@ func (e *Engine) signedURL(ctx context.Context, rs *reqState, segmentID, digest 
 		}
 		expMs := rs.now + ttl
 		expS := expMs / 1000
-		tok := e.MintToken(segmentID, digest, rs.auth.Partition, expS)
+		tok := e.MintToken(segmentID, digest, rs.auth.Partition, rs.head.LogEpoch, expS)
 		u := strings.TrimRight(rs.opts.SegmentBaseURL, "/") + "/" + url.PathEscape(segmentID) + "?st=" + url.QueryEscape(tok)
 		return u, expS * 1000, true, nil
 	case SignedURLsPresign:

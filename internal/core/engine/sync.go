@@ -254,6 +254,15 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 			return rep, err
 		}
 	}
+	// §3.2 rule 3 / §3.4 step 1: resolve before the first response byte,
+	// so a resolver that cannot answer fails the request with a retryable
+	// error (nothing applied, nothing recorded, nothing revoked) instead
+	// of forbidding commits one by one.
+	if len(req.Commits) > 0 {
+		if _, err := e.allowedScopes(ctx, rs); err != nil {
+			return rep, err
+		}
+	}
 
 	enc := wire.NewEncoder(cw, req.WireVersion, wire.KindResponse)
 	if err := enc.WriteFrame(e.respHeader(rs, false)); err != nil {
@@ -354,23 +363,66 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 func (e *Engine) allowedScopes(ctx context.Context, rs *reqState) (ScopeMap, error) {
 	if !rs.allowedDone {
 		rs.allowedDone = true
-		rs.allowed, rs.allowedErr = e.cfg.Resolver.ResolveScopes(ctx, rs.auth.Partition, rs.auth.ActorID, rs.clientID)
+		rs.allowed, rs.allowedErr = e.resolve(ctx, rs.auth, rs.clientID)
 		if rs.allowedErr != nil {
 			rs.report.ResolverFailed = true
-			e.log.WarnContext(ctx, "scope resolver failed; failing closed", "partition", rs.auth.Partition, "actor", rs.auth.ActorID, "error", rs.allowedErr.Error())
 		}
 	}
 	return rs.allowed, rs.allowedErr
 }
 
+// resolve calls the scope resolver and separates its two failure kinds.
+// "No grant" (an empty map, or an error wrapping ErrNoGrant) is an
+// answer: subscriptions revoke and writes are forbidden (§3.2 rule 5,
+// §3.3, §3.4). Any other error means the grant could not be read (an
+// outage, a throttle, a timeout, a malformed grant): the request fails
+// with a retryable error and nothing is stored, revoked or purged — still
+// fail-closed, since no data is served and no write applies, but a stock
+// client keeps its rows and its outbox and retries. Errors that carry a
+// catalog code keep it (a throttled grant read is sync.rate_limited);
+// the rest become sync.internal_error.
+//
+// The returned keys are validated against the union of the scope
+// variables of every served schema version (§3.2 rule 3): a key no table
+// of any version declares is a server bug and fails the request with
+// sync.invalid_subscription, on push-only requests too.
+func (e *Engine) resolve(ctx context.Context, auth Auth, clientID string) (ScopeMap, error) {
+	m, err := e.cfg.Resolver.ResolveScopes(ctx, auth.Partition, auth.ActorID, clientID)
+	if errors.Is(err, ErrNoGrant) {
+		return ScopeMap{}, nil
+	}
+	if err != nil {
+		e.log.WarnContext(ctx, "scope resolver could not answer; the request fails retryably", "partition", auth.Partition, "actor", auth.ActorID, "error", err.Error())
+		if syncerr.As(err) != nil {
+			return nil, err
+		}
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, syncerr.Wrap(err, syncerr.InternalError, "scope resolution timed out; retry")
+		}
+		return nil, syncerr.Wrap(err, syncerr.InternalError, "scope resolution is unavailable; retry")
+	}
+	for k := range m {
+		if !e.variables[k] {
+			return nil, syncerr.New(syncerr.InvalidSubscription, "the scope resolver returned %q, which no table of any served schema version declares (§3.2)", k)
+		}
+	}
+	return m, nil
+}
+
 // storeErr turns a storage failure into a catalog error: errors that
-// already carry a code (throttling → sync.rate_limited) keep it.
+// already carry a code (throttling → sync.rate_limited) keep it; every
+// other storage failure (timeout, 5xx, a broken connection) is transient
+// as far as the client can tell, so it is sync.internal_error, which is
+// retryable (§10; a version-2 client receives it as sync.rate_limited,
+// see syncerr.ForWire). A non-retryable code here would make a stock
+// client give up on a commit because of an outage.
 func storeErr(err error, what string) error {
 	if se := syncerr.As(err); se != nil {
 		return err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return syncerr.Wrap(err, syncerr.RateLimited, "%s: request deadline exceeded", what)
+		// Transient for the client: retryable, fixed public message.
+		return syncerr.Internal(fmt.Errorf("%s: storage did not answer in time: %w", what, err))
 	}
 	// An unexpected storage fault: sync.internal_error, fixed message.
 	return syncerr.Internal(fmt.Errorf("%s: %w", what, err))

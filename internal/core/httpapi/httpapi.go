@@ -55,8 +55,9 @@ type Request struct {
 	Auth *engine.Auth
 	// AuthError explains why Auth is nil (never logged with the token).
 	AuthError error
-	// BaseURL is scheme://host of this request, used to mint native
-	// signed segment URLs.
+	// BaseURL is the host's configured public scheme://host[/base], used
+	// to mint native signed segment URLs; hosts must never derive it from
+	// request headers (Host, X-Forwarded-*). Empty: no native URLs.
 	BaseURL   string
 	RequestID string
 }
@@ -191,15 +192,22 @@ func (h *Handler) sync(ctx context.Context, r *Request, mode engine.Mode) (*Resp
 	if r.Method != http.MethodPost {
 		return errorResponse(syncerr.New(syncerr.InvalidRequest, "use POST").WithStatus(http.StatusMethodNotAllowed)), nil, "", ""
 	}
+	// §1.1: the content type is checked before authentication, so a
+	// request with the wrong media type is a 415 whether or not it carries
+	// credentials (the answer discloses nothing about them).
+	if mt := mediaType(r.Header.Get("Content-Type")); mt != ContentType {
+		partition, actor := "", ""
+		if r.Auth != nil {
+			partition, actor = r.Auth.Partition, r.Auth.ActorID
+		}
+		return errorResponse(syncerr.New(syncerr.InvalidRequest, "Content-Type must be %s (§1.1)", ContentType).WithStatus(http.StatusUnsupportedMediaType)), nil, partition, actor
+	}
 	if r.Auth == nil {
 		msg := "authentication required"
 		if r.AuthError != nil {
 			msg = "authentication failed: " + r.AuthError.Error()
 		}
 		return errorResponse(syncerr.New(syncerr.AuthRequired, "%s", msg)), nil, "", ""
-	}
-	if mt := mediaType(r.Header.Get("Content-Type")); mt != ContentType {
-		return errorResponse(syncerr.New(syncerr.InvalidRequest, "Content-Type must be %s (§1.1)", ContentType).WithStatus(http.StatusUnsupportedMediaType)), nil, r.Auth.Partition, r.Auth.ActorID
 	}
 	body, err := h.requestBody(r)
 	if err != nil {

@@ -91,6 +91,14 @@ func TestContentTypeSizeAndAuthErrors(t *testing.T) {
 	if r.Status != 401 || b.Code != syncerr.AuthRequired || b.Category != "auth-required" || !b.Retryable || b.RecommendedAction != "refreshAuth" {
 		t.Fatalf("missing auth: %d %+v", r.Status, b)
 	}
+	// §1.1: the media type is checked first: an unauthenticated request
+	// with the wrong content type is a 415, not a 401.
+	for _, ct := range []string{"application/json", ""} {
+		r = f.api.Serve(context.Background(), &httpapi.Request{Method: "POST", Path: "/api/sync", Header: http.Header{"Content-Type": {ct}}, Body: body})
+		if r.Status != 415 || errorBody(t, r).Code != syncerr.InvalidRequest {
+			t.Fatalf("unauthenticated, content type %q: %d %s; want 415", ct, r.Status, r.Body)
+		}
+	}
 	r = f.do("POST", "/api/sync", map[string]string{"Content-Type": httpapi.ContentType}, []byte("SSP2garbage"))
 	if r.Status != 400 || errorBody(t, r).Code != syncerr.InvalidRequest {
 		t.Fatalf("garbage body: %d %s", r.Status, r.Body)

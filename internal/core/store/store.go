@@ -108,6 +108,10 @@ type Outcome struct {
 	CommitSeq    int64
 	Result       []byte
 	RecordedAtMs int64
+	// ActorID is the actor whose request recorded the outcome: a replay
+	// is only ever answered to that actor (§1.5, §2.3). Empty for an
+	// outcome recorded before owners were stored.
+	ActorID string
 }
 
 // RowWrite is the materialization of one change into the row table.
@@ -210,6 +214,13 @@ type Store interface {
 
 	// GetClient returns the client record, nil when none.
 	GetClient(ctx context.Context, partition, clientID string) (*Client, error)
+	// BindClient is the atomic first write of the §1.5 clientId → actor
+	// binding: it creates c when the partition has no record for
+	// c.ClientID and returns c; otherwise it writes nothing and returns
+	// the stored record (whose ActorID may differ from c's). Of concurrent
+	// binds of one clientId exactly one creates the record, and every
+	// caller sees that record's actor.
+	BindClient(ctx context.Context, partition string, c *Client) (*Client, error)
 	// PutClient creates or replaces the client record.
 	PutClient(ctx context.Context, partition string, c *Client) error
 	// ListClients calls fn for every client record of the partition.

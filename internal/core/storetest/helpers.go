@@ -187,6 +187,7 @@ func commitReq(expected int64, clientID, clientCommitID string, writes ...store.
 			CommitSeq:    seq,
 			Result:       []byte("applied:" + clientCommitID),
 			RecordedAtMs: baseMs + seq*1000,
+			ActorID:      "actor-" + clientID,
 		},
 	}
 	for _, w := range writes {

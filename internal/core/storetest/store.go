@@ -62,6 +62,9 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ReadLog/EarlyStop", testReadLogEarlyStop},
 		{"Clients/PutGetList", testClients},
 		{"Clients/ListEarlyStop", testClientsEarlyStop},
+		{"Clients/BindCreatesOnce", testBindClient},
+		{"Clients/BindConcurrent", testBindClientConcurrent},
+		{"PutRejection/OwnerRecorded", testRejectionOwner},
 		{"RotateEpoch/DeletesClients", testRotateEpoch},
 		{"Prune/HorizonMonotonic", testPrune},
 		{"Prune/KeepsRows", testPruneKeepsRows},
@@ -952,5 +955,88 @@ func testCommitTimes(t *testing.T, e *partitionT) {
 	}
 	if !slices.Equal(got, want[:2]) {
 		t.Errorf("CommitTimes early stop saw %v, want %v", got, want[:2])
+	}
+}
+
+// The push outcome keeps the actor that recorded it (§1.5: the engine
+// never replays it to another actor).
+func testRejectionOwner(t *testing.T, e *partitionT) {
+	e.touch()
+	o := store.Outcome{Result: []byte("rejected"), RecordedAtMs: baseMs, ActorID: "actor-a"}
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", o); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.outcome("client-a", "cc-1"); got == nil || got.ActorID != "actor-a" {
+		t.Fatalf("rejection outcome %+v: want owner actor-a", got)
+	}
+	req := commitReq(0, "client-b", "cc-1", upsert("tasks", "r", 1, "p"))
+	e.commit(req)
+	if got := e.outcome("client-b", "cc-1"); got == nil || got.ActorID != "actor-client-b" {
+		t.Fatalf("applied outcome %+v: want owner actor-client-b", got)
+	}
+}
+
+// BindClient creates the record only when absent and always returns the
+// stored one (§1.5 binding is a conditional first write).
+func testBindClient(t *testing.T, e *partitionT) {
+	e.touch()
+	a := store.Client{ClientID: "client-a", ActorID: "actor-a", Cursor: -1, UpdatedAtMs: baseMs, WireVersion: wire.Version2}
+	got, err := e.s.BindClient(e.ctx, e.p, &a)
+	if err != nil || got == nil || *got != a {
+		t.Fatalf("first bind: %+v, %v; want %+v", got, err, a)
+	}
+	b := store.Client{ClientID: "client-a", ActorID: "actor-b", Cursor: 5, UpdatedAtMs: baseMs + 1, WireVersion: wire.Version1}
+	got, err = e.s.BindClient(e.ctx, e.p, &b)
+	if err != nil || got == nil || *got != a {
+		t.Fatalf("second bind by another actor: %+v, %v; want the first record %+v", got, err, a)
+	}
+	if c, err := e.s.GetClient(e.ctx, e.p, "client-a"); err != nil || c == nil || *c != a {
+		t.Fatalf("stored after a lost bind: %+v, %v; want %+v", c, err, a)
+	}
+	// An existing record from PutClient is not replaced either.
+	c := store.Client{ClientID: "client-c", ActorID: "actor-c", Cursor: 3, UpdatedAtMs: baseMs, WireVersion: wire.Version2}
+	if err := e.s.PutClient(e.ctx, e.p, &c); err != nil {
+		t.Fatal(err)
+	}
+	d := c
+	d.ActorID = "actor-d"
+	if got, err := e.s.BindClient(e.ctx, e.p, &d); err != nil || got == nil || *got != c {
+		t.Fatalf("bind over a put record: %+v, %v; want %+v", got, err, c)
+	}
+}
+
+// Concurrent binds of one clientId by different actors: exactly one
+// record is created and every caller is told the same winner.
+func testBindClientConcurrent(t *testing.T, e *partitionT) {
+	e.touch()
+	const n = 8
+	for round := range 3 {
+		id := fmt.Sprintf("client-%d", round)
+		var wg sync.WaitGroup
+		winners := make([]string, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := e.s.BindClient(e.ctx, e.p, &store.Client{ClientID: id, ActorID: fmt.Sprintf("actor-%d", i), Cursor: -1, UpdatedAtMs: baseMs})
+				errs[i] = err
+				if got != nil {
+					winners[i] = got.ActorID
+				}
+			}()
+		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("bind %d: %v", i, errs[i])
+			}
+			if winners[i] == "" || winners[i] != winners[0] {
+				t.Fatalf("round %d: binders saw actors %v; want one winner for all", round, winners)
+			}
+		}
+		if c, err := e.s.GetClient(e.ctx, e.p, id); err != nil || c == nil || c.ActorID != winners[0] {
+			t.Fatalf("stored record %+v, %v; want actor %s", c, err, winners[0])
+		}
 	}
 }

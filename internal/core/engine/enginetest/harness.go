@@ -6,6 +6,7 @@ package enginetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -57,7 +58,7 @@ func (c *Clock) Advance(ms int64) { c.mu.Lock(); c.ms += ms; c.mu.Unlock() }
 type Grants struct {
 	mu      sync.Mutex
 	byActor map[string]engine.ScopeMap
-	failing bool
+	failing error
 	calls   int
 }
 
@@ -71,8 +72,17 @@ func (g *Grants) Set(actor string, m engine.ScopeMap) {
 	g.byActor[actor] = m
 }
 
-// Fail makes every resolution fail (or stop failing).
-func (g *Grants) Fail(on bool) { g.mu.Lock(); g.failing = on; g.mu.Unlock() }
+// Fail makes every resolution fail with an outage error (or stop failing).
+func (g *Grants) Fail(on bool) {
+	var err error
+	if on {
+		err = errors.New("resolver unavailable")
+	}
+	g.FailWith(err)
+}
+
+// FailWith makes every resolution return err; nil stops failing.
+func (g *Grants) FailWith(err error) { g.mu.Lock(); g.failing = err; g.mu.Unlock() }
 
 // Calls reports how many resolutions ran.
 func (g *Grants) Calls() int { g.mu.Lock(); defer g.mu.Unlock(); return g.calls }
@@ -82,8 +92,8 @@ func (g *Grants) ResolveScopes(_ context.Context, _, actor, _ string) (engine.Sc
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.calls++
-	if g.failing {
-		return nil, fmt.Errorf("resolver unavailable")
+	if g.failing != nil {
+		return nil, g.failing
 	}
 	return g.byActor[actor], nil
 }
