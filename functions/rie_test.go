@@ -261,10 +261,14 @@ func testEmulatorBadConfig(t *testing.T) {
 	if strings.Contains(string(out), `"statusCode"`) {
 		t.Fatalf("served a request with a bad configuration: %s", out)
 	}
+	// The emulator answers the invoke as soon as the runtime exits; the
+	// runtime's last output may still be on its way through the pipe.
 	var lines []string
-	for _, l := range strings.Split(r.Logs(), "\n") {
-		if strings.Contains(l, `"msg":"init failed"`) {
-			lines = append(lines, l)
+	for deadline := time.Now().Add(10 * time.Second); len(lines) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, l := range strings.Split(r.Logs(), "\n") {
+			if strings.Contains(l, `"msg":"init failed"`) {
+				lines = append(lines, l)
+			}
 		}
 	}
 	if len(lines) == 0 {
