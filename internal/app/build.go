@@ -15,6 +15,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
+	"github.com/skyfold/syncular-lambda/internal/metrics"
 )
 
 // Deps are what a handler serves over, built by NewAWS for Lambda or by
@@ -101,6 +102,12 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 			MaxBodyBytes: cfg.MaxBodyBytes,
 			Logger:       logger,
 			Meter:        d.Meter,
+			// The request line is also the EMF document of the request's
+			// metrics (internal/metrics); "function" is on the logger.
+			Line: (&metrics.EMF{
+				Namespace: cfg.MetricsNamespace,
+				Fixed:     map[string]string{metrics.DimFunction: fn.Name},
+			}).RequestLine,
 		},
 		Auth:      authn,
 		PublicURL: cfg.PublicURL,

@@ -89,6 +89,8 @@ type Config struct {
 	MaxBodyBytes      int
 
 	LogLevel slog.Level
+	// MetricsNamespace is the CloudWatch namespace of the EMF metrics.
+	MetricsNamespace string
 
 	DynamoDBEndpoint string
 	S3Endpoint       string
@@ -132,6 +134,7 @@ var Vars = []Var{
 	{"SYNC_SEGMENT_OBJECT_DAYS", "`2`", "Days after which the bucket's lifecycle rule expires segment objects (template parameter SegmentObjectExpirationDays passes the same number to both). Must exceed SYNC_SEGMENT_TTL + 15 min + 1 h."},
 	{"SYNC_MAX_BODY_BYTES", "`33554432`", "Request body cap after gzip decoding (413 above); at least 4669440, the largest body Lambda can receive, so an uncompressed request is always read and oversized commits in it are rejected one by one (see Size limits)."},
 	{"SYNC_LOG_LEVEL", "`info`", "`debug`, `info`, `warn` or `error`. Logs are JSON on stdout; tokens and payloads are never logged."},
+	{"SYNC_METRICS_NAMESPACE", "`Syncular`", "CloudWatch namespace of the metrics each request line carries in Embedded Metric Format (template parameter MetricsNamespace; the alarms use the same). Catalogue: docs/OPERATIONS.md."},
 	{"SYNC_DYNAMODB_ENDPOINT", "empty", "DynamoDB endpoint override (DynamoDB Local for `sam local`)."},
 	{"SYNC_S3_ENDPOINT", "empty", "S3 endpoint override (a local S3 API server)."},
 	{"SYNC_S3_PATH_STYLE", "`false`", "Path-style S3 addressing (needed by most local S3 servers)."},
@@ -187,7 +190,8 @@ func Load(getenv func(string) string) (*Config, error) {
 		SegmentObjectDays:     l.integer("SYNC_SEGMENT_OBJECT_DAYS", 2, 1, 3650),
 		MaxBodyBytes:          l.integer("SYNC_MAX_BODY_BYTES", limits.DefaultDecodedBodyBytes, limits.MaxRequestBodyBytes, limits.MaxDecodedBodyBytes),
 
-		LogLevel: l.level("SYNC_LOG_LEVEL"),
+		LogLevel:         l.level("SYNC_LOG_LEVEL"),
+		MetricsNamespace: l.str("SYNC_METRICS_NAMESPACE", "Syncular"),
 
 		DynamoDBEndpoint: l.endpoint("SYNC_DYNAMODB_ENDPOINT"),
 		S3Endpoint:       l.endpoint("SYNC_S3_ENDPOINT"),

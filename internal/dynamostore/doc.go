@@ -112,8 +112,16 @@
 //
 // # Operator paths
 //
+// Operator jobs enumerate partitions from the partition registry
+// (partitions.go): items under RegistryShards keys REG#00..REG#15, one per
+// partition, written by TouchPartition only when it creates the head (a
+// put before the head's, so creating a partition costs one more round
+// trip and ~1 WCU once; a request to an existing partition writes
+// nothing more). ListRegisteredPartitions Queries them, resumable from a
+// cursor; scheduled pruning and syncular-admin -all use it.
 // ListPartitions is the one Scan: it reads the whole table and serves
-// syncular-admin only, never a request.
+// only syncular-admin register-partitions, the one-off backfill of
+// partitions created before the registry existed.
 //
 // # Retries and cost accounting
 //

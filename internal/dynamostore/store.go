@@ -156,6 +156,10 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 			if newEpoch == "" {
 				return store.Head{}, errors.New("dynamostore: TouchPartition needs a non-empty epoch to create a partition")
 			}
+			// Registry first: it must list every head (partitions.go).
+			if err := s.RegisterPartition(ctx, partition); err != nil {
+				return store.Head{}, err
+			}
 			item := Key(headPK(partition), headSK)
 			item[hEpoch], item[hRequired], item[hMax], item[hApplied], item[hHorizon], item[hSeen] =
 				S(newEpoch), BOOL(false), N(0), N(0), N(0), N(nowMs)

@@ -126,6 +126,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			rs.head.MaxCommitSeq = seq
 			return res, nil
 		case errors.Is(err, store.ErrHeadMoved):
+			rs.report.CommitRacesLost++
 			continue
 		case errors.Is(err, store.ErrOutcomeExists):
 			res, _, err := e.replay(ctx, rs, pc.ClientCommitID)

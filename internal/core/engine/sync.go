@@ -51,6 +51,15 @@ type Report struct {
 	SchemaFloor    bool
 	ErrorCode      string // in-band ERROR frame code, if any
 	ResolverFailed bool
+	// Operational counters (metrics): commit attempts that lost the race
+	// for the next commitSeq, bootstrap pages built from a row scan or
+	// answered with an existing publication (§5.1), and the rows those
+	// scans read against the rows the pages carried.
+	CommitRacesLost int
+	SegmentsBuilt   int
+	SegmentsReused  int
+	RowsScanned     int
+	RowsDelivered   int
 }
 
 // reqState is everything one request computes once.
