@@ -57,6 +57,16 @@ commands:
         (newest 1000 commits, clients active in 14 days, 30-day age force)
         and delete the commits below it. Needs SYNC_SCHEMA_PATH.
 
+  migrate [-backfill] [-batch N] [-timeout D]
+        Rolling schema upgrade to the schema's latest version
+        (SYNC_SCHEMA_PATH): raise the stored schema marker, raise every
+        partition's writer fence, declare the checkpoints of
+        SYNC_CHECKPOINTS (name=table+table,...) and, with -backfill, run or
+        resume their backfills and activate them. Idempotent: re-run to
+        resume. Prints per partition and checkpoint: state, watermark,
+        observed rows. Roll forward only: once the marker moved, builds of
+        older versions answer sync.schema_not_ready (docs/OPERATIONS.md).
+
 Partition names are printed Go-quoted; pass them to -partition unquoted.
 -all lists partitions with a consistent Scan of the whole table.
 
@@ -82,7 +92,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	case "partitions", "rotate-epoch", "prune":
+	case "partitions", "rotate-epoch", "prune", "migrate":
 	default:
 		fmt.Fprintf(stderr, "syncular-admin: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -92,7 +102,13 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	fs.SetOutput(stderr)
 	var sel selection
 	var yes bool
-	if cmd != "partitions" {
+	var mig migrateFlags
+	if cmd == "migrate" {
+		fs.BoolVar(&mig.backfill, "backfill", false, "run or resume the declared checkpoints' backfills and activate them")
+		fs.IntVar(&mig.batch, "batch", 100, "rows per backfill batch (one commit each)")
+		fs.DurationVar(&mig.timeout, "timeout", 0, "stop the backfill between batches after this long (0: no limit); re-run to resume")
+	}
+	if cmd != "partitions" && cmd != "migrate" {
 		fs.Func("partition", "the `name` of one partition", func(s string) error {
 			sel.name, sel.one = s, true
 			return nil
@@ -112,7 +128,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fmt.Fprintf(stderr, "syncular-admin %s: unexpected argument %q\n", cmd, fs.Arg(0))
 		return exitUsage
 	}
-	if cmd != "partitions" && sel.one == sel.all {
+	if cmd != "partitions" && cmd != "migrate" && sel.one == sel.all {
 		fmt.Fprintf(stderr, "syncular-admin %s: give exactly one of -partition NAME or -all\n", cmd)
 		return exitUsage
 	}
@@ -139,6 +155,8 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		return a.partitions(ctx)
 	case "rotate-epoch":
 		return a.rotateEpoch(ctx, sel, yes)
+	case "migrate":
+		return a.migrate(ctx, mig, env("SYNC_CHECKPOINTS"))
 	default:
 		return a.prune(ctx, sel)
 	}
