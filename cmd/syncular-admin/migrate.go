@@ -43,4 +43,3 @@ func (a *admin) migrate(ctx context.Context, f migrateFlags, checkpoints string)
 	}
 	return exitOK
 }
-
