@@ -98,16 +98,17 @@ func (e *Engine) gateForCommit(rs *reqState, head store.Head, req *store.CommitR
 	return nil
 }
 
-// gateCommitError maps a commit the gate stopped; ok is false for any
-// other error. retry means the gate moved: read the head and check again.
-func (e *Engine) gateCommitError(err error) (refusal error, retry, ok bool) {
+// gateCommitError maps a commit the gate stopped; stopped is false for
+// any other error. retry means the gate moved: read the head and check
+// again; otherwise refusal is the answer.
+func (e *Engine) gateCommitError(err error) (stopped, retry bool, refusal error) {
 	switch {
 	case errors.Is(err, store.ErrGateMoved):
-		return nil, true, true
+		return true, true, nil
 	case errors.Is(err, store.ErrWriterFenced):
-		return notReady(map[string]any{"runningSchemaVersion": e.runningSchema()}), false, true
+		return true, false, notReady(map[string]any{"runningSchemaVersion": e.runningSchema()})
 	}
-	return nil, false, false
+	return false, false, nil
 }
 
 // gateNeedsRecheck: the response carries data read after the entry

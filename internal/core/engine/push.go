@@ -124,7 +124,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			return nil, err
 		}
 		err = e.store.Commit(ctx, rs.auth.Partition, creq)
-		if refusal, retry, ok := e.gateCommitError(err); ok {
+		if stopped, retry, refusal := e.gateCommitError(err); stopped {
 			if retry {
 				continue
 			}
