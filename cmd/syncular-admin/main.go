@@ -61,6 +61,16 @@ commands:
         (once, for tables written before the registry existed). The only
         command that Scans the whole table.
 
+  migrate [-backfill] [-batch N] [-timeout D]
+        Rolling schema upgrade to the schema's latest version
+        (SYNC_SCHEMA_PATH): raise the stored schema marker, raise every
+        partition's writer fence, declare the checkpoints of
+        SYNC_CHECKPOINTS (name=table+table,...) and, with -backfill, run or
+        resume their backfills and activate them. Idempotent: re-run to
+        resume. Prints per partition and checkpoint: state, watermark,
+        observed rows. Roll forward only: once the marker moved, builds of
+        older versions answer sync.schema_not_ready (docs/OPERATIONS.md).
+
 Partition names are printed Go-quoted; pass them to -partition unquoted.
 -all and partitions read the partition registry (Queries, no Scan).
 
@@ -86,7 +96,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	case "partitions", "rotate-epoch", "prune", "register-partitions":
+	case "partitions", "rotate-epoch", "prune", "register-partitions", "migrate":
 	default:
 		fmt.Fprintf(stderr, "syncular-admin: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -96,7 +106,13 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	fs.SetOutput(stderr)
 	var sel selection
 	var yes bool
-	takesSelection := cmd != "partitions" && cmd != "register-partitions"
+	var mig migrateFlags
+	if cmd == "migrate" {
+		fs.BoolVar(&mig.backfill, "backfill", false, "run or resume the declared checkpoints' backfills and activate them")
+		fs.IntVar(&mig.batch, "batch", 100, "rows per backfill batch (one commit each)")
+		fs.DurationVar(&mig.timeout, "timeout", 0, "stop the backfill between batches after this long (0: no limit); re-run to resume")
+	}
+	takesSelection := cmd != "partitions" && cmd != "register-partitions" && cmd != "migrate"
 	if takesSelection {
 		fs.Func("partition", "the `name` of one partition", func(s string) error {
 			sel.name, sel.one = s, true
@@ -146,6 +162,8 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		return a.rotateEpoch(ctx, sel, yes)
 	case "register-partitions":
 		return a.registerPartitions(ctx)
+	case "migrate":
+		return a.migrate(ctx, mig, env("SYNC_CHECKPOINTS"))
 	default:
 		return a.prune(ctx, sel)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
+	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
@@ -62,12 +63,17 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 	default:
 		return nil, fmt.Errorf("app: unknown scopes mode %q", cfg.ScopesMode)
 	}
+	decls, err := migrate.ParseDeclarations(cfg.Checkpoints)
+	if err != nil {
+		return nil, fmt.Errorf("app: SYNC_CHECKPOINTS: %w", err)
+	}
 	ec := engine.Config{
-		Schema:    d.Schema,
-		Store:     d.Store,
-		Segments:  d.Segments,
-		Resolver:  resolver,
-		Presigner: d.Presigner,
+		Checkpoints: migrate.Names(decls),
+		Schema:      d.Schema,
+		Store:       d.Store,
+		Segments:    d.Segments,
+		Resolver:    resolver,
+		Presigner:   d.Presigner,
 		Limits: engine.Limits{
 			MaxOperations:         cfg.MaxOperations,
 			ResponseBudgetBytes:   cfg.ResponseBudgetBytes,

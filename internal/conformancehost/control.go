@@ -39,6 +39,7 @@ var methods = map[string]method{
 	"getHorizonSeq":             (*instance).getHorizonSeq,
 	"readRows":                  (*instance).readRows,
 	"failNextIdempotencyLookup": (*instance).failNextIdempotencyLookup,
+	"declareBackfillCheckpoint": (*instance).declareBackfillCheckpoint,
 	"close":                     (*instance).close,
 }
 

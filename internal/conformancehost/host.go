@@ -34,7 +34,7 @@ import (
 const Name = "syncular-lambda"
 
 // Capabilities are the catalog ServerCapability names this engine serves.
-var Capabilities = []string{"backup-restore", "idempotency-fault", "signed-urls"}
+var Capabilities = []string{"backfill-checkpoints", "backup-restore", "idempotency-fault", "signed-urls"}
 
 // Unsupported lists catalog capabilities and features this engine lacks:
 // scenarios needing them are skipped (capabilities) or fail (features the

@@ -86,10 +86,10 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (Head+GetRows+Commit)       3    3    8
+//	push, 1 op (Head+GetRows+Commit)       3    4    8
 //	push, 50 ops                           3   52  128
 //	push, 1 delete (tombstone Put)         3    3    8
-//	quiet pull (TouchPartition)            1    1    0
+//	quiet pull (TouchPartition)            1    2    0
 //	incremental pull, 100 commits          1    8    0
 //	bootstrap page, 1000 rows (ScanRows)   2   61    0
 //	prune, per pruned commit               -  log  log + 1 per tombstone
@@ -109,6 +109,15 @@
 // EstWCU); DynamoDB Local's reported capacity undercounts transactional
 // writes. GetRows carries the head in its BatchGetItem, so the
 // roll-forward check costs one RCU and no round trip.
+//
+// # Rolling schema upgrades (schema.go)
+//
+// The serve gate costs no round trip: TouchPartition reads the schema
+// marker item in the same consistent BatchGetItem as the head (+1 RCU,
+// the marker is one small item, also charged when absent), the writer
+// fence and gate token are head attributes checked by the commit's
+// existing head condition, and a response is re-checked (one more
+// BatchGetItem) only when it carries commits, segments or conflict rows.
 //
 // # Operator paths
 //

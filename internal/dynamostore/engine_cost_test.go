@@ -16,8 +16,9 @@ import (
 // The cost contract of the engine over DynamoDB, counted on the wire to
 // DynamoDB Local: a warm client's single-op push (an upsert, a delete
 // writing its tombstone, a re-insert over it) takes at most 3 DynamoDB
-// round trips and 10 WCU, and a quiet pull exactly one consistent read of
-// at most 1 RCU and no write. (Capacity is this package's estimate from
+// round trips and 10 WCU, and a quiet pull exactly one consistent read
+// (the head and the schema marker in one BatchGetItem) of at most 2 RCU
+// and no write. (Capacity is this package's estimate from
 // item sizes per the AWS rules; DynamoDB Local under-reports transactions.)
 func TestEngineCostOverDynamoDB(t *testing.T) {
 	ctx := context.Background()
@@ -90,8 +91,8 @@ func TestEngineCostOverDynamoDB(t *testing.T) {
 			t.Fatalf("quiet pull delivered data: %+v", s)
 		}
 	})
-	if u.RoundTrips != 1 || u.EstRCU > 1 || u.EstWCU != 0 {
-		t.Errorf("quiet pull: %d round trips, %.1f RCU, %.1f WCU; want exactly 1, ≤1, 0", u.RoundTrips, u.EstRCU, u.EstWCU)
+	if u.RoundTrips != 1 || u.EstRCU > 2 || u.EstWCU != 0 {
+		t.Errorf("quiet pull: %d round trips, %.1f RCU, %.1f WCU; want exactly 1, ≤2, 0", u.RoundTrips, u.EstRCU, u.EstWCU)
 	}
 }
 

@@ -50,8 +50,10 @@ func WithRefreshInterval(d time.Duration) Option {
 type Store struct {
 	refreshMs int64
 
-	mu         sync.RWMutex // guards partitions (the map, not its values)
+	mu         sync.RWMutex // guards partitions (the map, not its values) and marker
 	partitions map[string]*partState
+	// marker is the stored schema marker (schema.go).
+	marker int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -72,6 +74,11 @@ type partState struct {
 	// those at or below the horizon without walking the rows. An entry
 	// whose row was since rewritten is dropped when pruned.
 	tombs []tombRef
+	// Rolling-upgrade state (schema.go): writer fence, gate token and
+	// backfill checkpoints by name.
+	fence       int64
+	gateToken   int64
+	checkpoints map[string]*store.Checkpoint
 }
 
 type tombRef struct {
@@ -126,6 +133,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		if p == nil {
 			p = &partState{
 				head:     store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs},
+				fence:    s.marker, // a new partition starts fenced at the marker
 				tables:   make(map[string]*table),
 				outcomes: make(map[outcomeKey]*store.Outcome),
 				clients:  make(map[string]*store.Client),
@@ -135,8 +143,10 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		}
 		s.mu.Unlock()
 	}
+	marker := s.markerValue()
 	p.mu.RLock()
 	h := p.head
+	h.Gate = withMarker(p.gateLocked(), marker)
 	p.mu.RUnlock()
 	if !s.stale(h.LastSeenAtMs, nowMs) {
 		return h, nil
@@ -146,6 +156,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		p.head.LastSeenAtMs = nowMs
 	}
 	h = p.head
+	h.Gate = withMarker(p.gateLocked(), marker)
 	p.mu.Unlock()
 	return h, nil
 }
@@ -167,6 +178,7 @@ func (s *Store) Head(ctx context.Context, partition string) (store.Head, bool, e
 	}
 	p.mu.RLock()
 	h := p.head
+	h.Gate = p.gateLocked()
 	p.mu.RUnlock()
 	return h, true, nil
 }
@@ -250,6 +262,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	// Copy outside the lock: it is the expensive part and touches only
 	// caller memory.
 	c := copyCommit(&req.Commit)
+	c.WriterVersion = req.WriterVersion
 	o := copyOutcome(&req.Outcome)
 	rows := make([]*rowEntry, len(req.Rows))
 	for i := range req.Rows {
@@ -271,8 +284,20 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	if p.outcomes[k] != nil {
 		return store.ErrOutcomeExists
 	}
+	if req.WriterVersion < p.fence {
+		return store.ErrWriterFenced
+	}
+	if req.CheckGate && req.GateToken != p.gateToken {
+		return store.ErrGateMoved
+	}
 	if p.head.MaxCommitSeq != req.ExpectedMaxSeq {
 		return store.ErrHeadMoved
+	}
+	var adv *store.Checkpoint
+	if req.Advance != nil {
+		if adv = p.checkAdvanceLocked(req.Advance); adv == nil {
+			return store.ErrCheckpointSuperseded
+		}
 	}
 	for i := range req.Rows {
 		w := &req.Rows[i]
@@ -309,6 +334,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	p.log = append(p.log, c)
 	p.outcomes[k] = o
 	p.head.MaxCommitSeq = seq
+	if adv != nil {
+		applyAdvance(adv, req.Advance, req.Commit.CreatedAtMs)
+	}
 	return nil
 }
 

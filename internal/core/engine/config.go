@@ -184,6 +184,14 @@ type Config struct {
 	// NewEpoch mints an unpredictable log epoch; nil means 128 random bits.
 	NewEpoch func() string
 	Logger   *slog.Logger
+	// Checkpoints names the backfill checkpoints this build declares
+	// (gate.go): it serves a partition while they backfill, where a build
+	// that did not declare them answers sync.schema_not_ready.
+	Checkpoints []string
+	// NoSchemaGate turns the serve gate off even when Store implements
+	// store.SchemaStore (tests of other concerns; never in production:
+	// commits still carry the writer version and the fence still holds).
+	NoSchemaGate bool
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.
@@ -199,6 +207,10 @@ type Engine struct {
 	clients *clientCache
 	// variables is the union of scope variables of every served version.
 	variables map[string]bool
+	// gates is the store's rolling-upgrade side, nil when it has none or
+	// the gate is off; declared holds Config.Checkpoints.
+	gates    store.SchemaStore
+	declared map[string]bool
 }
 
 // New validates cfg and returns an Engine.
@@ -248,6 +260,13 @@ func New(cfg Config) (*Engine, error) {
 		epoch:     cfg.NewEpoch,
 		log:       cfg.Logger,
 		clients:   newClientCache(4096),
+	}
+	if ss, ok := cfg.Store.(store.SchemaStore); ok && !cfg.NoSchemaGate {
+		e.gates = ss
+	}
+	e.declared = make(map[string]bool, len(cfg.Checkpoints))
+	for _, n := range cfg.Checkpoints {
+		e.declared[n] = true
 	}
 	if e.now == nil {
 		e.now = func() int64 { return time.Now().UnixMilli() }

@@ -120,7 +120,16 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		for i := range creq.Rows {
 			creq.Rows[i].Row.CommitSeq = seq
 		}
+		if err := e.gateForCommit(rs, head, creq); err != nil {
+			return nil, err
+		}
 		err = e.store.Commit(ctx, rs.auth.Partition, creq)
+		if stopped, retry, refusal := e.gateCommitError(err); stopped {
+			if retry {
+				continue
+			}
+			return nil, refusal
+		}
 		switch {
 		case err == nil:
 			rs.head.MaxCommitSeq = seq

@@ -60,6 +60,8 @@ type Report struct {
 	SegmentsReused  int
 	RowsScanned     int
 	RowsDelivered   int
+
+	gate *store.Gate // serve-gate state read at entry (gate.go)
 }
 
 // reqState is everything one request computes once.
@@ -117,7 +119,13 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // (syncerr.ForWire): a version-2 client never receives a code added by
 // version 3.
 func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
-	rep, err := e.handleSync(ctx, auth, body, opts, w)
+	var rep *Report
+	var err error
+	if e.gates != nil {
+		rep, err = e.handleGated(ctx, auth, body, opts, w)
+	} else {
+		rep, err = e.handleSync(ctx, auth, body, opts, w)
+	}
 	if err != nil && rep.WireVersion != 0 && rep.BytesOut == 0 {
 		err = errorForWire(err, rep.WireVersion)
 	}
@@ -204,6 +212,9 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	rs.head, err = e.store.TouchPartition(ctx, auth.Partition, rs.now, e.epoch())
 	if err != nil {
 		return rep, storeErr(err, "read partition head")
+	}
+	if err := e.gateAtEntry(rs); err != nil {
+		return rep, err
 	}
 	if req.WireVersion == wire.Version1 && rs.head.EpochRequired {
 		return rep, syncerr.New(syncerr.ClientWireUnsupported, "this partition's log epoch rotated; a wire version 2 client is required (§1.5)")

@@ -76,6 +76,7 @@ class HttpServerInstance implements ServerInstance {
       'captureBackup',
       'restoreBackup',
       'failNextIdempotencyLookup',
+      'declareBackfillCheckpoint',
     ] as const;
     for (const name of optional) {
       if (!methods.includes(name)) {
@@ -197,6 +198,10 @@ class HttpServerInstance implements ServerInstance {
 
   async failNextIdempotencyLookup(): Promise<void> {
     await this.#control('failNextIdempotencyLookup');
+  }
+
+  async declareBackfillCheckpoint(name: string): Promise<void> {
+    await this.#control('declareBackfillCheckpoint', name);
   }
 
   async close(): Promise<void> {
