@@ -164,6 +164,13 @@ func (s *Store) List(_ context.Context, fn func(blobs.Object) bool) error {
 	return nil
 }
 
+// SetBaseURL changes the prefix of URLs minted from now on.
+func (s *Store) SetBaseURL(base string) {
+	s.mu.Lock()
+	s.opts.BaseURL = base
+	s.mu.Unlock()
+}
+
 // Len reports the number of verified blobs and staged uploads held.
 func (s *Store) Len() (present, stagedN int) {
 	s.mu.Lock()
@@ -197,7 +204,10 @@ func (s *Store) sign(c claims) (string, error) {
 	m := hmac.New(sha256.New, s.opts.Key)
 	m.Write(payload)
 	tok := base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-	return strings.TrimRight(s.opts.BaseURL, "/") + "/" + url.PathEscape(c.B) + "?bt=" + tok, nil
+	s.mu.Lock()
+	base := s.opts.BaseURL
+	s.mu.Unlock()
+	return strings.TrimRight(base, "/") + "/" + url.PathEscape(c.B) + "?bt=" + tok, nil
 }
 
 func (s *Store) verify(raw, op string) (claims, error) {
