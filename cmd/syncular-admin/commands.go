@@ -12,6 +12,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+	"github.com/skyfold/syncular-lambda/internal/s3blobs"
 )
 
 // admin holds what the commands share. Results go to out as one
@@ -198,5 +199,22 @@ func (a *admin) engine() (*engine.Engine, error) {
 			return nil, nil
 		}),
 		SignedURLs: engine.SignedURLsOff,
+		Blobs:      s3blobs.New(a.clients.S3, a.cfg.Bucket, ""),
 	})
+}
+
+// sweepBlobs runs the §5.9.2 orphan sweep over the bucket.
+func (a *admin) sweepBlobs(ctx context.Context) int {
+	eng, err := a.engine()
+	if err != nil {
+		a.fail("%v", err)
+		return exitUsage
+	}
+	n, err := eng.SweepBlobs(ctx)
+	fmt.Fprintf(a.errw, "deleted %d orphaned blob object(s) in bucket %s\n", n, a.cfg.Bucket)
+	if err != nil {
+		a.fail("sweep: %v", err)
+		return exitFailure
+	}
+	return exitOK
 }

@@ -56,6 +56,12 @@ commands:
         Advance the pruning horizon as far as the SPEC §4.6 floors allow
         (newest 1000 commits, clients active in 14 days, 30-day age force)
         and delete the commits below it. Needs SYNC_SCHEMA_PATH.
+  sweep-blobs
+        Delete orphaned blobs (SPEC §5.9.2): verified blobs under the
+        bucket's blobs/ prefix that no row of their partition references
+        and that nothing uploaded or referenced for 24 h, and presigned
+        uploads older than that which never verified. Needs
+        SYNC_SCHEMA_PATH. Run it on a schedule (e.g. daily).
 
 Partition names are printed Go-quoted; pass them to -partition unquoted.
 -all lists partitions with a consistent Scan of the whole table.
@@ -82,7 +88,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	case "partitions", "rotate-epoch", "prune":
+	case "partitions", "rotate-epoch", "prune", "sweep-blobs":
 	default:
 		fmt.Fprintf(stderr, "syncular-admin: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -92,7 +98,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	fs.SetOutput(stderr)
 	var sel selection
 	var yes bool
-	if cmd != "partitions" {
+	if cmd != "partitions" && cmd != "sweep-blobs" {
 		fs.Func("partition", "the `name` of one partition", func(s string) error {
 			sel.name, sel.one = s, true
 			return nil
@@ -112,7 +118,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fmt.Fprintf(stderr, "syncular-admin %s: unexpected argument %q\n", cmd, fs.Arg(0))
 		return exitUsage
 	}
-	if cmd != "partitions" && sel.one == sel.all {
+	if cmd != "partitions" && cmd != "sweep-blobs" && sel.one == sel.all {
 		fmt.Fprintf(stderr, "syncular-admin %s: give exactly one of -partition NAME or -all\n", cmd)
 		return exitUsage
 	}
@@ -139,6 +145,8 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		return a.partitions(ctx)
 	case "rotate-epoch":
 		return a.rotateEpoch(ctx, sel, yes)
+	case "sweep-blobs":
+		return a.sweepBlobs(ctx)
 	default:
 		return a.prune(ctx, sel)
 	}
