@@ -151,6 +151,8 @@ func testEmulatorSampleEvents(t *testing.T) {
 	invoke := func(fn string, ev []byte) events.APIGatewayV2HTTPResponse { return e.invoke(t, fn, ev) }
 	replay(t, invoke, files["push"], files["pull"], files["segment"])
 	replay(t, invoke, files["push"], files["pull"], files["segment"]) // warm, and the push replays as cached
+	replayBlob(t, invoke, files["blob"])
+	replayBlob(t, invoke, files["blob"]) // idempotent re-upload
 	e.report(t)
 	for _, f := range app.Functions {
 		logs := e.rie[f.Name].Logs()

@@ -564,9 +564,11 @@ func TestTemplateEnvironment(t *testing.T) {
 // segment function only reads. No wildcard actions or resources.
 func TestTemplatePolicies(t *testing.T) {
 	root := loadYAML(t)
-	wantDDB := map[string]string{"PushFunction": "DynamoDBCrudPolicy", "PullFunction": "DynamoDBCrudPolicy", "SegmentFunction": "DynamoDBReadPolicy"}
+	wantDDB := map[string]string{"PushFunction": "DynamoDBCrudPolicy", "PullFunction": "DynamoDBCrudPolicy", "SegmentFunction": "DynamoDBReadPolicy", "BlobFunction": "DynamoDBReadPolicy"}
 	wantS3 := map[string][]string{
-		"PushFunction":    {"s3:GetObject", "s3:ListBucket", "s3:PutObject"},
+		// Push: segments, plus the §5.9.6 blob check on blobs/.
+		"PushFunction":    {"s3:DeleteObject", "s3:GetObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "s3:PutObject"},
+		"BlobFunction":    {"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
 		"PullFunction":    {"s3:GetObject", "s3:ListBucket", "s3:PutObject"},
 		"SegmentFunction": {"s3:GetObject", "s3:ListBucket"},
 	}

@@ -217,3 +217,19 @@ func (a *admin) registerPartitions(ctx context.Context) int {
 	fmt.Fprintf(a.errw, "registered %d of %d partition(s) in table %s\n", done, len(ps), a.cfg.TableName)
 	return code
 }
+
+// sweepBlobs runs the §5.9.2 orphan sweep over the bucket.
+func (a *admin) sweepBlobs(ctx context.Context) int {
+	eng, err := a.engine()
+	if err != nil {
+		a.fail("%v", err)
+		return exitUsage
+	}
+	n, err := eng.SweepBlobs(ctx)
+	fmt.Fprintf(a.errw, "deleted %d orphaned blob object(s) in bucket %s\n", n, a.cfg.Bucket)
+	if err != nil {
+		a.fail("sweep: %v", err)
+		return exitFailure
+	}
+	return exitOK
+}

@@ -71,6 +71,13 @@ commands:
         observed rows. Roll forward only: once the marker moved, builds of
         older versions answer sync.schema_not_ready (docs/OPERATIONS.md).
 
+  sweep-blobs
+        Delete orphaned blobs (SPEC §5.9.2): verified blobs under the
+        bucket's blobs/ prefix that no row of their partition references
+        and that nothing uploaded or referenced for 24 h, and presigned
+        uploads older than that which never verified. Needs
+        SYNC_SCHEMA_PATH. Run it on a schedule (e.g. daily).
+
 Partition names are printed Go-quoted; pass them to -partition unquoted.
 -all and partitions read the partition registry (Queries, no Scan).
 
@@ -96,7 +103,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	case "partitions", "rotate-epoch", "prune", "register-partitions", "migrate":
+	case "partitions", "rotate-epoch", "prune", "register-partitions", "migrate", "sweep-blobs":
 	default:
 		fmt.Fprintf(stderr, "syncular-admin: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -112,7 +119,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fs.IntVar(&mig.batch, "batch", 100, "rows per backfill batch (one commit each)")
 		fs.DurationVar(&mig.timeout, "timeout", 0, "stop the backfill between batches after this long (0: no limit); re-run to resume")
 	}
-	takesSelection := cmd != "partitions" && cmd != "register-partitions" && cmd != "migrate"
+	takesSelection := cmd != "partitions" && cmd != "register-partitions" && cmd != "migrate" && cmd != "sweep-blobs"
 	if takesSelection {
 		fs.Func("partition", "the `name` of one partition", func(s string) error {
 			sel.name, sel.one = s, true
@@ -164,6 +171,8 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		return a.registerPartitions(ctx)
 	case "migrate":
 		return a.migrate(ctx, mig, env("SYNC_CHECKPOINTS"))
+	case "sweep-blobs":
+		return a.sweepBlobs(ctx)
 	default:
 		return a.prune(ctx, sel)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/migrate"
@@ -26,6 +27,13 @@ type Deps struct {
 	Store     store.Store
 	Segments  store.SegmentStore
 	Presigner store.Presigner // required when SYNC_SIGNED_URLS=presign
+	// Blobs stores §5.9 blob bytes (shared by every function: the push
+	// function checks existence, the blob function serves the routes);
+	// BlobPresigner mints upload grants and download URLs; BlobURLs
+	// serves native blob URLs on the blob route (in-memory runs).
+	Blobs         blobs.Store
+	BlobPresigner blobs.Presigner
+	BlobURLs      httpapi.BlobURLHost
 	// Grants is the DynamoDB client of the table scope resolver, with the
 	// table's key attribute names.
 	Grants         auth.GetItemAPI
@@ -81,9 +89,12 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 			SegmentMaxBytes:       cfg.SegmentMaxBytes,
 			SegmentTTL:            cfg.SegmentTTL,
 			SignedURLTTL:          cfg.SignedURLTTL,
+			MaxBlobBytes:          cfg.BlobMaxBytes,
 		},
-		Clock:  d.Clock,
-		Logger: logger,
+		Blobs:         d.Blobs,
+		BlobPresigner: d.BlobPresigner,
+		Clock:         d.Clock,
+		Logger:        logger,
 	}
 	switch cfg.SignedURLs {
 	case config.SignedNative:
@@ -114,6 +125,7 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 				Namespace: cfg.MetricsNamespace,
 				Fixed:     map[string]string{metrics.DimFunction: fn.Name},
 			}).RequestLine,
+			BlobURLs: d.BlobURLs,
 		},
 		Auth:      authn,
 		PublicURL: cfg.PublicURL,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/skyfold/syncular-lambda/internal/s3blobs"
 	"log/slog"
 	"os"
 	"time"
@@ -190,6 +191,8 @@ func PruneEngine(cfg *config.Config, clients *AWSClients, st *dynamostore.Store)
 			return nil, nil
 		}),
 		SignedURLs: engine.SignedURLsOff,
+		// The blob sweep (syncular-admin sweep-blobs) runs on this engine.
+		Blobs: s3blobs.New(clients.S3, cfg.Bucket, ""),
 	})
 }
 

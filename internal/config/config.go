@@ -92,6 +92,8 @@ type Config struct {
 	// objects; it must outlive every publication (see s3segments).
 	SegmentObjectDays int
 	MaxBodyBytes      int
+	// BlobMaxBytes caps one blob (§5.9.3 blob.too_large).
+	BlobMaxBytes int64
 
 	LogLevel slog.Level
 	// MetricsNamespace is the CloudWatch namespace of the EMF metrics.
@@ -139,6 +141,7 @@ var Vars = []Var{
 	{"SYNC_SEGMENT_TTL", "`24h`", "Lifetime of a segment publication. The bucket's lifecycle rule must outlive it (SYNC_SEGMENT_OBJECT_DAYS)."},
 	{"SYNC_SEGMENT_OBJECT_DAYS", "`2`", "Days after which the bucket's lifecycle rule expires segment objects (template parameter SegmentObjectExpirationDays passes the same number to both). Must exceed SYNC_SEGMENT_TTL + 15 min + 1 h."},
 	{"SYNC_MAX_BODY_BYTES", "`33554432`", "Request body cap after gzip decoding (413 above); at least 4669440, the largest body Lambda can receive, so an uncompressed request is always read and oversized commits in it are rejected one by one (see Size limits)."},
+	{"SYNC_BLOB_MAX_BYTES", "`67108864`", "Largest blob (§5.9.3), checked at upload grant issuance and on direct uploads (413 `blob.too_large`). A direct upload through the blob function is further bounded by what Lambda accepts (about 6 MB); larger blobs use the presigned upload grant."},
 	{"SYNC_LOG_LEVEL", "`info`", "`debug`, `info`, `warn` or `error`. Logs are JSON on stdout; tokens and payloads are never logged."},
 	{"SYNC_METRICS_NAMESPACE", "`Syncular`", "CloudWatch namespace of the metrics each request line carries in Embedded Metric Format (template parameter MetricsNamespace; the alarms use the same). Catalogue: docs/OPERATIONS.md."},
 	{"SYNC_DYNAMODB_ENDPOINT", "empty", "DynamoDB endpoint override (DynamoDB Local for `sam local`)."},
@@ -196,6 +199,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		SegmentTTL:            l.duration("SYNC_SEGMENT_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
 		SegmentObjectDays:     l.integer("SYNC_SEGMENT_OBJECT_DAYS", 2, 1, 3650),
 		MaxBodyBytes:          l.integer("SYNC_MAX_BODY_BYTES", limits.DefaultDecodedBodyBytes, limits.MaxRequestBodyBytes, limits.MaxDecodedBodyBytes),
+		BlobMaxBytes:          int64(l.integer("SYNC_BLOB_MAX_BYTES", 64<<20, 1, 5<<30)),
 
 		LogLevel:         l.level("SYNC_LOG_LEVEL"),
 		MetricsNamespace: l.str("SYNC_METRICS_NAMESPACE", "Syncular"),

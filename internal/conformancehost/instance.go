@@ -15,6 +15,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/memblobs"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
 
@@ -64,6 +65,7 @@ type instance struct {
 	eng     *engine.Engine
 	api     *httpapi.Handler
 	signed  bool
+	blobs   *memblobs.Store
 	backup  int // journal position of the captured backup; -1 none
 	ttlSecs int64
 }
@@ -138,9 +140,16 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 		store:  newJournalStore(), segs: memstore.NewSegments(), backup: -1,
 	}
 	inst.clock.Store(*o.NowMs)
+	blobKey := make([]byte, 32)
+	if _, err := rand.Read(blobKey); err != nil {
+		return nil, failed(err)
+	}
+	// §5.9: an in-memory blob store; presigned grants and downloads are
+	// toggled by setBlobPresign (this host plays the object host).
+	inst.blobs = memblobs.New(memblobs.Options{Now: inst.clock.Load, Key: blobKey, BaseURL: "http://blob-host.invalid/i/" + id + "/blob-urls"})
 	cfg := engine.Config{
 		Schema: sc, Store: inst.store, Segments: inst.segs, Resolver: inst.grants,
-		Limits: lim, Clock: inst.clock.Load,
+		Limits: lim, Clock: inst.clock.Load, Blobs: inst.blobs,
 	}
 	if o.SignedURLs != nil {
 		inst.signed = true
@@ -163,7 +172,7 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 	if inst.signed {
 		inst.eng.SetSignedURLTTL(time.Duration(inst.ttlSecs) * time.Second)
 	}
-	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments, Logger: log}
+	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments | httpapi.RouteBlobs, Logger: log}
 	return inst, nil
 }
 

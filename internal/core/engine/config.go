@@ -13,8 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
+	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -99,6 +101,12 @@ type Limits struct {
 	// references append to one commit (§6.11 CASCADE and SET NULL);
 	// past it the commit is rejected with reason cascade_limit.
 	MaxCascadeOperationsPerCommit int
+	// MaxBlobBytes caps one blob (§5.9.3 blob.too_large), checked on
+	// the declared length, the streamed bytes and at grant issuance.
+	MaxBlobBytes int64
+	// BlobOrphanGrace is how long an unreferenced blob survives the
+	// orphan sweep (§5.9.2, default 24 h).
+	BlobOrphanGrace time.Duration
 }
 
 // Defaults of Limits.
@@ -116,6 +124,10 @@ const (
 	DefaultMinRetainedCommits    = 1000
 	// DefaultMaxCascadeOperations is the §6.11 reference default.
 	DefaultMaxCascadeOperations = 1000
+	// DefaultMaxBlobBytes is the §5.9.3 host size cap.
+	DefaultMaxBlobBytes = 64 << 20
+	// DefaultBlobOrphanGrace is the §5.9.2 default grace period.
+	DefaultBlobOrphanGrace = 24 * time.Hour
 )
 
 func (l Limits) withDefaults() Limits {
@@ -161,6 +173,12 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxCascadeOperationsPerCommit <= 0 {
 		l.MaxCascadeOperationsPerCommit = DefaultMaxCascadeOperations
 	}
+	if l.MaxBlobBytes <= 0 {
+		l.MaxBlobBytes = DefaultMaxBlobBytes
+	}
+	if l.BlobOrphanGrace <= 0 {
+		l.BlobOrphanGrace = DefaultBlobOrphanGrace
+	}
 	if l.MinRetainedCommits < DefaultMinRetainedCommits {
 		l.MinRetainedCommits = DefaultMinRetainedCommits
 	}
@@ -174,6 +192,12 @@ type Config struct {
 	Segments  store.SegmentStore
 	Resolver  ScopeResolver
 	Presigner store.Presigner // used with SignedURLsPresign
+	// Blobs stores blob bytes (§5.9); nil serves no blob routes and
+	// rejects every blob reference with blob.not_found (§6.6).
+	// BlobPresigner, when set, mints upload grants and download URLs
+	// (§5.9.3, §5.9.5).
+	Blobs         blobs.Store
+	BlobPresigner blobs.Presigner
 	// SignedURLs selects url minting; SigningKey is required for native
 	// tokens (and keys the partition-derived `aud`).
 	SignedURLs SignedURLMode
@@ -205,6 +229,9 @@ type Engine struct {
 	epoch   func() string
 	log     *slog.Logger
 	clients *clientCache
+	blobs   blobs.Store
+	// blobPresign is swapped at run time by test drivers.
+	blobPresign atomic.Pointer[blobs.Presigner]
 	// variables is the union of scope variables of every served version.
 	variables map[string]bool
 	// gates is the store's rolling-upgrade side, nil when it has none or
@@ -260,6 +287,10 @@ func New(cfg Config) (*Engine, error) {
 		epoch:     cfg.NewEpoch,
 		log:       cfg.Logger,
 		clients:   newClientCache(4096),
+		blobs:     cfg.Blobs,
+	}
+	if cfg.BlobPresigner != nil {
+		e.SetBlobPresigner(cfg.BlobPresigner)
 	}
 	if ss, ok := cfg.Store.(store.SchemaStore); ok && !cfg.NoSchemaGate {
 		e.gates = ss

@@ -67,6 +67,13 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			ev.reject = e.checkCommitSize(rs.auth.ActorID, pc, ev)
 		}
 		if ev.reject == nil {
+			// §5.9.6 / §6.6: every blob the commit references must exist
+			// before anything applies (blobs.go).
+			if err := e.checkBlobs(ctx, rs, ev, allowed, resolveErr); err != nil {
+				return nil, err
+			}
+		}
+		if ev.reject == nil {
 			// §6.8 order: declared references once over the candidate state
 			// after every operation is staged (references.go).
 			if err := e.enforceReferences(ctx, rs, pc, ev); err != nil {
@@ -76,6 +83,12 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				// The client's own writes fit (checked above), so what no
 				// longer fits is the cascade: §6.11 reports it as the cap.
 				ev.reject, ev.details = referenceReject(pc.ClientCommitID, ev.cascadeOrigin, reasonCascadeLimit, nil, nil)
+			}
+		}
+		if ev.reject == nil && e.blobs != nil {
+			// §5.9.4: the blob reference index changes in the same commit.
+			if err := e.blobIndexWrites(ctx, rs, ev); err != nil {
+				return nil, err
 			}
 		}
 		if ev.reject != nil {
@@ -233,6 +246,9 @@ type evaluation struct {
 	refs          []store.RefWrite
 	cascaded      int
 	cascadeOrigin int32
+
+	// blobChecks are the blob references §5.9.6 checks (blobs.go).
+	blobChecks []blobCheck
 }
 
 type rowKey struct{ table, rowID string }
@@ -343,6 +359,9 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		if reject != nil {
 			ev.reject = reject
 			return ev, nil
+		}
+		if err := collectBlobRefs(ev, i, st, stored, nr, sc.present(st, t)); err != nil {
+			return nil, err
 		}
 		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: nr.Payload})
 		ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Row: *nr})
@@ -546,17 +565,12 @@ func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *s
 
 // unsupportedValues refuses values this server cannot store yet. It runs
 // after authorization, so an actor without the scope learns only
-// sync.forbidden. No CRDT merger is registered (§5.10.2), and no blob
-// storage exists, so no referenced blob can exist (§6.6).
+// sync.forbidden. No CRDT merger is registered (§5.10.2). Blob references
+// are checked once the commit is staged (checkBlobs, §5.9.6).
 func unsupportedValues(i int, st *schema.Table, vals []rowcodec.Value, present []bool) *wire.OpResult {
 	for _, j := range st.CRDTColumns {
 		if present[j] && !vals[j].Null {
 			return opError(i, syncerr.CrdtMergeFailed, "no CRDT merger is registered on this server (§5.10.2)")
-		}
-	}
-	for _, j := range st.BlobRefColumns {
-		if present[j] && !vals[j].Null {
-			return opError(i, syncerr.BlobNotFound, fmt.Sprintf("column %q references a blob this server does not hold; blob storage is not available (§6.6)", st.Columns[j].Name))
 		}
 	}
 	return nil
@@ -685,4 +699,13 @@ func decodeOutcome(b []byte) (*wire.PushResult, *wire.PushResultDetails, error) 
 		}
 	}
 	return &c, det, nil
+}
+
+// present returns the storage-column presence flags of the operation
+// evalUpsert last decoded.
+func (sc *opScratch) present(st, t *schema.Table) []bool {
+	if st != t {
+		return sc.spresent
+	}
+	return sc.cpresent
 }

@@ -40,8 +40,10 @@ const (
 	RoutePush
 	RoutePull
 	RouteSegments
+	// RouteBlobs serves <mount>/blobs/… (§5.9.3, §5.9.5).
+	RouteBlobs
 	// RouteAll serves every route (local runner, conformance host).
-	RouteAll = RouteSync | RoutePush | RoutePull | RouteSegments
+	RouteAll = RouteSync | RoutePush | RoutePull | RouteSegments | RouteBlobs
 )
 
 // Request is one HTTP request as the host received it.
@@ -93,6 +95,9 @@ type Handler struct {
 	// it is logged (the Lambda functions add their CloudWatch EMF metric
 	// directive, internal/metrics).
 	Line func(attrs []slog.Attr) []slog.Attr
+	// BlobURLs, when set, answers native presigned blob URLs on the blob
+	// route (blobs.go).
+	BlobURLs BlobURLHost
 }
 
 // DefaultMaxBodyBytes is the decoded request body cap (limits package).
@@ -237,6 +242,8 @@ func (h *Handler) route(ctx context.Context, r *Request) (*Response, *engine.Rep
 	case strings.HasPrefix(path, "/segments/") && h.Routes&RouteSegments != 0:
 		resp := h.segment(ctx, r, path[len("/segments/"):])
 		return resp, nil, partition, actor
+	case strings.HasPrefix(path, "/blobs/") && h.Routes&RouteBlobs != 0:
+		return h.blob(ctx, r, path[len("/blobs/"):]), nil, partition, actor
 	}
 	return errorResponse(syncerr.New(syncerr.NotFound, "no route for %s %s", r.Method, r.Path).WithStatus(http.StatusNotFound)), nil, partition, actor
 }

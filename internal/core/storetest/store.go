@@ -82,6 +82,7 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RefIndex/FailedCommitWritesNone", testRefsFailedCommitWritesNone},
 		{"RefIndex/ManyInOneCommit", testRefsManyInOneCommit},
 		{"RefIndex/ManyQueries", testRefsManyQueries},
+		{"RefIndex/BlobEntries", testRefsBlobEntries},
 		{"RefIndex/UnknownPartition", testRefsUnknownPartition},
 	}
 	for _, tc := range tests {

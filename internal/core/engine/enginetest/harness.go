@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
@@ -120,6 +121,9 @@ type Options struct {
 	Presigner    store.Presigner
 	// Checkpoints are the backfill checkpoints the engine declares.
 	Checkpoints []string
+	// Blobs and BlobPresigner configure §5.9 blob storage.
+	Blobs         blobs.Store
+	BlobPresigner blobs.Presigner
 }
 
 // New builds a harness over st and segs.
@@ -146,6 +150,7 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 		Schema: sc, Store: st, Segments: segs, Resolver: h.Grants, Presigner: o.Presigner,
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
 		Checkpoints: o.Checkpoints,
+		Blobs:       o.Blobs, BlobPresigner: o.BlobPresigner,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
