@@ -291,8 +291,20 @@ func TestTemplateOperations(t *testing.T) {
 	if scalar(get(ev, "Type")) != "ScheduleV2" || !refTo(get(ev, "Properties", "ScheduleExpression"), "PruneSchedule") {
 		t.Error("PruneFunction: a ScheduleV2 event with ScheduleExpression: !Ref PruneSchedule")
 	}
-	if pol := get(pr, "Policies"); pol == nil || !tableRef(get(pol.Content[0], "DynamoDBCrudPolicy", "TableName")) || len(pol.Content) != 1 {
-		t.Error("PruneFunction: exactly DynamoDBCrudPolicy on the sync table")
+	// The table, plus the blob sweep that follows a finished pass: S3
+	// access confined to the bucket's blobs/ prefix, nothing else.
+	if pol := get(pr, "Policies"); pol == nil || len(pol.Content) != 2 || !tableRef(get(pol.Content[0], "DynamoDBCrudPolicy", "TableName")) {
+		t.Error("PruneFunction: DynamoDBCrudPolicy on the sync table plus the blob-sweep statement, nothing more")
+	} else {
+		for _, st := range get(pol.Content[1], "Statement").Content {
+			res := get(st, "Resource")
+			if res.Tag == "!Sub" && !strings.HasSuffix(res.Value, "/blobs/*") {
+				t.Errorf("PruneFunction: S3 object access beyond blobs/: %s", res.Value)
+			}
+			if c := get(st, "Condition", "StringLike", "s3:prefix"); scalar(get(st, "Action")) == "s3:ListBucket" && (c == nil || len(c.Content) != 1 || c.Content[0].Value != "blobs/*") {
+				t.Error("PruneFunction: ListBucket must be confined to the blobs/* prefix")
+			}
+		}
 	}
 
 	tb := get(root, "Resources", "SyncTable", "Properties")

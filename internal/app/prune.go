@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/skyfold/syncular-lambda/internal/s3blobs"
 	"log/slog"
 	"os"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/metrics"
+	"github.com/skyfold/syncular-lambda/internal/s3blobs"
 )
 
 // PruneJob is the scheduled prune function: no HTTP route, invoked by an
@@ -46,6 +46,9 @@ type PruneResult struct {
 	// saved cursor is then cleared); false means the next run resumes.
 	Done   bool   `json:"done"`
 	Cursor string `json:"cursor,omitempty"`
+	// BlobsSwept counts orphaned blobs deleted by the sweep that follows
+	// a finished pass (§5.9.2; Engine.SweepBlobs).
+	BlobsSwept int `json:"blobsSwept"`
 }
 
 // Pruner runs Engine.Prune with the §4.6 floors over every partition of
@@ -138,8 +141,28 @@ func (p *Pruner) Run(ctx context.Context, ev PruneEvent) (PruneResult, error) {
 			p.Logger.WarnContext(ctx, "saving the prune cursor failed", "error", err.Error())
 		}
 	}
+	// A finished pass is followed by the §5.9.2 orphan sweep, so blobs are
+	// collected on the same schedule (never a referenced or recently
+	// touched blob; see Engine.SweepBlobs). It is idempotent: a sweep cut
+	// short by the deadline is simply done again after the next pass.
+	var sweepErr error
+	if res.Done {
+		sweepCtx := ctx
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			sweepCtx, cancel = context.WithDeadline(ctx, dl.Add(-margin/2))
+			defer cancel()
+		}
+		res.BlobsSwept, sweepErr = p.Engine.SweepBlobs(sweepCtx)
+		if sweepErr != nil {
+			p.Logger.ErrorContext(ctx, "blob sweep failed", "error", sweepErr.Error())
+		}
+	}
 	failures := res.Failed
 	if listErr != nil {
+		failures++
+	}
+	if sweepErr != nil {
 		failures++
 	}
 	attrs := []slog.Attr{
@@ -148,6 +171,7 @@ func (p *Pruner) Run(ctx context.Context, ev PruneEvent) (PruneResult, error) {
 		slog.Int(metrics.PrunedCommits.Name, res.Removed),
 		slog.Int(metrics.PruneFailures.Name, failures),
 		slog.Int(metrics.PruneIncomplete.Name, b2i(!res.Done)),
+		slog.Int(metrics.BlobsSwept.Name, res.BlobsSwept),
 		slog.Bool("done", res.Done),
 		slog.String("resumedFrom", resumedFrom),
 		slog.String("cursor", res.Cursor),
@@ -164,6 +188,8 @@ func (p *Pruner) Run(ctx context.Context, ev PruneEvent) (PruneResult, error) {
 		return res, fmt.Errorf("prune: list partitions: %w", listErr)
 	case res.Failed > 0:
 		return res, errPruneFailures
+	case sweepErr != nil:
+		return res, fmt.Errorf("prune: blob sweep: %w", sweepErr)
 	}
 	return res, nil
 }

@@ -91,6 +91,7 @@ var (
 	PrunedCommits    = Metric{"prunedCommits", Count, byFunction, "Commits a prune run deleted."}
 	PruneFailures    = Metric{"pruneFailures", Count, byFunction, "Partitions a prune run failed on, plus 1 when the registry could not be read."}
 	PruneIncomplete  = Metric{"pruneIncomplete", Count, byFunction, "1 when a prune run stopped at its deadline with partitions left (the next run resumes)."}
+	BlobsSwept       = Metric{"blobsSwept", Count, byFunction, "Orphaned blob objects a prune run deleted after finishing a pass (§5.9.2 sweep)."}
 )
 
 // Catalogue lists every metric the code emits.
@@ -98,7 +99,7 @@ var Catalogue = []Metric{
 	Requests, ServerErrors, RateLimited, SoftTimeouts, Duration,
 	CommitsApplied, CommitRacesLost, CommitsSent, RowsScanned, RowsDelivered,
 	SegmentsBuilt, SegmentsReused, ResponseBytes, DDBRoundTrips, ReadUnits, WriteUnits,
-	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete,
+	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete, BlobsSwept,
 }
 
 // Lookup returns the catalogue entry named name.
