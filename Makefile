@@ -26,7 +26,7 @@ LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
 .PHONY: all test lint unit tools fuzz bench run build clean \
-	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction
+	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-MigrateHookFunction
 
 all: build
 
@@ -78,6 +78,8 @@ build-SegmentFunction:
 	$(call lambda_build,segment)
 build-PruneFunction:
 	$(call lambda_build,prune)
+build-MigrateHookFunction:
+	$(call lambda_build,migratehook)
 
 clean:
 	rm -rf bin .aws-sam
