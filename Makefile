@@ -26,7 +26,7 @@ LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
 .PHONY: all test lint unit tools fuzz bench run build clean \
-	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction
+	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction build-MigrateHookFunction
 
 all: build
 
@@ -80,6 +80,8 @@ build-PruneFunction:
 	$(call lambda_build,prune)
 build-BlobFunction:
 	$(call lambda_build,blob)
+build-MigrateHookFunction:
+	$(call lambda_build,migratehook)
 
 clean:
 	rm -rf bin .aws-sam

@@ -129,8 +129,13 @@ func TestTemplateAlarmsUseCatalogue(t *testing.T) {
 			t.Errorf("no alarm on %s", want)
 		}
 	}
-	// Throttles: one alarm per function.
+	// Throttles: one alarm per function. Not the pre-traffic hook: its
+	// reserved concurrency of 1 throttles the deployment groups' parallel
+	// invocations by design (Lambda retries them).
 	for _, f := range append(slices.Clone(app.Functions), app.Jobs...) {
+		if f.LogicalID == app.MigrateHookJob.LogicalID {
+			continue
+		}
 		found := false
 		for _, id := range ids {
 			for _, r := range alarmMetrics(t, root, id) {
@@ -316,5 +321,59 @@ func TestTemplateOperations(t *testing.T) {
 	}
 	if scalar(get(root, "Parameters", "TableDeletionProtection", "Default")) != "true" {
 		t.Error("deletion protection must default to on")
+	}
+}
+
+// The pre-traffic hook (rolling schema upgrades): every sync function's
+// deployment waits on MigrateHookFunction before traffic shifts; the hook
+// itself is not traffic-shifted, carries the name prefix the CodeDeploy
+// role SAM creates may invoke, runs one at a time, and may only use the
+// table and report a lifecycle status to this stack's deployment groups.
+func TestTemplateMigrateHook(t *testing.T) {
+	root := loadYAML(t)
+	hook := app.MigrateHookJob.LogicalID
+	for _, f := range app.Functions {
+		pre := get(root, "Resources", f.LogicalID, "Properties", "DeploymentPreference", "Hooks", "PreTraffic")
+		if !refTo(pre, hook) {
+			t.Errorf("%s: DeploymentPreference.Hooks.PreTraffic must be !Ref %s", f.LogicalID, hook)
+		}
+	}
+	p := get(root, "Resources", hook, "Properties")
+	if p == nil {
+		t.Fatalf("no %s", hook)
+	}
+	if get(p, "DeploymentPreference") != nil {
+		t.Errorf("%s: a hook function must not have a DeploymentPreference", hook)
+	}
+	name := get(p, "FunctionName")
+	if name == nil || name.Tag != "!Sub" || len(name.Content) != 2 || !strings.HasPrefix(name.Content[0].Value, "CodeDeployHook_") {
+		t.Errorf("%s: FunctionName must start with CodeDeployHook_ (AWSCodeDeployRoleForLambda invokes only those)", hook)
+	} else if fixed := strings.Split(name.Content[0].Value, "${")[0]; len(fixed)+36 > 64 {
+		t.Errorf("%s: %q plus a stack UUID exceeds Lambda's 64-character name limit", hook, fixed)
+	}
+	if scalar(get(p, "ReservedConcurrentExecutions")) != "1" {
+		t.Errorf("%s: ReservedConcurrentExecutions 1 (the three deployment groups' hooks run one at a time)", hook)
+	}
+	if to := scalar(get(p, "Timeout")); to != "900" {
+		t.Errorf("%s: Timeout %s, want 900 (the backfill runs within it)", hook, to)
+	}
+	pols := get(p, "Policies")
+	if pols == nil || len(pols.Content) != 2 || !tableRef(get(pols.Content[0], "DynamoDBCrudPolicy", "TableName")) {
+		t.Fatalf("%s: Policies must be DynamoDBCrudPolicy on the sync table and one statement", hook)
+	}
+	sts := get(pols.Content[1], "Statement")
+	if sts == nil || len(sts.Content) != 1 {
+		t.Fatalf("%s: one statement", hook)
+	}
+	st := sts.Content[0]
+	if a := scalar(get(st, "Action")); a != "codedeploy:PutLifecycleEventHookExecutionStatus" {
+		t.Errorf("%s: action %q", hook, a)
+	}
+	res := get(st, "Resource")
+	if res == nil || res.Tag != "!Sub" || !strings.Contains(res.Value, ":deploymentgroup:${ServerlessDeploymentApplication}/") {
+		t.Errorf("%s: the status call must be scoped to this stack's CodeDeploy application's deployment groups", hook)
+	}
+	if !refTo(get(root, "Globals", "Function", "Environment", "Variables", "SYNC_CHECKPOINTS"), "BackfillCheckpoints") {
+		t.Error("SYNC_CHECKPOINTS must come from the BackfillCheckpoints parameter (the hook and the serving functions read the same declarations)")
 	}
 }

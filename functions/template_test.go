@@ -267,6 +267,12 @@ func TestTemplateReferencesResolve(t *testing.T) {
 	for _, k := range keys(get(root, "Conditions")) {
 		conds[k] = true
 	}
+	// SAM generates the CodeDeploy application of DeploymentPreference.
+	for _, id := range resourcesOfType(root, "AWS::Serverless::Function") {
+		if get(root, "Resources", id, "Properties", "DeploymentPreference") != nil {
+			resources["ServerlessDeploymentApplication"] = true
+		}
+	}
 	var refs []reference
 	collect(root, "", &refs)
 	if len(refs) < 20 {

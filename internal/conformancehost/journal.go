@@ -112,14 +112,14 @@ func (j *journalStore) GetOutcome(ctx context.Context, partition, clientID, clie
 }
 
 // PutRejection implements store.Store.
-func (j *journalStore) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome) error {
+func (j *journalStore) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome, w store.WriterCheck) error {
 	if j.failGet.Swap(false) {
 		return store.ErrOutcomeUnreadable
 	}
 	o.Result = bytes.Clone(o.Result)
-	err := j.cur().PutRejection(ctx, partition, clientID, clientCommitID, o)
+	err := j.cur().PutRejection(ctx, partition, clientID, clientCommitID, o, w)
 	return j.record(err, func(ctx context.Context, s store.Store) error {
-		return s.PutRejection(ctx, partition, clientID, clientCommitID, o)
+		return s.PutRejection(ctx, partition, clientID, clientCommitID, o, w)
 	})
 }
 

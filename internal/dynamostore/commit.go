@@ -384,14 +384,22 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 // ride on the condition the commit makes anyway: no extra action, read
 // or round trip.
 func commitCondition(req *store.CommitRequest) (string, map[string]types.AttributeValue) {
-	cond := "attribute_exists(pk) AND mx = :e AND ap = :e AND (attribute_not_exists(rwv) OR rwv <= :wv)"
-	vals := map[string]types.AttributeValue{":e": N(req.ExpectedMaxSeq), ":wv": N(req.WriterVersion)}
-	if req.CheckGate {
-		if req.GateToken == 0 {
+	cond, vals := writerCondition(store.WriterCheck{WriterVersion: req.WriterVersion, CheckGate: req.CheckGate, GateToken: req.GateToken})
+	vals[":e"] = N(req.ExpectedMaxSeq)
+	return "attribute_exists(pk) AND mx = :e AND ap = :e AND " + cond, vals
+}
+
+// writerCondition is the head condition of the writer fence and, when
+// asked, the serve gate's token (commits and rejected outcomes).
+func writerCondition(w store.WriterCheck) (string, map[string]types.AttributeValue) {
+	cond := "(attribute_not_exists(rwv) OR rwv <= :wv)"
+	vals := map[string]types.AttributeValue{":wv": N(w.WriterVersion)}
+	if w.CheckGate {
+		if w.GateToken == 0 {
 			cond += " AND attribute_not_exists(gt)"
 		} else {
 			cond += " AND gt = :gt"
-			vals[":gt"] = N(req.GateToken)
+			vals[":gt"] = N(w.GateToken)
 		}
 	}
 	return cond, vals

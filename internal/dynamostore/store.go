@@ -341,8 +341,13 @@ func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommi
 	return &store.Outcome{Applied: applied, CommitSeq: seq, Result: res, RecordedAtMs: at, ActorID: actor}, nil
 }
 
-// PutRejection implements store.Store: a put-if-absent of the outcome.
-func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome) error {
+// PutRejection implements store.Store: a put-if-absent of the outcome in
+// one transaction with a ConditionCheck of the partition head carrying
+// the writer fence and gate token, the condition a commit puts on its
+// head update (commitCondition). A rejection is rare; the transaction
+// costs it 2 WCU per KB of outcome plus the check (was 1 WCU per KB), in
+// the same single round trip.
+func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome, w store.WriterCheck) error {
 	if err := checkOutcomeKey(partition, clientID, clientCommitID); err != nil {
 		return err
 	}
@@ -350,11 +355,46 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	if ItemSize(item) > MaxItemBytes {
 		return fmt.Errorf("dynamostore: rejection outcome of %d bytes: %w", ItemSize(item), store.ErrTooLarge)
 	}
-	err := s.putItem(ctx, "record rejected outcome", item, "attribute_not_exists(pk)", nil)
-	if isConditionFailed(err) {
+	cond, vals := writerCondition(w)
+	items := []txItem{
+		{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
+			TableName:           s.table,
+			Item:                item,
+			ConditionExpression: aws.String("attribute_not_exists(pk)"),
+		}}},
+		{size: 100, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+			TableName:                           s.table,
+			Key:                                 Key(headPK(partition), headSK),
+			ConditionExpression:                 aws.String(cond),
+			ExpressionAttributeValues:           vals,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}}},
+	}
+	err := s.transact(ctx, "record rejected outcome", items)
+	codes, olds := cancelReasons(err)
+	if codes == nil {
+		return wrap("record rejected outcome", err)
+	}
+	if codes[0] == "ConditionalCheckFailed" {
+		// The idempotency check goes first, as in a commit.
 		return store.ErrOutcomeExists
 	}
-	return err
+	if len(codes) > 1 && codes[1] == "ConditionalCheckFailed" {
+		g := parseGate(olds[1])
+		if olds[1] == nil { // backend without ALL_OLD support
+			h, _, rerr := s.readHead(ctx, partition)
+			if rerr != nil {
+				return rerr
+			}
+			g = h.Gate
+		}
+		req := store.CommitRequest{WriterVersion: w.WriterVersion, CheckGate: w.CheckGate, GateToken: w.GateToken}
+		if gerr := gateFailure(g, &req); gerr != nil {
+			return gerr
+		}
+		return store.ErrGateMoved // the gate moved and back between the two reads
+	}
+	return wrap("record rejected outcome", err)
 }
 
 // Client item attributes.

@@ -224,7 +224,7 @@ func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommi
 }
 
 // PutRejection implements store.Store.
-func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome) error {
+func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome, w store.WriterCheck) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -238,6 +238,12 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	defer p.mu.Unlock()
 	if p.outcomes[k] != nil {
 		return store.ErrOutcomeExists
+	}
+	if w.WriterVersion < p.fence {
+		return store.ErrWriterFenced
+	}
+	if w.CheckGate && w.GateToken != p.gateToken {
+		return store.ErrGateMoved
 	}
 	p.outcomes[k] = c
 	return nil

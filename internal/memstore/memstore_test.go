@@ -109,7 +109,7 @@ func TestWritesToUnknownPartition(t *testing.T) {
 	s := memstore.New()
 	errs := map[string]error{
 		"Commit":       s.Commit(ctx, "nope", commitReq(0, "x")),
-		"PutRejection": s.PutRejection(ctx, "nope", "c", "x", store.Outcome{}),
+		"PutRejection": s.PutRejection(ctx, "nope", "c", "x", store.Outcome{}, store.WriterCheck{}),
 		"PutClient":    s.PutClient(ctx, "nope", &store.Client{ClientID: "c"}),
 		"RotateEpoch":  s.RotateEpoch(ctx, "nope", "e2", t0),
 	}

@@ -98,6 +98,15 @@ func (e *Engine) gateForCommit(rs *reqState, head store.Head, req *store.CommitR
 	return nil
 }
 
+// gateForRejection is gateForCommit for a rejected outcome: a rejection
+// is fenced like a commit, so an old build whose entry gate passed just
+// before a migration records no rejection after the fence was raised.
+func (e *Engine) gateForRejection(rs *reqState, head store.Head) (store.WriterCheck, error) {
+	var req store.CommitRequest
+	err := e.gateForCommit(rs, head, &req)
+	return store.WriterCheck{WriterVersion: req.WriterVersion, CheckGate: req.CheckGate, GateToken: req.GateToken}, err
+}
+
 // gateCommitError maps a commit the gate stopped; stopped is false for
 // any other error. retry means the gate moved: read the head and check
 // again; otherwise refusal is the answer.

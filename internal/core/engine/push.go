@@ -97,7 +97,17 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if err != nil {
 				return nil, err
 			}
-			err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID})
+			wc, err := e.gateForRejection(rs, head)
+			if err != nil {
+				return nil, err
+			}
+			err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}, wc)
+			if stopped, retry, refusal := e.gateCommitError(err); stopped {
+				if retry {
+					continue
+				}
+				return nil, refusal
+			}
 			if errors.Is(err, store.ErrOutcomeExists) {
 				res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
 				return res, err
@@ -170,7 +180,17 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if berr != nil {
 				return nil, berr
 			}
-			if perr := e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}); perr != nil {
+			wc, gerr := e.gateForRejection(rs, head)
+			if gerr != nil {
+				return nil, gerr
+			}
+			if perr := e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}, wc); perr != nil {
+				if stopped, retry, refusal := e.gateCommitError(perr); stopped {
+					if retry {
+						continue
+					}
+					return nil, refusal
+				}
 				if errors.Is(perr, store.ErrOutcomeExists) {
 					res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
 					return res, err

@@ -167,6 +167,17 @@ type CommitRequest struct {
 	Advance *CheckpointAdvance
 }
 
+// WriterCheck is the writer-fence and serve-gate condition of a write
+// that is not a commit (a rejected outcome): the same check as
+// CommitRequest's WriterVersion, CheckGate and GateToken, so an old build
+// that passed its entry gate just before a migration records nothing
+// after the fence was raised.
+type WriterCheck struct {
+	WriterVersion int64
+	CheckGate     bool
+	GateToken     int64
+}
+
 // RefEntry is one reference-index entry (§6.11): row ChildID of
 // ChildTable holds ParentID in its reference column Column.
 type RefEntry struct {
@@ -217,8 +228,12 @@ type Store interface {
 	// nil when none; ErrOutcomeUnreadable when one exists but cannot be read.
 	GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*Outcome, error)
 	// PutRejection records a rejected outcome unless one exists; it returns
-	// ErrOutcomeExists when the key already has an outcome.
-	PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o Outcome) error
+	// ErrOutcomeExists when the key already has an outcome. The write is
+	// fenced like a commit (w; rolling schema upgrades): ErrWriterFenced
+	// when w.WriterVersion is below the partition's writer fence,
+	// ErrGateMoved when w.CheckGate and the gate token is no longer
+	// w.GateToken; nothing is written then.
+	PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o Outcome, w WriterCheck) error
 	// Commit appends req.Commit as commitSeq ExpectedMaxSeq+1 together with
 	// its row writes and applied outcome, all or nothing (§6.4). It returns
 	// ErrHeadMoved on a lost race and ErrOutcomeExists when the idempotency

@@ -30,6 +30,8 @@ func RunSchemaStore(t *testing.T, newStore func(t *testing.T) SchemaBackend) {
 		{"Fence/RacingWriterFenced", testFenceRace},
 		{"Fence/NewPartitionStartsAtMarker", testFenceNewPartition},
 		{"Gate/TokenFencesCommit", testGateToken},
+		{"Fence/RefusesOlderRejection", testFenceRejection},
+		{"Gate/TokenFencesRejection", testGateTokenRejection},
 		{"Checkpoint/DeclareClaimAdvance", testCheckpointLifecycle},
 		{"Checkpoint/SupersededOwnerWritesNothing", testCheckpointSuperseded},
 		{"Checkpoint/ActivationOutcomes", testCheckpointActivation},
@@ -254,6 +256,70 @@ func testGateToken(t *testing.T, e *schemaT) {
 	}
 	req.GateToken = e.gate().Token
 	e.commit(req)
+}
+
+// outcomeOf reads the recorded outcome of (client-a, id).
+func (e *schemaT) outcomeOf(id string) *store.Outcome {
+	e.t.Helper()
+	o, err := e.s.GetOutcome(e.ctx, e.p, "client-a", id)
+	if err != nil {
+		e.t.Fatalf("GetOutcome(%s): %v", id, err)
+	}
+	return o
+}
+
+// testFenceRejection: a rejected outcome is fenced like a commit, so an
+// old build that passed its entry gate before the migration cannot
+// record one after the fence was raised; the idempotency check still
+// comes first.
+func testFenceRejection(t *testing.T, e *schemaT) {
+	e.touch()
+	rej := store.Outcome{Result: []byte("rejected"), RecordedAtMs: baseMs}
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "before", rej, store.WriterCheck{WriterVersion: 1}); err != nil {
+		t.Fatalf("rejection before the fence: %v", err)
+	}
+	e.fence(2)
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "old", rej, store.WriterCheck{WriterVersion: 1}); !errors.Is(err, store.ErrWriterFenced) {
+		t.Fatalf("version-1 rejection below fence 2: %v, want ErrWriterFenced", err)
+	}
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "unversioned", rej, store.WriterCheck{}); !errors.Is(err, store.ErrWriterFenced) {
+		t.Fatalf("rejection without a writer version below fence 2: %v, want ErrWriterFenced", err)
+	}
+	if o := e.outcomeOf("old"); o != nil {
+		t.Fatalf("a fenced rejection was recorded: %+v", o)
+	}
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "before", rej, store.WriterCheck{WriterVersion: 1}); !errors.Is(err, store.ErrOutcomeExists) {
+		t.Fatalf("fenced rejection of a key with an outcome: %v, want ErrOutcomeExists (replay first)", err)
+	}
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "new", rej, store.WriterCheck{WriterVersion: 2}); err != nil {
+		t.Fatalf("version-2 rejection at fence 2: %v", err)
+	}
+	if o := e.outcomeOf("new"); o == nil || o.Applied || string(o.Result) != "rejected" {
+		t.Fatalf("recorded rejection = %+v", o)
+	}
+	if h := e.head(); h.MaxCommitSeq != 0 {
+		t.Fatalf("rejections moved the head to %d", h.MaxCommitSeq)
+	}
+}
+
+// testGateTokenRejection: a rejection on a gate token that moved since
+// (a checkpoint was declared) is refused and writes nothing.
+func testGateTokenRejection(t *testing.T, e *schemaT) {
+	e.touch()
+	tok := e.gate().Token
+	rej := store.Outcome{Result: []byte("rejected"), RecordedAtMs: baseMs}
+	e.declare("proj", 1, "t")
+	w := store.WriterCheck{WriterVersion: 1, CheckGate: true, GateToken: tok}
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "r", rej, w); !errors.Is(err, store.ErrGateMoved) {
+		t.Fatalf("rejection on a stale gate token: %v, want ErrGateMoved", err)
+	}
+	if o := e.outcomeOf("r"); o != nil {
+		t.Fatal("a rejection on a stale token was recorded")
+	}
+	w.GateToken = e.gate().Token
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "r", rej, w); err != nil {
+		t.Fatalf("rejection on the current token: %v", err)
+	}
 }
 
 func testCheckpointLifecycle(t *testing.T, e *schemaT) {

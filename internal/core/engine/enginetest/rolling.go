@@ -29,6 +29,7 @@ func RollingUpgrade(t *testing.T, newStore func(t testing.TB) SchemaBackend, seg
 		{"MarkerNewerRefuses", rollingMarkerNewer},
 		{"UndeclaredCheckpointRefusesUntilActivated", rollingCheckpointGate},
 		{"WriterRacingMigrationFenced", rollingRacingWriter},
+		{"RejectionRacingMigrationFenced", rollingRacingRejection},
 		{"RefusedAfterResponseBuilt", rollingAfterResponse},
 		{"GateReadsOnlyWhenDataServed", rollingGateReads},
 	} {
@@ -150,6 +151,58 @@ func (f *fenceOnCommit) Commit(ctx context.Context, p string, req *store.CommitR
 		}
 	}
 	return f.SchemaBackend.Commit(ctx, p, req)
+}
+
+// fenceOnReject is fenceOnCommit for a rejected outcome.
+type fenceOnReject struct {
+	SchemaBackend
+	fired atomic.Bool
+}
+
+func (f *fenceOnReject) PutRejection(ctx context.Context, p, clientID, commitID string, o store.Outcome, w store.WriterCheck) error {
+	if f.fired.CompareAndSwap(false, true) {
+		if _, err := f.BumpSchemaMarker(ctx, 2); err != nil {
+			return err
+		}
+		if err := f.RaiseWriterFence(ctx, p, 2); err != nil {
+			return err
+		}
+	}
+	return f.SchemaBackend.PutRejection(ctx, p, clientID, commitID, o, w)
+}
+
+// rollingRacingRejection: an old build whose entry gate passed just before
+// a migration evaluates a commit to a rejection (a row outside its
+// scopes); the fence raised meanwhile stops the rejected outcome too, so
+// the old build's verdict is never recorded and the client retries
+// against the new build.
+func rollingRacingRejection(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	f := &fenceOnReject{SchemaBackend: st}
+	h := rollingHarness(t, f, segs)
+	c := h.ClientV3("tenant", "actor-a", "client-a")
+	resp, err := c.Send(c.Request([]wire.PushCommit{{ClientCommitID: "c1", Operations: []wire.Operation{Upsert("tasks", "t1", c.Task("t1", "p2", "out of scope", false), -1)}}}, nil, nil))
+	if !f.fired.Load() {
+		t.Fatal("the push recorded no rejection: the scenario did not run")
+	}
+	if err == nil {
+		var code string
+		for _, fr := range resp.Frames {
+			switch x := fr.(type) {
+			case *wire.ErrorFrame:
+				code = x.Code
+			case *wire.PushResult:
+				t.Fatalf("fenced rejection answered %+v", x)
+			}
+		}
+		if code != string(syncerr.SchemaNotReady) {
+			t.Fatalf("fenced rejection: ERROR frame code %q", code)
+		}
+	} else {
+		wantNotReady(t, err, "fenced rejection")
+	}
+	if o, _ := st.GetOutcome(context.Background(), "tenant", "client-a", "c1"); o != nil {
+		t.Fatalf("the fenced writer recorded a rejected outcome: %+v", o)
+	}
 }
 
 func rollingRacingWriter(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
