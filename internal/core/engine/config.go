@@ -175,6 +175,11 @@ type Config struct {
 	// NewEpoch mints an unpredictable log epoch; nil means 128 random bits.
 	NewEpoch func() string
 	Logger   *slog.Logger
+	// OnCommit, when set, is called synchronously after each commit is
+	// durably appended, with the stored commit (§8.2 fanout input for an
+	// in-process realtime hub). It must not block for long and must not
+	// modify c.
+	OnCommit func(partition string, c *store.Commit)
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.

@@ -118,6 +118,8 @@ type Options struct {
 	Limits       engine.Limits
 	SignedURLs   engine.SignedURLMode
 	Presigner    store.Presigner
+	// OnCommit is passed to the engine (realtime fanout input).
+	OnCommit func(partition string, c *store.Commit)
 }
 
 // New builds a harness over st and segs.
@@ -143,6 +145,7 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 	h.Engine, err = engine.New(engine.Config{
 		Schema: sc, Store: st, Segments: segs, Resolver: h.Grants, Presigner: o.Presigner,
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
+		OnCommit: o.OnCommit,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
