@@ -41,7 +41,7 @@ var Capabilities = []string{"backup-restore", "idempotency-fault", "signed-urls"
 // catalog does not gate, e.g. sqlite images and realtime).
 var Unsupported = []string{
 	"blobs", "blob-presign", "crdt", "leases", "validators", "commit-validators",
-	"sqlite-image", "realtime", "presence",
+	"sqlite-image",
 }
 
 // maxControlBody caps a control request body.
