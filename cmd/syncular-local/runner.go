@@ -222,7 +222,8 @@ func (rn *runner) serveRealtime(w http.ResponseWriter, r *http.Request) {
 	}
 	a, claims, err := rn.authn.Authenticate(r.Context(), auth.Credentials{Authorization: authz})
 	if err != nil {
-		writeErr(w, err)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="syncular"`)
+		writeErr(w, syncerr.New(syncerr.AuthRequired, "authentication failed: %v", err))
 		return
 	}
 	clientID, err := wsrealtime.ClientID(r)

@@ -620,16 +620,17 @@ type roundWriter struct {
 func (w *roundWriter) Write(p []byte) (int, error) {
 	w.n += int64(len(p))
 	for len(p) > 0 {
-		if len(w.buf) == 0 {
-			w.buf = append(w.buf, TagRound)
-		}
-		room := w.limit - len(w.buf)
-		k := min(room, len(p))
-		w.buf = append(w.buf, p[:k]...)
-		p = p[k:]
+		// A full chunk goes out only once more bytes follow, so the
+		// final chunk stays held until the round's work is done.
 		if len(w.buf) >= w.limit {
 			w.flush()
 		}
+		if len(w.buf) == 0 {
+			w.buf = append(w.buf, TagRound)
+		}
+		k := min(w.limit-len(w.buf), len(p))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
 	}
 	return int(w.n), nil
 }
@@ -643,7 +644,6 @@ func (w *roundWriter) flush() {
 
 func (s *Session) runRound(ctx context.Context, body []byte) {
 	h := s.h
-	defer s.roundBusy.Store(false)
 	w := &roundWriter{conn: s.conn, limit: h.lim.RoundChunkBytes}
 	var rep *engine.Report
 	var err error
@@ -667,22 +667,24 @@ func (s *Session) runRound(ctx context.Context, body []byte) {
 		}
 		_, _ = w.Write(h.e.ErrorResponse(version, epoch, err))
 	}
+	// §8.7: the round is complete at its END. Registration and the
+	// round flags change before the final chunk goes out, so the next
+	// 0x01 message the client sends after END is a new round.
+	h.mu.Lock()
+	s.inRound = false
+	if !s.closed && err == nil && rep != nil && rep.ErrorCode == "" && rep.Pulled {
+		// A successful round with a pull replaces the registrations
+		// (effective scopes as this round resolved them) and the version.
+		if rep.LogEpoch != "" {
+			s.epoch = rep.LogEpoch
+		}
+		s.version = rep.WireVersion
+		h.setRegistrationsLocked(h.part(s.auth.Partition), s, rep.SchemaVersion, rep.Registrations)
+	}
+	h.mu.Unlock()
+	s.roundBusy.Store(false)
 	w.flush()
 	if w.err {
 		s.violation("round response could not be delivered")
-		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	s.inRound = false
-	if s.closed || err != nil || rep == nil || rep.ErrorCode != "" || !rep.Pulled {
-		return
-	}
-	// §8.7: a successful round with a pull replaces the registrations
-	// (effective scopes as this round resolved them) and the version.
-	if rep.LogEpoch != "" && rep.LogEpoch != s.epoch {
-		s.epoch = rep.LogEpoch
-	}
-	s.version = rep.WireVersion
-	h.setRegistrationsLocked(h.part(s.auth.Partition), s, rep.SchemaVersion, rep.Registrations)
 }
