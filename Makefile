@@ -26,7 +26,7 @@ LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
 .PHONY: all test lint unit tools fuzz bench run build clean \
-	build-PushFunction build-PullFunction build-SegmentFunction
+	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction
 
 all: build
 
@@ -76,6 +76,10 @@ build-PullFunction:
 	$(call lambda_build,pull)
 build-SegmentFunction:
 	$(call lambda_build,segment)
+build-PruneFunction:
+	$(call lambda_build,prune)
+build-BlobFunction:
+	$(call lambda_build,blob)
 
 clean:
 	rm -rf bin .aws-sam

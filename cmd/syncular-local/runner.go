@@ -29,6 +29,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
+	"github.com/skyfold/syncular-lambda/internal/memblobs"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
 	"github.com/skyfold/syncular-lambda/internal/wsrealtime"
 )
@@ -81,6 +82,8 @@ type runner struct {
 	// hub serves <mount>/realtime (§8); authn authenticates its upgrade.
 	hub   *realtime.Hub
 	authn auth.Authenticator
+	// memBlobs is the in-memory blob store whose URLs point at the runner.
+	memBlobs *memblobs.Store
 }
 
 // maxRequestBytes is the largest body the deployed function can receive
@@ -168,7 +171,14 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		}
 		deps.Store, deps.Segments = memstore.New(), memstore.NewSegments()
 	}
-	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins}
+	var memBlobs *memblobs.Store
+	if deps.Blobs == nil {
+		// §5.9 over memory: native presigned URLs served on the blob
+		// route itself (setPublicURL points them at this runner).
+		memBlobs = memblobs.New(memblobs.Options{Key: derive(secret, "blob-urls")})
+		deps.Blobs, deps.BlobPresigner, deps.BlobURLs = memBlobs, memBlobs, memBlobs
+	}
+	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins, memBlobs: memBlobs}
 	// §8: every function's engine hands its commits to the realtime hub
 	// in-process, so connected sockets get deltas without polling.
 	deps.OnCommit = func(p string, c *store.Commit) { rn.hub.Notify(p, c) }
@@ -198,6 +208,9 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 // Call it before serving.
 func (rn *runner) setPublicURL(base string) {
 	rn.cfg.PublicURL = strings.TrimRight(base, "/")
+	if rn.memBlobs != nil {
+		rn.memBlobs.SetBaseURL(rn.cfg.PublicURL + rn.cfg.Mount + "/blobs")
+	}
 	for _, h := range rn.handlers {
 		h.PublicURL = rn.cfg.PublicURL
 	}
@@ -260,7 +273,7 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Add("Vary", "Origin")
 		h.Set("Access-Control-Expose-Headers", "etag, content-encoding")
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+			h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, OPTIONS")
 			h.Set("Access-Control-Allow-Headers", "authorization, content-type, content-encoding, x-syncular-scopes, if-none-match")
 			h.Set("Access-Control-Max-Age", "600")
 			w.WriteHeader(http.StatusNoContent)

@@ -10,11 +10,14 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
+	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
+	"github.com/skyfold/syncular-lambda/internal/metrics"
 )
 
 // Deps are what a handler serves over, built by NewAWS for Lambda or by
@@ -24,6 +27,13 @@ type Deps struct {
 	Store     store.Store
 	Segments  store.SegmentStore
 	Presigner store.Presigner // required when SYNC_SIGNED_URLS=presign
+	// Blobs stores §5.9 blob bytes (shared by every function: the push
+	// function checks existence, the blob function serves the routes);
+	// BlobPresigner mints upload grants and download URLs; BlobURLs
+	// serves native blob URLs on the blob route (in-memory runs).
+	Blobs         blobs.Store
+	BlobPresigner blobs.Presigner
+	BlobURLs      httpapi.BlobURLHost
 	// Grants is the DynamoDB client of the table scope resolver, with the
 	// table's key attribute names.
 	Grants         auth.GetItemAPI
@@ -64,6 +74,13 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 			MaxBodyBytes: cfg.MaxBodyBytes,
 			Logger:       logger,
 			Meter:        d.Meter,
+			// The request line is also the EMF document of the request's
+			// metrics (internal/metrics); "function" is on the logger.
+			Line: (&metrics.EMF{
+				Namespace: cfg.MetricsNamespace,
+				Fixed:     map[string]string{metrics.DimFunction: fn.Name},
+			}).RequestLine,
+			BlobURLs: d.BlobURLs,
 		},
 		Auth:      authn,
 		PublicURL: cfg.PublicURL,
@@ -93,12 +110,17 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 	default:
 		return nil, fmt.Errorf("app: unknown scopes mode %q", cfg.ScopesMode)
 	}
+	decls, err := migrate.ParseDeclarations(cfg.Checkpoints)
+	if err != nil {
+		return nil, fmt.Errorf("app: SYNC_CHECKPOINTS: %w", err)
+	}
 	ec := engine.Config{
-		Schema:    d.Schema,
-		Store:     d.Store,
-		Segments:  d.Segments,
-		Resolver:  resolver,
-		Presigner: d.Presigner,
+		Checkpoints: migrate.Names(decls),
+		Schema:      d.Schema,
+		Store:       d.Store,
+		Segments:    d.Segments,
+		Resolver:    resolver,
+		Presigner:   d.Presigner,
 		Limits: engine.Limits{
 			MaxOperations:         cfg.MaxOperations,
 			ResponseBudgetBytes:   cfg.ResponseBudgetBytes,
@@ -106,10 +128,13 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 			SegmentMaxBytes:       cfg.SegmentMaxBytes,
 			SegmentTTL:            cfg.SegmentTTL,
 			SignedURLTTL:          cfg.SignedURLTTL,
+			MaxBlobBytes:          cfg.BlobMaxBytes,
 		},
-		Clock:    d.Clock,
-		Logger:   logger,
-		OnCommit: d.OnCommit,
+		Blobs:         d.Blobs,
+		BlobPresigner: d.BlobPresigner,
+		Clock:         d.Clock,
+		Logger:        logger,
+		OnCommit:      d.OnCommit,
 	}
 	switch cfg.SignedURLs {
 	case config.SignedNative:

@@ -39,18 +39,19 @@ var methods = map[string]method{
 	"getHorizonSeq":             (*instance).getHorizonSeq,
 	"readRows":                  (*instance).readRows,
 	"failNextIdempotencyLookup": (*instance).failNextIdempotencyLookup,
+	"declareBackfillCheckpoint": (*instance).declareBackfillCheckpoint,
 	"close":                     (*instance).close,
+	"uploadBlob":                (*instance).uploadBlob,
+	"downloadBlob":              (*instance).downloadBlob,
+	"fetchBlobUrl":              (*instance).fetchBlobURL,
+	"uploadBlobGrant":           (*instance).uploadBlobGrant,
+	"putBlobUrl":                (*instance).putBlobURL,
+	"setBlobPresign":            (*instance).setBlobPresign,
 }
 
 // unsupportedMethods are ServerInstance methods the engine cannot back.
 var unsupportedMethods = map[string]string{
 	"connectRealtime":        "realtime (§8)",
-	"uploadBlob":             "blobs (§5.9)",
-	"downloadBlob":           "blobs (§5.9)",
-	"fetchBlobUrl":           "blob presign (§5.9.5)",
-	"uploadBlobGrant":        "blob presign (§5.9.3)",
-	"putBlobUrl":             "blob presign (§5.9.3)",
-	"setBlobPresign":         "blob presign (§5.9)",
 	"installValidators":      "write validators (§6.7)",
 	"installCommitValidator": "commit validators (§6.8)",
 	"setResolverOutage":      "auth leases (§7.3)",

@@ -19,6 +19,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/memblobs"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
 	"github.com/skyfold/syncular-lambda/internal/wsrealtime"
 )
@@ -45,6 +46,8 @@ type limitOptions struct {
 	MaxDeltaBytes           *int   `json:"maxDeltaBytes"`
 	SegmentTTLMs            *int64 `json:"segmentTtlMs"`
 	MaxPresenceBytes        *int   `json:"maxPresenceBytes"`
+	// MaxCascadeOperationsPerCommit is the §6.11 cascade cap.
+	MaxCascadeOperationsPerCommit *int `json:"maxCascadeOperationsPerCommit"`
 }
 
 // defaultSignedURLTTLSeconds matches the reference driver's default.
@@ -68,6 +71,7 @@ type instance struct {
 	api     *httpapi.Handler
 	hub     *realtime.Hub
 	signed  bool
+	blobs   *memblobs.Store
 	backup  int // journal position of the captured backup; -1 none
 	ttlSecs int64
 }
@@ -128,6 +132,12 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 			}
 			lim.SegmentTTL = time.Duration(*v) * time.Millisecond
 		}
+		if v := l.MaxCascadeOperationsPerCommit; v != nil {
+			if *v < 1 {
+				return nil, badArgs("limits.maxCascadeOperationsPerCommit must be ≥ 1")
+			}
+			lim.MaxCascadeOperationsPerCommit = *v
+		}
 		// maxDeltaBytes and maxPresenceBytes bound realtime traffic (§8.2,
 		// §8.6.2): the delta limit excludes the channel tag byte.
 		if v := l.MaxDeltaBytes; v != nil {
@@ -149,9 +159,16 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 		store:  newJournalStore(), segs: memstore.NewSegments(), backup: -1,
 	}
 	inst.clock.Store(*o.NowMs)
+	blobKey := make([]byte, 32)
+	if _, err := rand.Read(blobKey); err != nil {
+		return nil, failed(err)
+	}
+	// §5.9: an in-memory blob store; presigned grants and downloads are
+	// toggled by setBlobPresign (this host plays the object host).
+	inst.blobs = memblobs.New(memblobs.Options{Now: inst.clock.Load, Key: blobKey, BaseURL: "http://blob-host.invalid/i/" + id + "/blob-urls"})
 	cfg := engine.Config{
 		Schema: sc, Store: inst.store, Segments: inst.segs, Resolver: inst.grants,
-		Limits: lim, Clock: inst.clock.Load,
+		Limits: lim, Clock: inst.clock.Load, Blobs: inst.blobs,
 		// §8.2: commits reach the realtime hub in-process.
 		OnCommit: func(p string, c *store.Commit) { inst.hub.Notify(p, c) },
 	}
@@ -177,7 +194,7 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 		inst.eng.SetSignedURLTTL(time.Duration(inst.ttlSecs) * time.Second)
 	}
 	inst.hub = realtime.NewHub(inst.eng, realtime.Options{Limits: rlim, Logger: log})
-	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments, Logger: log}
+	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments | httpapi.RouteBlobs, Logger: log}
 	return inst, nil
 }
 

@@ -212,6 +212,11 @@ func (j *journalStore) CommitTimes(ctx context.Context, partition string, afterS
 	return j.cur().CommitTimes(ctx, partition, afterSeq, fn)
 }
 
+// ListChildren implements store.Store.
+func (j *journalStore) ListChildren(ctx context.Context, partition string, qs []store.ChildQuery, limit int) ([][]string, error) {
+	return j.cur().ListChildren(ctx, partition, qs, limit)
+}
+
 func cloneScopes(s wire.StoredScopes) wire.StoredScopes { return slices.Clone(s) }
 
 // cloneCommitRequest deep-copies req so a journal entry never aliases
@@ -230,6 +235,7 @@ func cloneCommitRequest(req *store.CommitRequest) *store.CommitRequest {
 		rw.Row.Payload = bytes.Clone(rw.Row.Payload)
 		c.Rows[i] = rw
 	}
+	c.RefWrites = slices.Clone(req.RefWrites)
 	c.Outcome.Result = bytes.Clone(req.Outcome.Result)
 	return &c
 }

@@ -19,18 +19,22 @@ import (
 //	uvarint change count, then per change:
 //	        uvarint table index, str rowId, u8 op, varint rowVersion,
 //	        scopes, bytes row, [format 2: bytes columnVersions]
-//	u8      1 when explicit row writes follow (only when the request's
-//	        Rows are not derivable from its Changes), else 0; then
-//	        uvarint count and per write: uvarint table index, str rowId,
+//	u8      flags: logHasRows when explicit row writes follow (only
+//	        when the request's Rows are not derivable from its Changes),
+//	        logHasRefs when reference-index writes follow (§6.11)
+//	[rows]  uvarint count and per write: uvarint table index, str rowId,
 //	        u8 delete, varint version, scopes, bytes payload,
 //	        [format 2: bytes columnVersions]
+//	[refs]  uvarint count (≥ 1) and per write: str child table, str
+//	        column, str parent id, str child id, u8 remove
 //
 // str/bytes are uvarint length + raw bytes; scopes are uvarint count +
 // (str key, str value) pairs in stored (canonical) order. Table names are
 // interned because a commit usually touches one or two tables. A change's
 // columnVersions are those of the row write it materializes, encoded by
 // encodeCV (empty = none); format 1, written before column versions
-// existed, has none and still decodes.
+// existed, has none and still decodes. Bodies written before references
+// existed have flags 0 or logHasRows and decode unchanged.
 const logFormat = 2
 
 var errCorrupt = errors.New("dynamostore: corrupt encoded data")
@@ -260,10 +264,21 @@ func changeCVs(changes []store.Change, rows []store.RowWrite) [][]byte {
 	return out
 }
 
+// Flag bits of the byte after the changes (formats 1 and 2; a body
+// written before references existed carries 0 or logHasRows).
+const (
+	logHasRows = 1 // explicit row writes follow
+	logHasRefs = 2 // reference-index writes follow (§6.11)
+)
+
 // encodeLogBody encodes the commit's changes with their encoded column
 // versions cvs (nil or one per change) and, when rows is non-nil,
 // explicit row writes.
-func encodeLogBody(changes []store.Change, cvs [][]byte, rows []store.RowWrite) []byte {
+//
+// refs are the commit's reference-index writes (§6.11), which a
+// roll-forward replays with the rows: they cannot be derived from the
+// changes (a removal names the old parent).
+func encodeLogBody(changes []store.Change, cvs [][]byte, rows []store.RowWrite, refs []store.RefWrite) []byte {
 	size := 16
 	tables := map[string]uint64{}
 	var names []string
@@ -302,11 +317,36 @@ func encodeLogBody(changes []store.Change, cvs [][]byte, rows []store.RowWrite) 
 			e.bytes(nil)
 		}
 	}
-	if rows == nil {
-		e.u8(0)
-		return e.b
+	var flags byte
+	if rows != nil {
+		flags |= logHasRows
 	}
-	e.u8(1)
+	if len(refs) > 0 {
+		flags |= logHasRefs
+	}
+	e.u8(flags)
+	if rows != nil {
+		e.rows(tables, rows)
+	}
+	if len(refs) > 0 {
+		e.uvarint(uint64(len(refs)))
+		for i := range refs {
+			r := &refs[i]
+			e.str(r.ChildTable)
+			e.str(r.Column)
+			e.str(r.ParentID)
+			e.str(r.ChildID)
+			if r.Remove {
+				e.u8(1)
+			} else {
+				e.u8(0)
+			}
+		}
+	}
+	return e.b
+}
+
+func (e *enc) rows(tables map[string]uint64, rows []store.RowWrite) {
 	e.uvarint(uint64(len(rows)))
 	for i := range rows {
 		w := &rows[i]
@@ -326,7 +366,6 @@ func encodeLogBody(changes []store.Change, cvs [][]byte, rows []store.RowWrite) 
 			e.bytes(encodeCV(nil, w.Row.ColumnVersions, w.Row.Version))
 		}
 	}
-	return e.b
 }
 
 // logBody is a decoded commit log body.
@@ -334,6 +373,7 @@ type logBody struct {
 	changes []store.Change
 	cvs     [][]byte         // per change, encoded column versions (nil for format 1)
 	rows    []store.RowWrite // explicit row writes, nil when derived
+	refs    []store.RefWrite // reference-index writes (§6.11), nil when none
 }
 
 // materialization returns the row writes of commit seq: the explicit
@@ -380,7 +420,11 @@ func decodeLogBody(b []byte, seq int64) (*logBody, error) {
 			lb.cvs = append(lb.cvs, d.raw()) // decoded only when rows are materialized
 		}
 	}
-	if d.u8() == 1 {
+	flags := d.u8()
+	if flags&^(logHasRows|logHasRefs) != 0 {
+		d.fail()
+	}
+	if flags&logHasRows != 0 {
 		nr := d.count(5)
 		lb.rows = make([]store.RowWrite, 0, nr)
 		for range nr {
@@ -402,6 +446,19 @@ func decodeLogBody(b []byte, seq int64) (*logBody, error) {
 				w.Row = store.Row{RowID: w.Row.RowID, CommitSeq: seq}
 			}
 			lb.rows = append(lb.rows, w)
+		}
+	}
+	if flags&logHasRefs != 0 {
+		nr := d.count(5)
+		lb.refs = make([]store.RefWrite, 0, nr)
+		for range nr {
+			var r store.RefWrite
+			r.ChildTable, r.Column, r.ParentID, r.ChildID = d.str(), d.str(), d.str(), d.str()
+			r.Remove = d.u8() == 1
+			lb.refs = append(lb.refs, r)
+		}
+		if d.err == nil && len(lb.refs) == 0 {
+			d.fail()
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

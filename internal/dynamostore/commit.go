@@ -32,6 +32,7 @@ const (
 	lCommit  = "cc" // S clientCommitId
 	lChunks  = "nc" // N number of chunk items
 	lData    = "d"  // B body slice
+	lWriter  = "wv" // N writer's storage schema version (absent when 0)
 )
 
 // Row item attributes. A tombstone (§2.2 of the wire-3 spec) is the row
@@ -236,9 +237,18 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	if !sameRows(dedupeRows(derived), rows) {
 		explicit, cvs = req.Rows, nil
 	}
-	chunks, err := logItems(partition, &req.Commit, encodeLogBody(req.Commit.Changes, cvs, explicit))
+	refs := dedupeRefs(req.RefWrites)
+	for i := range refs {
+		if err := checkRefKey(partition, &refs[i]); err != nil {
+			return err
+		}
+	}
+	chunks, err := logItems(partition, &req.Commit, encodeLogBody(req.Commit.Changes, cvs, explicit, refs))
 	if err != nil {
 		return err
+	}
+	if req.WriterVersion > 0 {
+		chunks[0][lWriter] = N(req.WriterVersion)
 	}
 
 	// [0] head, [1] outcome, [2…] log.
@@ -252,6 +262,13 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: oitem, ConditionExpression: notExists}}, size: ItemSize(oitem)})
 	for _, it := range chunks {
 		items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: it, ConditionExpression: notExists}}, size: ItemSize(it)})
+	}
+	// A backfill batch moves its checkpoint in the same transaction,
+	// conditioned on its owner epoch (store.CommitRequest.Advance).
+	advIdx := -1
+	if req.Advance != nil {
+		advIdx = len(items)
+		items = append(items, txItem{size: 200, w: types.TransactWriteItem{Update: s.advanceUpdate(partition, req.Advance, req.Commit.CreatedAtMs)}})
 	}
 	logBytes := 200 // head
 	for _, it := range items[1:] {
@@ -270,18 +287,25 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		}
 		rowBytes += rowActs[i].size
 	}
+	for i := range refs {
+		a := refAction(s.table, partition, &refs[i])
+		rowActs = append(rowActs, a)
+		rowBytes += a.size
+	}
 	inline := len(items)+len(rowActs) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
 	update := "SET mx = :n"
 	if inline {
 		update = "SET mx = :n, ap = :n"
 		items = append(items, rowActs...)
 	}
+	cond, vals := commitCondition(req)
+	vals[":n"] = N(seq)
 	items[0] = txItem{size: 100, w: types.TransactWriteItem{Update: &types.Update{
 		TableName:                           s.table,
 		Key:                                 Key(headPK(partition), headSK),
 		UpdateExpression:                    aws.String(update),
-		ConditionExpression:                 aws.String("attribute_exists(pk) AND mx = :e AND ap = :e"),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":n": N(seq), ":e": N(req.ExpectedMaxSeq)},
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}}}
 
@@ -299,7 +323,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			// The commit is durable in the log; any reader finishes the
 			// materialization if this one fails, so only the hook's error
 			// is reported.
-			if err := s.materialize(ctx, partition, seq, rows); err == nil {
+			if err := s.materialize(ctx, partition, seq, rows, refs); err == nil {
 				_ = s.advanceApplied(ctx, partition, seq)
 			}
 			return nil
@@ -328,6 +352,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 					return ErrUnknownPartition
 				}
 			}
+			if err := gateFailure(h.Gate, req); err != nil {
+				return err
+			}
 			if h.MaxCommitSeq != req.ExpectedMaxSeq {
 				return store.ErrHeadMoved
 			}
@@ -338,6 +365,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			}
 			continue
 		}
+		if advIdx > 0 && advIdx < len(codes) && codes[advIdx] == "ConditionalCheckFailed" {
+			return store.ErrCheckpointSuperseded
+		}
 		for _, c := range codes[2:] {
 			if c == "ConditionalCheckFailed" {
 				return store.ErrHeadMoved // a log item at this seq exists
@@ -346,6 +376,41 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		return wrap("append commit", err)
 	}
 	return store.ErrHeadMoved
+}
+
+// commitCondition is the head condition of a commit: the head where the
+// caller read it, the writer at or above the partition's writer fence
+// and, when asked, the serve gate's token unchanged. The fence and token
+// ride on the condition the commit makes anyway: no extra action, read
+// or round trip.
+func commitCondition(req *store.CommitRequest) (string, map[string]types.AttributeValue) {
+	cond := "attribute_exists(pk) AND mx = :e AND ap = :e AND (attribute_not_exists(rwv) OR rwv <= :wv)"
+	vals := map[string]types.AttributeValue{":e": N(req.ExpectedMaxSeq), ":wv": N(req.WriterVersion)}
+	if req.CheckGate {
+		if req.GateToken == 0 {
+			cond += " AND attribute_not_exists(gt)"
+		} else {
+			cond += " AND gt = :gt"
+			vals[":gt"] = N(req.GateToken)
+		}
+	}
+	return cond, vals
+}
+
+// gateFailure names the gate part of a failed commit condition, nil
+// when the fence and the token both held.
+func gateFailure(g *store.Gate, req *store.CommitRequest) error {
+	var fence, token int64
+	if g != nil {
+		fence, token = g.WriterFence, g.Token
+	}
+	if req.WriterVersion < fence {
+		return store.ErrWriterFenced
+	}
+	if req.CheckGate && token != req.GateToken {
+		return store.ErrGateMoved
+	}
+	return nil
 }
 
 // errApplied stops a materialization that another instance finished.
@@ -358,7 +423,7 @@ var errApplied = errors.New("dynamostore: commit already materialized")
 // roller can then write (a per-row commitSeq condition could not stop a
 // replayed upsert from resurrecting a row a later commit deleted).
 // Within one commit rows are deduplicated, so batches commute.
-func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []store.RowWrite) error {
+func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []store.RowWrite, refs []store.RefWrite) error {
 	fence := txItem{size: 100, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName:                 s.table,
 		Key:                       Key(headPK(p), headSK),
@@ -378,8 +443,7 @@ func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []sto
 		batch, bytes = []txItem{fence}, fence.size
 		return wrap("materialize rows", err)
 	}
-	for i := range rows {
-		a := rowAction(s.table, p, seq, &rows[i])
+	add := func(a txItem) error {
 		if len(batch) == txMaxActions || bytes+a.size > txMaxBytes {
 			if err := flush(); err != nil {
 				return err
@@ -387,6 +451,20 @@ func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []sto
 		}
 		batch = append(batch, a)
 		bytes += a.size
+		return nil
+	}
+	for i := range rows {
+		if err := add(rowAction(s.table, p, seq, &rows[i])); err != nil {
+			return err
+		}
+	}
+	// Index entries are puts and deletes without conditions: replaying
+	// them is idempotent, and the fence stops a replay after appliedSeq
+	// passed seq, exactly as for rows.
+	for i := range refs {
+		if err := add(refAction(s.table, p, &refs[i])); err != nil {
+			return err
+		}
 	}
 	return flush()
 }
@@ -429,7 +507,7 @@ func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 		if err != nil {
 			return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 		}
-		err = s.materialize(ctx, p, seq, dedupeRows(rows))
+		err = s.materialize(ctx, p, seq, dedupeRows(rows), body.refs)
 		if errors.Is(err, errApplied) {
 			continue
 		}

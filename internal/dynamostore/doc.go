@@ -48,6 +48,23 @@
 //     row stays; 8 in flight), and only then the log items: an interrupted
 //     prune leaves no tombstone behind a deleted log item.
 //
+// # Reference index (§6.11)
+//
+// A commit's store.RefWrites become one item each (keys.go: pk names the
+// partition, child table, reference column and parent id; sk is "R" +
+// child row id; no other attribute), put or deleted without conditions
+// in the same transaction as the rows, or, for a commit too large for
+// one transaction, written by the same fenced roll-forward. The writes
+// are recorded in the log body (flag bit 2 after the changes), so a
+// roll-forward replays them from the log; replays are idempotent.
+// ListChildren takes every parent of one cascade level at once: one
+// roll-forward check (head read) for the call, then one consistent Query
+// per parent's pk, 8 in flight. Deleting a parent with 1,000 CASCADE
+// children that are themselves parents (TestCascadeAtTheCapOverDynamoDB)
+// costs 1,042 round trips, ≈ 2,011 RCU and ≈ 4,161 WCU: 1,001 index
+// Queries, 2 head checks, batched row reads and the log-first commit
+// (2,043 round trips and ≈ 3,012 RCU with one head read per parent).
+//
 // # Item sizes
 //
 //	head       ≈ 60 B + partition + logEpoch (kept far below 4 KB: 1 RCU)
@@ -60,6 +77,7 @@
 //	           (over 400 KB: store.ErrTooLarge)
 //	tombstone  ≈ 14 B + partition + table + rowId
 //	client     ≈ 50 B + partition + ids
+//	ref        ≈ 10 B + partition + table + column + parent id + row id
 //
 // # Cost
 //
@@ -68,10 +86,10 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (Head+GetRows+Commit)       3    3    8
+//	push, 1 op (Head+GetRows+Commit)       3    4    8
 //	push, 50 ops                           3   52  128
 //	push, 1 delete (tombstone Put)         3    3    8
-//	quiet pull (TouchPartition)            1    1    0
+//	quiet pull (TouchPartition)            1    2    0
 //	incremental pull, 100 commits          1    8    0
 //	bootstrap page, 1000 rows (ScanRows)   2   61    0
 //	prune, per pruned commit               -  log  log + 1 per tombstone
@@ -92,10 +110,27 @@
 // writes. GetRows carries the head in its BatchGetItem, so the
 // roll-forward check costs one RCU and no round trip.
 //
+// # Rolling schema upgrades (schema.go)
+//
+// The serve gate costs no round trip: TouchPartition reads the schema
+// marker item in the same consistent BatchGetItem as the head (+1 RCU,
+// the marker is one small item, also charged when absent), the writer
+// fence and gate token are head attributes checked by the commit's
+// existing head condition, and a response is re-checked (one more
+// BatchGetItem) only when it carries commits, segments or conflict rows.
+//
 // # Operator paths
 //
+// Operator jobs enumerate partitions from the partition registry
+// (partitions.go): items under RegistryShards keys REG#00..REG#15, one per
+// partition, written by TouchPartition only when it creates the head (a
+// put before the head's, so creating a partition costs one more round
+// trip and ~1 WCU once; a request to an existing partition writes
+// nothing more). ListRegisteredPartitions Queries them, resumable from a
+// cursor; scheduled pruning and syncular-admin -all use it.
 // ListPartitions is the one Scan: it reads the whole table and serves
-// syncular-admin only, never a request.
+// only syncular-admin register-partitions, the one-off backfill of
+// partitions created before the registry existed.
 //
 // # Retries and cost accounting
 //

@@ -42,7 +42,7 @@ func TestStaleRollerFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stale roller replays commit 1.
-	if err := s.materialize(ctx, p, 1, []store.RowWrite{row}); !errors.Is(err, errApplied) {
+	if err := s.materialize(ctx, p, 1, []store.RowWrite{row}, nil); !errors.Is(err, errApplied) {
 		t.Fatalf("stale materialize: %v, want errApplied", err)
 	}
 	if m, err := s.GetRows(ctx, p, "tasks", []string{"x"}); err != nil || len(m) != 1 || !m["x"].Deleted || m["x"].CommitSeq != 2 {
@@ -66,7 +66,7 @@ func TestLogCodecRoundTrip(t *testing.T) {
 	rows := []store.RowWrite{{Table: "c", Row: store.Row{RowID: "z", Version: 9, Payload: []byte("p"), ColumnVersions: []int64{9, 2, 9}}}, {Table: "a", Delete: true, Row: store.Row{RowID: "1"}}}
 	cvs := [][]byte{encodeCV(nil, []int64{3, 1, 3}, 3), nil, nil}
 	for _, explicit := range [][]store.RowWrite{nil, rows} {
-		b := encodeLogBody(changes, cvs, explicit)
+		b := encodeLogBody(changes, cvs, explicit, nil)
 		lb, err := decodeLogBody(b, 7)
 		if err != nil {
 			t.Fatal(err)
@@ -169,6 +169,88 @@ func TestEscInjective(t *testing.T) {
 				t.Errorf("esc(%q) = %q contains '#'", s, e)
 			}
 		}
+	}
+}
+
+func TestLogCodecRefs(t *testing.T) {
+	changes := []store.Change{
+		{Table: "items", RowID: "i1", Op: wire.OpDelete},
+		{Table: "items", RowID: "i2", Op: wire.OpUpsert, RowVersion: 4, Row: []byte("x")},
+	}
+	cvs := [][]byte{nil, encodeCV(nil, []int64{1, 4, 2}, 4)}
+	refs := []store.RefWrite{
+		{RefEntry: store.RefEntry{ChildTable: "items", Column: "project", ParentID: "p1", ChildID: "i1"}, Remove: true},
+		{RefEntry: store.RefEntry{ChildTable: "items", Column: "owner", ParentID: "", ChildID: "日本"}},
+	}
+	explicitRows := []store.RowWrite{{Table: "items", Delete: true, Row: store.Row{RowID: "i1"}},
+		{Table: "items", Row: store.Row{RowID: "i2", Version: 4, Payload: []byte("x"), ColumnVersions: []int64{1, 4, 2}}}}
+	for _, explicit := range [][]store.RowWrite{nil, explicitRows} {
+		ecvs := cvs
+		if explicit != nil {
+			ecvs = nil
+		}
+		b := encodeLogBody(changes, ecvs, explicit, refs)
+		if b[0] != logFormat {
+			t.Fatalf("format %d, want %d", b[0], logFormat)
+		}
+		lb, err := decodeLogBody(b, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lb.changes) != 2 || (explicit == nil) != (lb.rows == nil) || !slices.Equal(lb.refs, refs) {
+			t.Errorf("decoded %+v %+v %+v", lb.changes, lb.rows, lb.refs)
+		}
+		// The column versions survive beside the reference section.
+		m, err := lb.materialization(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) != 2 || !m[0].Delete || !slices.Equal(m[1].Row.ColumnVersions, []int64{1, 4, 2}) || m[1].Row.CommitSeq != 3 {
+			t.Errorf("materialized %+v", m)
+		}
+		// Every truncation fails, including the one that drops exactly
+		// the reference section (the flag byte announces it).
+		for cut := range b {
+			if _, err := decodeLogBody(b[:cut], 3); err == nil {
+				t.Fatalf("truncated body (%d of %d bytes) decoded", cut, len(b))
+			}
+		}
+	}
+	// A format-2 body without references decodes with no refs.
+	if lb, err := decodeLogBody(encodeLogBody(changes, cvs, nil, nil), 3); err != nil || lb.refs != nil {
+		t.Errorf("body without refs: refs %v err %v", lb, err)
+	}
+	// An unknown flag bit is corruption, not something to skip.
+	b := encodeLogBody(changes[:1], nil, nil, nil)
+	b[len(b)-1] = 4
+	if _, err := decodeLogBody(b, 3); err == nil {
+		t.Error("unknown flag bit decoded")
+	}
+}
+
+// TestLogCodecFormat1Refs decodes a format-1 body (no column versions)
+// whose flag byte announces a reference section, spelled out by hand.
+func TestLogCodecFormat1Refs(t *testing.T) {
+	b := []byte{
+		1,         // format 1
+		1, 1, 'i', // one table "i"
+		1,                     // one change
+		0, 1, 'c', 2, 0, 0, 0, // i/c delete, no scopes, no row
+		logHasRefs,                             // rows derived, refs follow
+		1,                                      // one ref write
+		1, 'i', 1, 'p', 2, 'p', '1', 1, 'c', 1, // i.p: p1 → c, removed
+	}
+	lb, err := decodeLogBody(b, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.RefWrite{{RefEntry: store.RefEntry{ChildTable: "i", Column: "p", ParentID: "p1", ChildID: "c"}, Remove: true}}
+	if !slices.Equal(lb.refs, want) || lb.rows != nil || lb.cvs != nil {
+		t.Errorf("format-1 body with refs: %+v", lb)
+	}
+	m, err := lb.materialization(9)
+	if err != nil || len(m) != 1 || !m[0].Delete || m[0].Row.RowID != "c" {
+		t.Errorf("format-1 rows: %+v %v", m, err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 //	push outcome    P#<p>#O#<clientId>                  O<clientCommitId>
 //	row/tombstone   P#<p>#T#<table>                     R<rowId>
 //	client record   P#<p>#C                             C<clientId>
+//	reference index P#<p>#X#<table>#<column>#<parentId> R<childRowId>
 //	segment         SEG#<sha256 hex>                    OBJ | PUB#<context hash>
 //	segment lookup  P#<p>#SF                            <key hash>#<sha256 hex>#<context hash>
 //
@@ -56,6 +57,12 @@ func logPK(p string) string               { return PartitionPK(p) + "#L" }
 func outcomePK(p, clientID string) string { return PartitionPK(p) + "#O#" + esc(clientID) }
 func rowPK(p, table string) string        { return PartitionPK(p) + "#T#" + esc(table) }
 func clientPK(p string) string            { return PartitionPK(p) + "#C" }
+
+// refPK is the reference-index partition of one parent (§6.11): a
+// parent's children are one Query, with no scan of the child table.
+func refPK(p, table, column, parentID string) string {
+	return PartitionPK(p) + "#X#" + esc(table) + "#" + esc(column) + "#" + esc(parentID)
+}
 
 const headSK = "HEAD"
 

@@ -108,6 +108,7 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 			return h, fmt.Errorf("dynamostore: partition head item is malformed: %w", errCorrupt)
 		}
 	}
+	h.Gate = parseGate(item)
 	return h, nil
 }
 
@@ -140,15 +141,19 @@ func (s *Store) readHead(ctx context.Context, p string) (head, bool, error) {
 	return h, err == nil, err
 }
 
-// TouchPartition implements store.Store: one consistent GetItem, plus one
-// conditional write only on creation or when lastSeenAtMs aged past the
-// refresh interval (§2.1).
+// TouchPartition implements store.Store: one consistent BatchGetItem of
+// the head and the schema marker (the serve gate's inputs ride on the
+// read the partition needs anyway), plus one conditional write only on
+// creation or when lastSeenAtMs aged past the refresh interval (§2.1).
+// Creation is a transaction that checks the marker is still what was
+// read and starts the new head's writer fence at it, so a partition
+// created while a migration raises fences cannot miss its fence.
 func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (store.Head, error) {
 	if err := checkPartition(partition); err != nil {
 		return store.Head{}, err
 	}
 	for range 3 {
-		h, ok, err := s.readHead(ctx, partition)
+		h, ok, marker, err := s.readHeadAndMarker(ctx, partition)
 		if err != nil {
 			return store.Head{}, err
 		}
@@ -156,18 +161,43 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 			if newEpoch == "" {
 				return store.Head{}, errors.New("dynamostore: TouchPartition needs a non-empty epoch to create a partition")
 			}
+			// Registry first: it must list every head (partitions.go).
+			if err := s.RegisterPartition(ctx, partition); err != nil {
+				return store.Head{}, err
+			}
 			item := Key(headPK(partition), headSK)
 			item[hEpoch], item[hRequired], item[hMax], item[hApplied], item[hHorizon], item[hSeen] =
 				S(newEpoch), BOOL(false), N(0), N(0), N(0), N(nowMs)
-			err := s.putItem(ctx, "create partition", item, "attribute_not_exists(pk)", nil)
-			if isConditionFailed(err) {
-				continue // lost the creation race: read the winner's head
+			created := store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs}
+			if marker == 0 {
+				err = s.putItem(ctx, "create partition", item, "attribute_not_exists(pk)", nil)
+				if isConditionFailed(err) {
+					continue // lost the creation race: read the winner's head
+				}
+			} else {
+				item[hFence] = N(marker)
+				created.Gate = &store.Gate{StoredSchema: marker, WriterFence: marker}
+				err = s.transact(ctx, "create partition", []txItem{
+					{size: 40, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+						TableName: s.table, Key: Key(markerPK, markerSK),
+						ConditionExpression:       aws.String("v = :v"),
+						ExpressionAttributeValues: map[string]types.AttributeValue{":v": N(marker)},
+					}}},
+					{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
+						TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)"),
+					}}},
+				})
+				if codes, _ := cancelReasons(err); codes != nil {
+					continue // lost the creation race, or the marker moved
+				}
+				err = wrap("create partition", err)
 			}
 			if err != nil {
 				return store.Head{}, err
 			}
-			return store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs}, nil
+			return created, nil
 		}
+		h.Gate = withMarker(h.Gate, marker)
 		if nowMs-h.LastSeenAtMs <= s.refreshMs {
 			return h.Head, nil
 		}
@@ -184,6 +214,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 			// the stored head is the answer.
 			if old := conditionItem(err); old != nil {
 				if h2, perr := parseHead(old); perr == nil {
+					h2.Gate = withMarker(h2.Gate, marker)
 					return h2.Head, nil
 				}
 			}
@@ -196,6 +227,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		if err != nil {
 			return store.Head{}, err
 		}
+		h2.Gate = withMarker(h2.Gate, marker)
 		return h2.Head, nil
 	}
 	return store.Head{}, errors.New("dynamostore: partition head kept changing during TouchPartition")

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,8 +50,10 @@ func WithRefreshInterval(d time.Duration) Option {
 type Store struct {
 	refreshMs int64
 
-	mu         sync.RWMutex // guards partitions (the map, not its values)
+	mu         sync.RWMutex // guards partitions (the map, not its values) and marker
 	partitions map[string]*partState
+	// marker is the stored schema marker (schema.go).
+	marker int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -64,16 +67,26 @@ type partState struct {
 	tables   map[string]*table
 	outcomes map[outcomeKey]*store.Outcome
 	clients  map[string]*store.Client
+	// refs is the §6.11 reference index: child row ids by (child table,
+	// reference column, parent id).
+	refs map[refKey]map[string]struct{}
 	// tombs lists the tombstones written, in commit order, so Prune finds
 	// those at or below the horizon without walking the rows. An entry
 	// whose row was since rewritten is dropped when pruned.
 	tombs []tombRef
+	// Rolling-upgrade state (schema.go): writer fence, gate token and
+	// backfill checkpoints by name.
+	fence       int64
+	gateToken   int64
+	checkpoints map[string]*store.Checkpoint
 }
 
 type tombRef struct {
 	table, rowID string
 	seq          int64
 }
+
+type refKey struct{ table, column, parentID string }
 
 type outcomeKey struct{ clientID, clientCommitID string }
 
@@ -120,16 +133,20 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		if p == nil {
 			p = &partState{
 				head:     store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs},
+				fence:    s.marker, // a new partition starts fenced at the marker
 				tables:   make(map[string]*table),
 				outcomes: make(map[outcomeKey]*store.Outcome),
 				clients:  make(map[string]*store.Client),
+				refs:     make(map[refKey]map[string]struct{}),
 			}
 			s.partitions[partition] = p
 		}
 		s.mu.Unlock()
 	}
+	marker := s.markerValue()
 	p.mu.RLock()
 	h := p.head
+	h.Gate = withMarker(p.gateLocked(), marker)
 	p.mu.RUnlock()
 	if !s.stale(h.LastSeenAtMs, nowMs) {
 		return h, nil
@@ -139,6 +156,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		p.head.LastSeenAtMs = nowMs
 	}
 	h = p.head
+	h.Gate = withMarker(p.gateLocked(), marker)
 	p.mu.Unlock()
 	return h, nil
 }
@@ -160,6 +178,7 @@ func (s *Store) Head(ctx context.Context, partition string) (store.Head, bool, e
 	}
 	p.mu.RLock()
 	h := p.head
+	h.Gate = p.gateLocked()
 	p.mu.RUnlock()
 	return h, true, nil
 }
@@ -243,6 +262,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	// Copy outside the lock: it is the expensive part and touches only
 	// caller memory.
 	c := copyCommit(&req.Commit)
+	c.WriterVersion = req.WriterVersion
 	o := copyOutcome(&req.Outcome)
 	rows := make([]*rowEntry, len(req.Rows))
 	for i := range req.Rows {
@@ -264,8 +284,20 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	if p.outcomes[k] != nil {
 		return store.ErrOutcomeExists
 	}
+	if req.WriterVersion < p.fence {
+		return store.ErrWriterFenced
+	}
+	if req.CheckGate && req.GateToken != p.gateToken {
+		return store.ErrGateMoved
+	}
 	if p.head.MaxCommitSeq != req.ExpectedMaxSeq {
 		return store.ErrHeadMoved
+	}
+	var adv *store.Checkpoint
+	if req.Advance != nil {
+		if adv = p.checkAdvanceLocked(req.Advance); adv == nil {
+			return store.ErrCheckpointSuperseded
+		}
 	}
 	for i := range req.Rows {
 		w := &req.Rows[i]
@@ -291,6 +323,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			t.order.insert(rows[i])
 		}
 	}
+	for _, w := range req.RefWrites {
+		p.applyRef(w)
+	}
 	if len(p.log) > 0 && p.log[len(p.log)-1].Seq != seq-1 {
 		// Unreachable while the head check above holds; guards the log
 		// indexing invariant against future edits.
@@ -299,7 +334,56 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	p.log = append(p.log, c)
 	p.outcomes[k] = o
 	p.head.MaxCommitSeq = seq
+	if adv != nil {
+		applyAdvance(adv, req.Advance, req.Commit.CreatedAtMs)
+	}
 	return nil
+}
+
+// applyRef adds or removes one reference-index entry; both are
+// idempotent.
+func (p *partState) applyRef(w store.RefWrite) {
+	k := refKey{w.ChildTable, w.Column, w.ParentID}
+	set := p.refs[k]
+	if w.Remove {
+		delete(set, w.ChildID)
+		if len(set) == 0 {
+			delete(p.refs, k)
+		}
+		return
+	}
+	if set == nil {
+		set = make(map[string]struct{})
+		p.refs[k] = set
+	}
+	set[w.ChildID] = struct{}{}
+}
+
+// ListChildren implements store.Store.
+func (s *Store) ListChildren(ctx context.Context, partition string, qs []store.ChildQuery, limit int) ([][]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([][]string, len(qs))
+	p := s.lookup(partition)
+	if p == nil || limit <= 0 {
+		return out, nil
+	}
+	p.mu.RLock()
+	for i, q := range qs {
+		set := p.refs[refKey{q.ChildTable, q.Column, q.ParentID}]
+		if len(set) == 0 {
+			continue
+		}
+		ids := make([]string, 0, len(set))
+		for id := range set {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		out[i] = ids[:min(len(ids), limit)]
+	}
+	p.mu.RUnlock()
+	return out, nil
 }
 
 // GetRows implements store.Store.

@@ -335,3 +335,7 @@ func BenchmarkScanRows(b *testing.B) {
 		_ = s.ScanRows(ctx, "p", "t", "05000", true, func(*store.Row) bool { n++; return n < 500 })
 	}
 }
+
+func TestSchemaContract(t *testing.T) {
+	storetest.RunSchemaStore(t, func(*testing.T) storetest.SchemaBackend { return memstore.New() })
+}

@@ -143,6 +143,8 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 			if err := ps.sendRef(ctx, id, pub, digest, -1); err != nil {
 				return next, false, false, err
 			}
+			rs.report.SegmentsReused++
+			rs.report.RowsDelivered += int(pub.RowCount)
 			return pub.NextRowCursor, !pub.NextRowCursor.Present, false, nil
 		}
 	}
@@ -150,6 +152,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 	if err != nil {
 		return next, false, false, err
 	}
+	rs.report.SegmentsBuilt++
 	if more {
 		next = wire.Some(last)
 	}
@@ -163,6 +166,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 		}
 		ps.sentData = true
 		rs.report.SegmentsSent++
+		rs.report.RowsDelivered += rows
 		return next, !more, false, nil
 	}
 	id := segment.SegmentID(body)
@@ -173,6 +177,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 	if err := ps.sendRef(ctx, id, pub, digest, int64(len(body))); err != nil {
 		return next, false, false, err
 	}
+	rs.report.RowsDelivered += rows
 	return next, !more, false, nil
 }
 
@@ -225,6 +230,7 @@ func (ps *pullState) buildPage(ctx context.Context, p *subPlan, cursor wire.Opt[
 	budget := e.limits.SegmentMaxBytes - 64
 	var scanErr error
 	err = e.store.ScanRows(ctx, rs.auth.Partition, p.table.Name, cursor.Value, cursor.Present, func(r *store.Row) bool {
+		rs.report.RowsScanned++
 		if !matchesScopes(r.Scopes, p.effective) {
 			return true
 		}

@@ -166,7 +166,7 @@ func truncate(s string, n int) string {
 // already has an outcome replays that instead.
 func (e *Engine) rejectCommit(ctx context.Context, rs *reqState, pc *wire.PushCommit, rej *wire.OpResult) (*wire.PushResult, error) {
 	res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*rej}}
-	blob, err := encodeOutcome(res)
+	blob, err := encodeOutcome(res, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +201,19 @@ func pushResultSize(r *wire.PushResult) int {
 	for i := range r.Results {
 		o := &r.Results[i]
 		n += 4 + 1 + 4 + len(o.Code) + 4 + len(o.Message) + 1 + 8 + 4 + len(o.ServerRow) + 4 + len(o.ConflictColumns)
+	}
+	return n
+}
+
+// detailsSize estimates an encoded PUSH_RESULT_DETAILS from above (0 for
+// none), so the response budget counts the companion of a rejection.
+func detailsSize(d *wire.PushResultDetails) int {
+	if d == nil {
+		return 0
+	}
+	n := 5 + 4 + len(d.ClientCommitID) + 4
+	for i := range d.Entries {
+		n += 4 + 4 + len(d.Entries[i].DetailsJSON)
 	}
 	return n
 }

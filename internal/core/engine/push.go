@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -65,9 +66,34 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		if ev.reject == nil {
 			ev.reject = e.checkCommitSize(rs.auth.ActorID, pc, ev)
 		}
+		if ev.reject == nil {
+			// §5.9.6 / §6.6: every blob the commit references must exist
+			// before anything applies (blobs.go).
+			if err := e.checkBlobs(ctx, rs, ev, allowed, resolveErr); err != nil {
+				return nil, err
+			}
+		}
+		if ev.reject == nil {
+			// §6.8 order: declared references once over the candidate state
+			// after every operation is staged (references.go).
+			if err := e.enforceReferences(ctx, rs, pc, ev); err != nil {
+				return nil, err
+			}
+			if ev.reject == nil && ev.cascaded > 0 && e.checkCommitSize(rs.auth.ActorID, pc, ev) != nil {
+				// The client's own writes fit (checked above), so what no
+				// longer fits is the cascade: §6.11 reports it as the cap.
+				ev.reject, ev.details = referenceReject(pc.ClientCommitID, ev.cascadeOrigin, reasonCascadeLimit, nil, nil)
+			}
+		}
+		if ev.reject == nil && e.blobs != nil {
+			// §5.9.4: the blob reference index changes in the same commit.
+			if err := e.blobIndexWrites(ctx, rs, ev); err != nil {
+				return nil, err
+			}
+		}
 		if ev.reject != nil {
 			res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*ev.reject}}
-			blob, err := encodeOutcome(res)
+			blob, err := encodeOutcome(res, ev.details)
 			if err != nil {
 				return nil, err
 			}
@@ -82,6 +108,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if err != nil {
 				return nil, storeErr(err, "record rejected outcome")
 			}
+			rs.setDetails(ev.details)
 			return res, nil
 		}
 		seq := head.MaxCommitSeq + 1
@@ -89,7 +116,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		for i := range res.Results {
 			res.Results[i] = wire.OpResult{OpIndex: int32(i), Status: wire.OpApplied}
 		}
-		blob, err := encodeOutcome(res)
+		blob, err := encodeOutcome(res, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -99,13 +126,23 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				Seq: seq, CreatedAtMs: rs.now, ActorID: rs.auth.ActorID,
 				ClientID: rs.clientID, ClientCommitID: pc.ClientCommitID, Changes: ev.changes,
 			},
-			Rows:    ev.rows,
-			Outcome: store.Outcome{Applied: true, CommitSeq: seq, Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID},
+			Rows:      ev.rows,
+			RefWrites: ev.refs,
+			Outcome:   store.Outcome{Applied: true, CommitSeq: seq, Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID},
 		}
 		for i := range creq.Rows {
 			creq.Rows[i].Row.CommitSeq = seq
 		}
+		if err := e.gateForCommit(rs, head, creq); err != nil {
+			return nil, err
+		}
 		err = e.store.Commit(ctx, rs.auth.Partition, creq)
+		if stopped, retry, refusal := e.gateCommitError(err); stopped {
+			if retry {
+				continue
+			}
+			return nil, refusal
+		}
 		switch {
 		case err == nil:
 			rs.head.MaxCommitSeq = seq
@@ -114,6 +151,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			}
 			return res, nil
 		case errors.Is(err, store.ErrHeadMoved):
+			rs.report.CommitRacesLost++
 			continue
 		case errors.Is(err, store.ErrOutcomeExists):
 			res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
@@ -124,8 +162,14 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		case errors.Is(err, store.ErrTooLarge):
 			ev.reject = &wire.OpResult{OpIndex: 0, Status: wire.OpError, Code: string(syncerr.ConstraintViolation),
 				Message: "commit exceeds what storage can hold: " + err.Error()}
+			ev.details = nil
+			if ev.cascaded > 0 {
+				// §6.11: a cascade storage cannot hold in one atomic
+				// commit is the cap, reported as such, never half-applied.
+				ev.reject, ev.details = referenceReject(pc.ClientCommitID, ev.cascadeOrigin, reasonCascadeLimit, nil, nil)
+			}
 			res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*ev.reject}}
-			blob, berr := encodeOutcome(res)
+			blob, berr := encodeOutcome(res, ev.details)
 			if berr != nil {
 				return nil, berr
 			}
@@ -136,6 +180,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				}
 				return nil, storeErr(perr, "record rejected outcome")
 			}
+			rs.setDetails(ev.details)
 			return res, nil
 		default:
 			return nil, storeErr(err, "append commit")
@@ -166,7 +211,7 @@ func (e *Engine) replay(ctx context.Context, rs *reqState, clientCommitID string
 	if o.ActorID != "" && o.ActorID != rs.auth.ActorID {
 		return nil, false, syncerr.New(syncerr.InvalidClientID, "clientCommitId %q of this clientId was recorded by a different actor (§1.5)", clientCommitID)
 	}
-	res, err := decodeOutcome(o.Result)
+	res, det, err := decodeOutcome(o.Result)
 	if err != nil || res.ClientCommitID != clientCommitID {
 		e.log.ErrorContext(ctx, "stored push outcome unreadable", "partition", rs.auth.Partition, "error", fmt.Sprint(err))
 		return cacheMiss(clientCommitID), true, nil
@@ -174,6 +219,7 @@ func (e *Engine) replay(ctx context.Context, rs *reqState, clientCommitID string
 	if res.Status == wire.PushApplied {
 		res.Status = wire.PushCached
 	}
+	rs.setDetails(det) // §6.3.1: a replayed rejection emits the same companion
 	return res, true, nil
 }
 
@@ -192,6 +238,20 @@ type evaluation struct {
 	reject  *wire.OpResult
 	changes []store.Change
 	rows    []store.RowWrite
+
+	// stored is the pre-commit state of every row the operations named
+	// (absent key: not read; nil: no such row).
+	stored map[rowKey]*store.Row
+	// The §6.11 pass (references.go) adds the companion details of a
+	// reference rejection, the reference-index writes, and how many
+	// operations it appended on behalf of which client operation.
+	details       *wire.PushResultDetails
+	refs          []store.RefWrite
+	cascaded      int
+	cascadeOrigin int32
+
+	// blobChecks are the blob references §5.9.6 checks (blobs.go).
+	blobChecks []blobCheck
 }
 
 type rowKey struct{ table, rowID string }
@@ -259,7 +319,9 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			current[rowKey{table, id}] = r
 		}
 	}
-	ev := &evaluation{}
+	// The §6.11 pass needs the pre-commit state (tombstones included)
+	// after evaluation has staged its writes over current.
+	ev := &evaluation{stored: maps.Clone(current)}
 	var sc opScratch
 	for i := range pc.Operations {
 		op := &pc.Operations[i]
@@ -300,6 +362,9 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		if reject != nil {
 			ev.reject = reject
 			return ev, nil
+		}
+		if err := collectBlobRefs(ev, i, st, stored, nr, sc.present(st, t)); err != nil {
+			return nil, err
 		}
 		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: nr.Payload})
 		ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Row: *nr})
@@ -503,17 +568,12 @@ func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *s
 
 // unsupportedValues refuses values this server cannot store yet. It runs
 // after authorization, so an actor without the scope learns only
-// sync.forbidden. No CRDT merger is registered (§5.10.2), and no blob
-// storage exists, so no referenced blob can exist (§6.6).
+// sync.forbidden. No CRDT merger is registered (§5.10.2). Blob references
+// are checked once the commit is staged (checkBlobs, §5.9.6).
 func unsupportedValues(i int, st *schema.Table, vals []rowcodec.Value, present []bool) *wire.OpResult {
 	for _, j := range st.CRDTColumns {
 		if present[j] && !vals[j].Null {
 			return opError(i, syncerr.CrdtMergeFailed, "no CRDT merger is registered on this server (§5.10.2)")
-		}
-	}
-	for _, j := range st.BlobRefColumns {
-		if present[j] && !vals[j].Null {
-			return opError(i, syncerr.BlobNotFound, fmt.Sprintf("column %q references a blob this server does not hold; blob storage is not available (§6.6)", st.Columns[j].Name))
 		}
 	}
 	return nil
@@ -590,13 +650,19 @@ func valueText(t rowcodec.Type, v rowcodec.Value) string {
 	}
 }
 
-// encodeOutcome serializes a push result for the store: the frame is
-// wrapped in a minimal response message so the codec validates it both
-// ways, and replays are byte-equivalent by construction. Outcomes are
-// stored at wire version 3, the richest layout (conflictColumns survive);
-// a replay is re-encoded in the requesting client's version.
-func encodeOutcome(res *wire.PushResult) ([]byte, error) {
-	b, err := wire.Encode(&wire.Message{WireVersion: wire.Version3, Kind: wire.KindResponse, Frames: []wire.Frame{&wire.RespHeader{}, res}})
+// encodeOutcome serializes a push result and its PUSH_RESULT_DETAILS
+// companion, if any, for the store: the frames are wrapped in a minimal
+// response message so the codec validates them both ways, and replays are
+// byte-equivalent by construction (§6.3.1 persists details with the
+// outcome). Outcomes are stored at wire version 3, the richest layout
+// (conflictColumns survive); a replay is re-encoded in the requesting
+// client's version, its details frame included.
+func encodeOutcome(res *wire.PushResult, det *wire.PushResultDetails) ([]byte, error) {
+	frames := []wire.Frame{&wire.RespHeader{}, res}
+	if det != nil {
+		frames = append(frames, det)
+	}
+	b, err := wire.Encode(&wire.Message{WireVersion: wire.Version3, Kind: wire.KindResponse, Frames: frames})
 	if err != nil {
 		return nil, fmt.Errorf("encode push outcome: %w", err)
 	}
@@ -604,18 +670,27 @@ func encodeOutcome(res *wire.PushResult) ([]byte, error) {
 }
 
 // decodeOutcome reads a stored outcome of any wire version: version 1 (all
-// outcomes stored before wire version 3 was served) or version 3.
-func decodeOutcome(b []byte) (*wire.PushResult, error) {
+// outcomes stored before wire version 3 was served) or version 3, with or
+// without its PUSH_RESULT_DETAILS companion.
+func decodeOutcome(b []byte) (*wire.PushResult, *wire.PushResultDetails, error) {
 	m, err := wire.Decode(b)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if len(m.Frames) != 2 {
-		return nil, errors.New("outcome: unexpected frame count")
+	if len(m.Frames) != 2 && len(m.Frames) != 3 {
+		return nil, nil, errors.New("outcome: unexpected frame count")
 	}
 	res, ok := m.Frames[1].(*wire.PushResult)
 	if !ok {
-		return nil, errors.New("outcome: second frame is not PUSH_RESULT")
+		return nil, nil, errors.New("outcome: second frame is not PUSH_RESULT")
+	}
+	var det *wire.PushResultDetails
+	if len(m.Frames) == 3 {
+		d, ok := m.Frames[2].(*wire.PushResultDetails)
+		if !ok {
+			return nil, nil, errors.New("outcome: third frame is not PUSH_RESULT_DETAILS")
+		}
+		det = &wire.PushResultDetails{ClientCommitID: d.ClientCommitID, Entries: slices.Clone(d.Entries)}
 	}
 	// Detach from the decode buffer.
 	c := *res
@@ -626,5 +701,14 @@ func decodeOutcome(b []byte) (*wire.PushResult, error) {
 			c.Results[i].ConflictColumns = append([]byte(nil), cc...)
 		}
 	}
-	return &c, nil
+	return &c, det, nil
+}
+
+// present returns the storage-column presence flags of the operation
+// evalUpsert last decoded.
+func (sc *opScratch) present(st, t *schema.Table) []bool {
+	if st != t {
+		return sc.spresent
+	}
+	return sc.cpresent
 }

@@ -59,6 +59,18 @@ type Report struct {
 	SchemaVersion int32
 	// LogEpoch is the partition's log epoch the request was served in.
 	LogEpoch string
+
+	// Operational counters (metrics): commit attempts that lost the race
+	// for the next commitSeq, bootstrap pages built from a row scan or
+	// answered with an existing publication (§5.1), and the rows those
+	// scans read against the rows the pages carried.
+	CommitRacesLost int
+	SegmentsBuilt   int
+	SegmentsReused  int
+	RowsScanned     int
+	RowsDelivered   int
+
+	gate *store.Gate // serve-gate state read at entry (gate.go)
 }
 
 // reqState is everything one request computes once.
@@ -86,7 +98,14 @@ type reqState struct {
 	allowedErr  error
 
 	report *Report
+
+	// details is the PUSH_RESULT_DETAILS companion of the push result
+	// being produced (§6.3.1), written right after it.
+	details *wire.PushResultDetails
 }
+
+// setDetails records the companion frame of the current push result.
+func (rs *reqState) setDetails(d *wire.PushResultDetails) { rs.details = d }
 
 // countingWriter tracks how many bytes the response has so far, so errors
 // after the first byte go in-band (§1.1) and the byte budget can be kept.
@@ -113,7 +132,13 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // (syncerr.ForWire): a version-2 client never receives a code added by
 // version 3.
 func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
-	rep, err := e.handleSync(ctx, auth, body, opts, w)
+	var rep *Report
+	var err error
+	if e.gates != nil {
+		rep, err = e.handleGated(ctx, auth, body, opts, w)
+	} else {
+		rep, err = e.handleSync(ctx, auth, body, opts, w)
+	}
 	if err != nil && rep.WireVersion != 0 && rep.BytesOut == 0 {
 		err = errorForWire(err, rep.WireVersion)
 	}
@@ -200,6 +225,9 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	rs.head, err = e.store.TouchPartition(ctx, auth.Partition, rs.now, e.epoch())
 	if err != nil {
 		return rep, storeErr(err, "read partition head")
+	}
+	if err := e.gateAtEntry(rs); err != nil {
+		return rep, err
 	}
 	rep.LogEpoch = rs.head.LogEpoch
 	if req.WireVersion == wire.Version1 && rs.head.EpochRequired {
@@ -316,6 +344,7 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 		// not processed and are answered "send again" (notDelivered). The
 		// first result always goes out, so every request makes progress.
 		budget := int64(e.limits.ResponseBudgetBytes)
+		rs.details = nil
 		var res *wire.PushResult
 		if i > 0 && (deferred || cw.n > budget) {
 			deferred = true
@@ -329,9 +358,9 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 			if res.Status != wire.PushRejected && res.CommitSeq.Present {
 				rs.acceptedMax = max(rs.acceptedMax, res.CommitSeq.Value)
 			}
-			if i > 0 && cw.n+int64(pushResultSize(res)) > budget {
+			if i > 0 && cw.n+int64(pushResultSize(res)+detailsSize(rs.details)) > budget {
 				deferred = true // processed; a resend replays its stored outcome
-				res = notDelivered(pc.ClientCommitID)
+				res, rs.details = notDelivered(pc.ClientCommitID), nil
 			}
 		}
 		switch {
@@ -346,6 +375,11 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 		}
 		if err := enc.WriteFrame(resultForWire(res, rs.version)); err != nil {
 			return fmt.Errorf("write PUSH_RESULT: %w", err)
+		}
+		if d := rs.details; d != nil && res.Status == wire.PushRejected {
+			if err := enc.WriteFrame(d); err != nil {
+				return fmt.Errorf("write PUSH_RESULT_DETAILS: %w", err)
+			}
 		}
 	}
 	if req.Pull == nil {

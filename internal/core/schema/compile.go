@@ -68,6 +68,7 @@ func compileVersion(p *problems, number int32, raws []rawTable) *Version {
 			v.variables[name] = struct{}{}
 		}
 	}
+	compileReferences(p, v, raws)
 	// SQLite and Postgres keep index names in one namespace per database
 	// (SQLite shares it with tables), so uniqueness is per version.
 	indexOwner := make(map[string]string)

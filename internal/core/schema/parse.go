@@ -44,6 +44,7 @@ type rawTable struct {
 	Columns     []rawColumn       `json:"columns"`
 	Scopes      []json.RawMessage `json:"scopes"`
 	Indexes     []rawIndex        `json:"indexes"`
+	References  []rawReference    `json:"references"`
 	Materialize *bool             `json:"materialize"`
 	FTSIndexes  json.RawMessage   `json:"ftsIndexes"`
 	Extensions  json.RawMessage   `json:"extensions"`

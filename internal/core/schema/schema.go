@@ -74,6 +74,8 @@ type Version struct {
 
 	byName    map[string]*Table
 	variables map[string]struct{}
+	// referrers maps a parent table to the references naming it (§6.11).
+	referrers map[string][]Referrer
 }
 
 // Table looks a table up by its exact name.
@@ -118,6 +120,8 @@ type Table struct {
 	Scopes []ScopePattern
 	// Indexes are the user-declared secondary indexes, validated.
 	Indexes []Index
+	// References are the declared column references (§6.11), validated.
+	References []Reference
 
 	// Materialize says whether server storage projects the app columns
 	// into queryable SQL columns. Explicit "materialize" wins; otherwise it

@@ -53,6 +53,13 @@ type Head struct {
 	HorizonSeq int64
 	// LastSeenAtMs is the last authentication time recorded (§2.1).
 	LastSeenAtMs int64
+
+	// Gate is the serve-gate state (schema.go), nil when there is none
+	// (no marker, fence or checkpoint): the partition's writer fence,
+	// pending checkpoints and gate token come with the head item at no
+	// extra read; the stored schema marker is filled by TouchPartition
+	// only (Head leaves it zero).
+	Gate *Gate
 }
 
 // Row is the current stored state of one synced row, or its delete
@@ -99,6 +106,11 @@ type Commit struct {
 	ClientID       string
 	ClientCommitID string
 	Changes        []Change
+	// WriterVersion is the storage schema version of the function that
+	// wrote the commit (0 for commits written before writers recorded
+	// it). Stores record CommitRequest.WriterVersion here; the field of
+	// CommitRequest.Commit is ignored.
+	WriterVersion int64
 }
 
 // Outcome is a persisted push result (§2.3, §6.3). Result holds the
@@ -131,6 +143,51 @@ type CommitRequest struct {
 	Commit         Commit
 	Rows           []RowWrite
 	Outcome        Outcome
+	// RefWrites maintain the reference index (§6.11) in the same atomic
+	// commit as the row writes that caused them. Each entry is net for
+	// the commit (one entry per index key at most); applying an entry
+	// twice is a no-op, so a backend may replay them.
+	RefWrites []RefWrite
+	// WriterVersion is the writer's running storage schema version,
+	// recorded on the commit and checked by the commit's own conditional
+	// write against the partition's writer fence: below the fence the
+	// commit fails with ErrWriterFenced and writes nothing.
+	WriterVersion int64
+	// CheckGate makes the commit conditional on the partition's gate
+	// token still being GateToken, the Gate.Token the writer's serve gate
+	// passed on (0 for a partition without gate state): it fails with
+	// ErrGateMoved when the token changed since (a checkpoint was
+	// declared or activated, or the fence moved), so the gate is
+	// re-checked before anything lands.
+	CheckGate bool
+	GateToken int64
+	// Advance, when set, moves a backfill checkpoint in the same atomic
+	// commit; when the owner epoch no longer matches the commit fails
+	// with ErrCheckpointSuperseded and writes nothing.
+	Advance *CheckpointAdvance
+}
+
+// RefEntry is one reference-index entry (§6.11): row ChildID of
+// ChildTable holds ParentID in its reference column Column.
+type RefEntry struct {
+	ChildTable string
+	Column     string
+	ParentID   string
+	ChildID    string
+}
+
+// ChildQuery selects the reference-index entries of one parent through
+// one reference column: the ChildTable rows whose Column holds ParentID.
+type ChildQuery struct {
+	ChildTable string
+	Column     string
+	ParentID   string
+}
+
+// RefWrite adds or (Remove) deletes one reference-index entry.
+type RefWrite struct {
+	RefEntry
+	Remove bool
 }
 
 // Client is the per-(partition, clientId) record (§1.5 actor binding,
@@ -220,6 +277,14 @@ type Store interface {
 	// CommitTimes calls fn with (seq, createdAtMs) for commits after
 	// afterSeq, oldest first, until fn returns false (pruning policy input).
 	CommitTimes(ctx context.Context, partition string, afterSeq int64, fn func(seq, createdAtMs int64) bool) error
+
+	// ListChildren answers each query with the ids of its child rows, in
+	// ascending byte order, at most limit per query (§6.11 enforcement
+	// reads limit = cap+1 to detect an overflow); out[i] answers qs[i].
+	// One call reflects every commit up to the partition head, like
+	// GetRows, however many queries it carries: the §6.11 pass asks for
+	// every parent of one cascade level at once.
+	ListChildren(ctx context.Context, partition string, qs []ChildQuery, limit int) ([][]string, error)
 }
 
 // SegmentKey identifies one publication context (§5.1 build-once key).

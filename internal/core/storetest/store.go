@@ -80,6 +80,12 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Prune/RemovesTombstones", testPruneTombstones},
 		{"Prune/TombstonesOfLargeCommit", testPruneTombstonesLarge},
 		{"CommitTimes/AfterSeq", testCommitTimes},
+		{"RefIndex/AddListRemove", testRefsAddListRemove},
+		{"RefIndex/FailedCommitWritesNone", testRefsFailedCommitWritesNone},
+		{"RefIndex/ManyInOneCommit", testRefsManyInOneCommit},
+		{"RefIndex/ManyQueries", testRefsManyQueries},
+		{"RefIndex/BlobEntries", testRefsBlobEntries},
+		{"RefIndex/UnknownPartition", testRefsUnknownPartition},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newPartition(t, newStore)) })

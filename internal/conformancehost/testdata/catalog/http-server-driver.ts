@@ -4,6 +4,8 @@
  * Copied next to the catalog's src/ by run.sh; imports resolve there.
  */
 import type {
+  BlobDownloadResult,
+  BlobUploadGrantResult,
   BytesResult,
   DriverError,
   DriverScopeMap,
@@ -77,6 +79,13 @@ class HttpServerInstance implements ServerInstance {
       'captureBackup',
       'restoreBackup',
       'failNextIdempotencyLookup',
+      'declareBackfillCheckpoint',
+      'uploadBlob',
+      'downloadBlob',
+      'fetchBlobUrl',
+      'uploadBlobGrant',
+      'putBlobUrl',
+      'setBlobPresign',
     ] as const;
     for (const name of optional) {
       if (!methods.includes(name)) {
@@ -139,6 +148,81 @@ class HttpServerInstance implements ServerInstance {
 
   async setSignedUrlTtlSeconds(ttlSeconds: number): Promise<void> {
     await this.#control('setSignedUrlTtlSeconds', ttlSeconds);
+  }
+
+  // §5.9 blobs: bytes cross the control channel as {$u8} values.
+  async uploadBlob(
+    actorId: string,
+    blobId: string,
+    bytes: Uint8Array,
+    mediaType?: string,
+  ): Promise<{ ok: true } | { ok: false; error: DriverError }> {
+    const r = await this.#control<{ ok: boolean; error?: DriverError }>(
+      'uploadBlob',
+      actorId,
+      blobId,
+      toU8(bytes),
+      mediaType ?? null,
+    );
+    return r.ok
+      ? { ok: true }
+      : { ok: false, error: r.error ?? { code: 'sync.internal', message: '' } };
+  }
+
+  async downloadBlob(
+    actorId: string,
+    blobId: string,
+  ): Promise<BlobDownloadResult> {
+    const r = await this.#control<
+      WireBytesResult & { url?: string; urlExpiresAtMs?: number }
+    >('downloadBlob', actorId, blobId);
+    if (r.ok && r.url !== undefined) {
+      return {
+        ok: true,
+        url: r.url,
+        ...(r.urlExpiresAtMs !== undefined
+          ? { urlExpiresAtMs: r.urlExpiresAtMs }
+          : {}),
+      };
+    }
+    return bytesResult(r);
+  }
+
+  async fetchBlobUrl(url: string): Promise<BytesResult> {
+    return bytesResult(await this.#control<WireBytesResult>('fetchBlobUrl', url));
+  }
+
+  async uploadBlobGrant(
+    actorId: string,
+    blobId: string,
+    byteLength: number,
+    mediaType?: string,
+  ): Promise<BlobUploadGrantResult> {
+    return this.#control<BlobUploadGrantResult>(
+      'uploadBlobGrant',
+      actorId,
+      blobId,
+      byteLength,
+      mediaType ?? null,
+    );
+  }
+
+  async putBlobUrl(
+    url: string,
+    bytes: Uint8Array,
+  ): Promise<{ ok: true } | { ok: false; error: DriverError }> {
+    const r = await this.#control<{ ok: boolean; error?: DriverError }>(
+      'putBlobUrl',
+      url,
+      toU8(bytes),
+    );
+    return r.ok
+      ? { ok: true }
+      : { ok: false, error: r.error ?? { code: 'sync.internal', message: '' } };
+  }
+
+  async setBlobPresign(enabled: boolean): Promise<void> {
+    await this.#control('setBlobPresign', enabled);
   }
 
   /** §8.1 attach over a real WebSocket to the host's /realtime route;
@@ -234,6 +318,10 @@ class HttpServerInstance implements ServerInstance {
 
   async failNextIdempotencyLookup(): Promise<void> {
     await this.#control('failNextIdempotencyLookup');
+  }
+
+  async declareBackfillCheckpoint(name: string): Promise<void> {
+    await this.#control('declareBackfillCheckpoint', name);
   }
 
   async close(): Promise<void> {
