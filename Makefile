@@ -26,7 +26,8 @@ LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
 .PHONY: all test lint unit tools fuzz bench run build clean \
-	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction
+	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
+	build-RealtimeFunction build-FanoutFunction
 
 all: build
 
@@ -80,6 +81,10 @@ build-PruneFunction:
 	$(call lambda_build,prune)
 build-BlobFunction:
 	$(call lambda_build,blob)
+build-RealtimeFunction:
+	$(call lambda_build,realtime)
+build-FanoutFunction:
+	$(call lambda_build,fanout)
 
 clean:
 	rm -rf bin .aws-sam
