@@ -26,7 +26,8 @@ LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
 .PHONY: all test lint unit tools fuzz bench run build clean \
-	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction build-MigrateHookFunction
+	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
+	build-MigrateHookFunction build-RealtimeFunction build-FanoutFunction
 
 all: build
 
@@ -82,6 +83,10 @@ build-BlobFunction:
 	$(call lambda_build,blob)
 build-MigrateHookFunction:
 	$(call lambda_build,migratehook)
+build-RealtimeFunction:
+	$(call lambda_build,realtime)
+build-FanoutFunction:
+	$(call lambda_build,fanout)
 
 clean:
 	rm -rf bin .aws-sam

@@ -43,6 +43,9 @@ type Deps struct {
 	Clock func() int64
 	// Meter adds per-request storage cost to the log line (DynamoMeter).
 	Meter func(ctx context.Context) (context.Context, func() []slog.Attr)
+	// OnCommit receives every commit the engine appends (the local
+	// runner's in-process realtime fanout, §8.2).
+	OnCommit func(partition string, c *store.Commit)
 }
 
 // Build returns the handler of fn. cfg's keys must be resolved (HS256Secret
@@ -58,6 +61,42 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 	authn, err := Authenticator(cfg)
 	if err != nil {
 		return nil, err
+	}
+	eng, err := NewEngine(cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	return &lambdahttp.Handler{
+		API: &httpapi.Handler{
+			Engine:       eng,
+			Mount:        cfg.Mount,
+			Routes:       fn.Routes,
+			MaxBodyBytes: cfg.MaxBodyBytes,
+			Logger:       logger,
+			Meter:        d.Meter,
+			// The request line is also the EMF document of the request's
+			// metrics (internal/metrics); "function" is on the logger.
+			Line: (&metrics.EMF{
+				Namespace: cfg.MetricsNamespace,
+				Fixed:     map[string]string{metrics.DimFunction: fn.Name},
+			}).RequestLine,
+			BlobURLs: d.BlobURLs,
+		},
+		Auth:      authn,
+		PublicURL: cfg.PublicURL,
+		Logger:    logger,
+	}, nil
+}
+
+// NewEngine builds the engine every function serves over: the configured
+// scope resolver, limits and signed-URL mode.
+func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
+	if d.Schema == nil || d.Store == nil || d.Segments == nil {
+		return nil, errors.New("app: schema, store and segment store are required")
+	}
+	logger := d.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
 	var resolver engine.ScopeResolver
 	switch cfg.ScopesMode {
@@ -95,6 +134,7 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 		BlobPresigner: d.BlobPresigner,
 		Clock:         d.Clock,
 		Logger:        logger,
+		OnCommit:      d.OnCommit,
 	}
 	switch cfg.SignedURLs {
 	case config.SignedNative:
@@ -111,26 +151,7 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
-	return &lambdahttp.Handler{
-		API: &httpapi.Handler{
-			Engine:       eng,
-			Mount:        cfg.Mount,
-			Routes:       fn.Routes,
-			MaxBodyBytes: cfg.MaxBodyBytes,
-			Logger:       logger,
-			Meter:        d.Meter,
-			// The request line is also the EMF document of the request's
-			// metrics (internal/metrics); "function" is on the logger.
-			Line: (&metrics.EMF{
-				Namespace: cfg.MetricsNamespace,
-				Fixed:     map[string]string{metrics.DimFunction: fn.Name},
-			}).RequestLine,
-			BlobURLs: d.BlobURLs,
-		},
-		Auth:      authn,
-		PublicURL: cfg.PublicURL,
-		Logger:    logger,
-	}, nil
+	return eng, nil
 }
 
 // Authenticator builds the configured authenticator.

@@ -195,7 +195,7 @@ func (in *instance) setSignedURLTTL(_ context.Context, a *args) (any, *controlEr
 	return nil, nil
 }
 
-func (in *instance) setAllowedScopes(_ context.Context, a *args) (any, *controlError) {
+func (in *instance) setAllowedScopes(ctx context.Context, a *args) (any, *controlError) {
 	var actor string
 	var allowed map[string][]string
 	if e := firstErr(a.arity(2, 2), a.decode(0, "actorId", &actor), a.decode(1, "allowed", &allowed)); e != nil {
@@ -214,6 +214,8 @@ func (in *instance) setAllowedScopes(_ context.Context, a *args) (any, *controlE
 	in.grants.mu.Lock()
 	in.grants.byActor[actor] = m
 	in.grants.mu.Unlock()
+	// A grant change is a §3.3 decision point for live connections.
+	in.hub.RefreshScopes(ctx, in.partition, actor)
 	return nil, nil
 }
 

@@ -41,7 +41,7 @@ var Capabilities = []string{"backfill-checkpoints", "backup-restore", "blob-pres
 // catalog does not gate, e.g. sqlite images and realtime).
 var Unsupported = []string{
 	"crdt", "leases", "validators", "commit-validators",
-	"sqlite-image", "realtime", "presence",
+	"sqlite-image",
 }
 
 // maxControlBody caps a control request body.

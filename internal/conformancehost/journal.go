@@ -181,6 +181,18 @@ func (j *journalStore) PutClient(ctx context.Context, partition string, c *store
 	})
 }
 
+// AckCursor implements store.Store.
+func (j *journalStore) AckCursor(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64) (bool, error) {
+	ok, err := j.cur().AckCursor(ctx, partition, clientID, actorID, logEpoch, cursor, nowMs)
+	if !ok {
+		return ok, err
+	}
+	return ok, j.record(err, func(ctx context.Context, s store.Store) error {
+		_, err := s.AckCursor(ctx, partition, clientID, actorID, logEpoch, cursor, nowMs)
+		return err
+	})
+}
+
 // ListClients implements store.Store.
 func (j *journalStore) ListClients(ctx context.Context, partition string, fn func(*store.Client) bool) error {
 	return j.cur().ListClients(ctx, partition, fn)

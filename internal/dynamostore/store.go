@@ -403,6 +403,7 @@ const (
 	cCursor  = "cu" // N
 	cUpdated = "up" // N
 	cWire    = "wv" // N
+	cReg     = "rg" // S, optional: the §8.1 registration (engine-encoded)
 )
 
 func parseClient(item map[string]types.AttributeValue) (*store.Client, error) {
@@ -414,7 +415,11 @@ func parseClient(item map[string]types.AttributeValue) (*store.Client, error) {
 	if !ok0 || len(sk) < 1 || !ok1 || !ok2 || !ok3 || !ok4 {
 		return nil, fmt.Errorf("dynamostore: client record is malformed: %w", errCorrupt)
 	}
-	return &store.Client{ClientID: sk[1:], ActorID: actor, Cursor: cur, UpdatedAtMs: up, WireVersion: uint16(wv)}, nil
+	c := &store.Client{ClientID: sk[1:], ActorID: actor, Cursor: cur, UpdatedAtMs: up, WireVersion: uint16(wv)}
+	if r, ok := getS(item, cReg); ok {
+		c.Registration = r
+	}
+	return c, nil
 }
 
 func checkClientKey(p, clientID string) error {
@@ -492,6 +497,9 @@ func (s *Store) BindClient(ctx context.Context, partition string, c *store.Clien
 func clientItem(partition string, c *store.Client) map[string]types.AttributeValue {
 	item := Key(clientPK(partition), clientSK(c.ClientID))
 	item[cActor], item[cCursor], item[cUpdated], item[cWire] = S(c.ActorID), N(c.Cursor), N(c.UpdatedAtMs), N(int64(c.WireVersion))
+	if len(c.Registration) > 0 {
+		item[cReg] = S(c.Registration)
+	}
 	return item
 }
 
@@ -501,6 +509,104 @@ func (s *Store) PutClient(ctx context.Context, partition string, c *store.Client
 		return err
 	}
 	return s.putItem(ctx, "write client record", clientItem(partition, c), "", nil)
+}
+
+// AckCursor implements store.Store: one transaction of a condition check
+// on the head's log epoch and an update of the client record conditioned
+// on its existence, its actor and a cursor not above the ack, so a
+// delayed ack from before an epoch rotation, an ack for another actor's
+// clientId and an ack for a deleted record all write nothing, and no
+// record is ever created (§8.2 of the newer spec). Only the cursor and
+// the timestamp change; the registration a concurrent sync round wrote
+// is preserved.
+func (s *Store) AckCursor(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64) (bool, error) {
+	if err := checkClientKey(partition, clientID); err != nil {
+		return false, err
+	}
+	const op = "record realtime ack"
+	err := s.transact(ctx, op, []txItem{
+		{w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+			TableName:                 s.table,
+			Key:                       Key(headPK(partition), headSK),
+			ConditionExpression:       aws.String("#e = :e"),
+			ExpressionAttributeNames:  map[string]string{"#e": hEpoch},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":e": S(logEpoch)},
+		}}, size: 100},
+		{w: types.TransactWriteItem{Update: &types.Update{
+			TableName:                           s.table,
+			Key:                                 Key(clientPK(partition), clientSK(clientID)),
+			UpdateExpression:                    aws.String("SET #c = :c, #u = :u"),
+			ConditionExpression:                 aws.String("attribute_exists(pk) AND #a = :a AND #c <= :c AND #u <= :u"),
+			ExpressionAttributeNames:            map[string]string{"#c": cCursor, "#u": cUpdated, "#a": cActor},
+			ExpressionAttributeValues:           map[string]types.AttributeValue{":c": N(cursor), ":u": N(nowMs), ":a": S(actorID)},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}}, size: 200},
+	})
+	if err == nil {
+		return true, nil
+	}
+	codes, items := cancelReasons(err)
+	if len(codes) != 2 {
+		return false, wrap(op, err)
+	}
+	if codes[0] == "ConditionalCheckFailed" {
+		return false, nil // the epoch moved on
+	}
+	if codes[1] != "ConditionalCheckFailed" {
+		return false, wrap(op, err)
+	}
+	old := items[1]
+	if old == nil {
+		return false, nil // no record: never created by an ack
+	}
+	c, perr := parseClient(old)
+	if perr != nil {
+		return false, perr
+	}
+	if c.ActorID != actorID {
+		return false, nil
+	}
+	if c.Cursor > cursor || c.UpdatedAtMs > nowMs {
+		// Guard passed; one of the maxima is already stored. Advance the
+		// other one alone (a plain conditional update, same guard).
+		return s.ackOne(ctx, partition, clientID, actorID, logEpoch, max(c.Cursor, cursor), max(c.UpdatedAtMs, nowMs), c)
+	}
+	return false, wrap(op, err)
+}
+
+// ackOne finishes an ack whose first attempt found one of the two
+// maxima already stored: it writes the maxima only if the record is
+// still the one read (same cursor and timestamp), inside the same epoch
+// guard; a concurrent change makes it report the guard result without
+// writing.
+func (s *Store) ackOne(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64, seen *store.Client) (bool, error) {
+	if cursor == seen.Cursor && nowMs == seen.UpdatedAtMs {
+		return true, nil
+	}
+	err := s.transact(ctx, "record realtime ack", []txItem{
+		{w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+			TableName:                 s.table,
+			Key:                       Key(headPK(partition), headSK),
+			ConditionExpression:       aws.String("#e = :e"),
+			ExpressionAttributeNames:  map[string]string{"#e": hEpoch},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":e": S(logEpoch)},
+		}}, size: 100},
+		{w: types.TransactWriteItem{Update: &types.Update{
+			TableName:                 s.table,
+			Key:                       Key(clientPK(partition), clientSK(clientID)),
+			UpdateExpression:          aws.String("SET #c = :c, #u = :u"),
+			ConditionExpression:       aws.String("attribute_exists(pk) AND #a = :a AND #c = :oc AND #u = :ou"),
+			ExpressionAttributeNames:  map[string]string{"#c": cCursor, "#u": cUpdated, "#a": cActor},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":c": N(cursor), ":u": N(nowMs), ":a": S(actorID), ":oc": N(seen.Cursor), ":ou": N(seen.UpdatedAtMs)},
+		}}, size: 200},
+	})
+	if err == nil {
+		return true, nil
+	}
+	if codes, _ := cancelReasons(err); len(codes) == 2 {
+		return codes[0] != "ConditionalCheckFailed", nil
+	}
+	return false, wrap("record realtime ack", err)
 }
 
 // ListClients implements store.Store.

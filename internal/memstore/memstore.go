@@ -565,6 +565,26 @@ func (s *Store) PutClient(ctx context.Context, partition string, c *store.Client
 	return nil
 }
 
+// AckCursor implements store.Store under the partition lock.
+func (s *Store) AckCursor(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return false, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.clients[clientID]
+	if c == nil || c.ActorID != actorID || p.head.LogEpoch != logEpoch {
+		return false, nil
+	}
+	c.Cursor = max(c.Cursor, cursor)
+	c.UpdatedAtMs = max(c.UpdatedAtMs, nowMs)
+	return true, nil
+}
+
 // ListClients implements store.Store. It snapshots the records first so
 // fn runs unlocked.
 func (s *Store) ListClients(ctx context.Context, partition string, fn func(*store.Client) bool) error {

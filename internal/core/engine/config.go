@@ -216,6 +216,11 @@ type Config struct {
 	// store.SchemaStore (tests of other concerns; never in production:
 	// commits still carry the writer version and the fence still holds).
 	NoSchemaGate bool
+	// OnCommit, when set, is called synchronously after each commit is
+	// durably appended, with the stored commit (§8.2 fanout input for an
+	// in-process realtime hub). It must not block for long and must not
+	// modify c.
+	OnCommit func(partition string, c *store.Commit)
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.

@@ -156,6 +156,9 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		switch {
 		case err == nil:
 			rs.head.MaxCommitSeq = seq
+			if e.cfg.OnCommit != nil {
+				e.cfg.OnCommit(rs.auth.Partition, &creq.Commit)
+			}
 			return res, nil
 		case errors.Is(err, store.ErrHeadMoved):
 			rs.report.CommitRacesLost++

@@ -209,6 +209,11 @@ type Client struct {
 	Cursor      int64
 	UpdatedAtMs int64
 	WireVersion uint16
+	// Registration is the client's most recent pull's subscription list
+	// (§8.1: persisted per (partition, clientId) with the cursor and the
+	// wire version, loaded at realtime connect). Opaque to stores: the
+	// engine encodes it. Empty for a client that never pulled.
+	Registration string
 }
 
 // Store is commit, row and client storage for all partitions.
@@ -267,6 +272,15 @@ type Store interface {
 	BindClient(ctx context.Context, partition string, c *Client) (*Client, error)
 	// PutClient creates or replaces the client record.
 	PutClient(ctx context.Context, partition string, c *Client) error
+	// AckCursor records a realtime ack (§8.2 of the newer spec): it
+	// advances the existing record's Cursor and UpdatedAtMs to their
+	// maxima with cursor and nowMs, atomically, and only while the record
+	// is bound to actorID and the partition's log epoch is logEpoch. It
+	// never creates a record and never touches ActorID, WireVersion or
+	// Registration. ok is false when nothing was written because the
+	// guard failed or the record is missing; a cursor at or below the
+	// stored one is ok with nothing changed.
+	AckCursor(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64) (ok bool, err error)
 	// ListClients calls fn for every client record of the partition.
 	ListClients(ctx context.Context, partition string, fn func(*Client) bool) error
 

@@ -64,6 +64,8 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Clients/ListEarlyStop", testClientsEarlyStop},
 		{"Clients/BindCreatesOnce", testBindClient},
 		{"Clients/BindConcurrent", testBindClientConcurrent},
+		{"Clients/Registration", testClientRegistration},
+		{"Clients/AckCursor", testAckCursor},
 		{"PutRejection/OwnerRecorded", testRejectionOwner},
 		{"RotateEpoch/DeletesClients", testRotateEpoch},
 		{"Prune/HorizonMonotonic", testPrune},

@@ -10,6 +10,7 @@ import type {
   DriverError,
   DriverScopeMap,
   RealtimeConnectResult,
+  RealtimeSink,
   RetentionOptions,
   ServerCapability,
   ServerCreateOptions,
@@ -224,14 +225,50 @@ class HttpServerInstance implements ServerInstance {
     await this.#control('setBlobPresign', enabled);
   }
 
-  async connectRealtime(): Promise<RealtimeConnectResult> {
-    return {
-      ok: false,
-      error: {
-        code: 'sync.not_found',
-        message: 'conformance-host: realtime is not supported',
-      },
-    };
+  /** §8.1 attach over a real WebSocket to the host's /realtime route;
+   * the actor travels in the query like X-Actor does for /sync. */
+  connectRealtime(
+    actorId: string,
+    clientId: string,
+    sink: RealtimeSink,
+  ): Promise<RealtimeConnectResult> {
+    const url = `${this.#base.replace(/^http/, 'ws')}/realtime?clientId=${encodeURIComponent(clientId)}&actor=${encodeURIComponent(actorId)}`;
+    return new Promise((resolve) => {
+      const socket = new WebSocket(url);
+      socket.binaryType = 'arraybuffer';
+      let opened = false;
+      socket.onopen = () => {
+        opened = true;
+        resolve({
+          ok: true,
+          connection: {
+            send: (text: string) => socket.send(text),
+            sendBinary: (bytes: Uint8Array) => socket.send(bytes),
+            close: () => socket.close(),
+          },
+        });
+      };
+      socket.onmessage = (event: MessageEvent) => {
+        if (typeof event.data === 'string') sink.onText(event.data);
+        else sink.onBinary(new Uint8Array(event.data as ArrayBuffer));
+      };
+      socket.onclose = () => {
+        if (!opened) {
+          resolve({
+            ok: false,
+            error: {
+              code: 'sync.invalid_client_id',
+              message: 'conformance-host refused the realtime connect',
+            },
+          });
+          return;
+        }
+        sink.onClose?.();
+      };
+      socket.onerror = () => {
+        // onclose follows and settles the promise.
+      };
+    });
   }
 
   async setAllowedScopes(

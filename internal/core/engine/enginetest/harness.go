@@ -124,6 +124,8 @@ type Options struct {
 	// Blobs and BlobPresigner configure §5.9 blob storage.
 	Blobs         blobs.Store
 	BlobPresigner blobs.Presigner
+	// OnCommit is passed to the engine (realtime fanout input).
+	OnCommit func(partition string, c *store.Commit)
 }
 
 // New builds a harness over st and segs.
@@ -151,6 +153,7 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
 		Checkpoints: o.Checkpoints,
 		Blobs:       o.Blobs, BlobPresigner: o.BlobPresigner,
+		OnCommit: o.OnCommit,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
