@@ -21,12 +21,12 @@ import (
 )
 
 type rtRig struct {
-	t   *testing.T
+	t   testing.TB
 	srv string
 	d   *apptest.Deployment
 }
 
-func newRTRig(t *testing.T) *rtRig {
+func newRTRig(t testing.TB) *rtRig {
 	rn, srv := startRunner(t, testOptions())
 	c := noDecompress()
 	return &rtRig{t: t, srv: srv.URL, d: &apptest.Deployment{
