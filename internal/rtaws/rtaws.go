@@ -118,7 +118,9 @@ func (s *Service) Connect(ctx context.Context, id string, auth engine.Auth, clie
 		return err
 	}
 	keys := s.Engine.ScopeKeys(a.SchemaVersion, a.Registrations)
-	ttl := ds.N(time.UnixMilli(s.Engine.Now()).Add(ConnectionTTL).Unix())
+	// DynamoDB TTL and API Gateway's connection limit run on wall time,
+	// not on the engine's clock (which tests and replays may set).
+	ttl := ds.N(time.Now().Add(ConnectionTTL).Unix())
 	item := ds.Key(connPK(id), connSK)
 	item[aPart], item[aActor], item[aClient] = ds.S(auth.Partition), ds.S(auth.ActorID), ds.S(clientID)
 	item[aVer], item[aSV], item[aEpoch] = ds.N(int64(a.WireVersion)), ds.N(int64(a.SchemaVersion)), ds.S(a.Head.LogEpoch)

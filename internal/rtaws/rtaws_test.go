@@ -5,10 +5,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -107,10 +109,36 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) poll(t *testing.T) {
+// pollUntil polls the stream until cond holds: DynamoDB Local publishes
+// a write's stream record a moment after the write returns, and in
+// pieces, so one Poll may see only part of what was written. It fails
+// the test after a bounded deadline.
+func (e *env) pollUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	if _, err := e.poller.Poll(context.Background()); err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := e.poller.Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream: gave up waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// posted reports whether every id got n messages or more.
+func (e *env) posted(n int, ids ...string) func() bool {
+	return func() bool {
+		for _, id := range ids {
+			if len(e.mgmt.of(id)) < n {
+				return false
+			}
+		}
+		return true
 	}
 }
 
@@ -186,7 +214,7 @@ func TestStreamFanout(t *testing.T) {
 	e.connect(t, "c-reader", "actor-b", "reader")
 	e.connect(t, "c-other", "actor-d", "other")
 	e.connect(t, "c-lost", "actor-b", "lost")
-	e.poll(t)
+	e.pollUntil(t, "three hellos", e.posted(1, "c-reader", "c-other", "c-lost"))
 	for _, id := range []string{"c-reader", "c-other", "c-lost"} {
 		got := e.mgmt.of(id)
 		if len(got) != 1 {
@@ -203,14 +231,14 @@ func TestStreamFanout(t *testing.T) {
 
 	e.reads.Store(0)
 	e.push(t, writer, "t1", "p1", "first")
-	e.poll(t)
+	e.pollUntil(t, "the delta of t1", e.posted(2, "c-reader"))
 	if got := e.mgmt.of("c-reader"); len(got) != 2 || strings.Join(deltaRows(t, got[1]), ",") != "t1" {
 		t.Fatalf("reader: want hello + delta of t1, got %d messages", len(got))
 	}
 	if got := e.mgmt.of("c-other"); len(got) != 1 {
 		t.Fatalf("other (p2) got a p1 commit: %q", got[1:])
 	}
-	if e.exists(t, "RTC#c-lost", "C") || e.exists(t, dynamostore.PartitionPK("part")+"#RK#project_id:p1", "c-lost") {
+	if e.exists(t, "RTC#c-lost", "C") || e.exists(t, dynamostore.PartitionPK("part")+"#RK#project:p1", "c-lost") {
 		t.Fatal("a gone connection's items survived")
 	}
 	base := e.reads.Load()
@@ -225,15 +253,19 @@ func TestStreamFanout(t *testing.T) {
 	}
 
 	// 40 unrelated connections on p2 do not change the cost of a p1 commit.
+	var unrelated []string
 	for i := range 40 {
 		id := "u" + string(rune('a'+i%26)) + string(rune('a'+i/26))
 		e.synced(t, "actor-d", id, "p2")
 		e.connect(t, "c-"+id, "actor-d", id)
+		unrelated = append(unrelated, "c-"+id)
 	}
-	e.poll(t)
+	// Their hellos read connection items: all of them are out before
+	// the reads of the next commit are counted.
+	e.pollUntil(t, "40 hellos", e.posted(1, unrelated...))
 	e.reads.Store(0)
 	e.push(t, writer, "t2", "p1", "second")
-	e.poll(t)
+	e.pollUntil(t, "the delta of t2", e.posted(3, "c-reader"))
 	if got := e.reads.Load(); got != base {
 		t.Fatalf("reads per fanned-out commit: %d with 40 unrelated connections, %d without", got, base)
 	}
@@ -251,9 +283,9 @@ func TestOversizeDeltaWakes(t *testing.T) {
 	writer := e.synced(t, "actor-a", "writer", "p1")
 	e.synced(t, "actor-b", "reader", "p1")
 	e.connect(t, "c-reader", "actor-b", "reader")
-	e.poll(t)
+	e.pollUntil(t, "hello", e.posted(1, "c-reader"))
 	e.push(t, writer, "t1", "p1", strings.Repeat("x", 200))
-	e.poll(t)
+	e.pollUntil(t, "the wake-up of t1", e.posted(2, "c-reader"))
 	got := e.mgmt.of("c-reader")
 	if len(got) != 2 {
 		t.Fatalf("want hello + wake, got %q", got)
@@ -265,7 +297,7 @@ func TestOversizeDeltaWakes(t *testing.T) {
 	// Suppressed until an ack reaches the delivered seq.
 	e.svc.MaxMessageBytes = 0
 	e.push(t, writer, "t2", "p1", "small")
-	e.poll(t)
+	e.pollUntil(t, "the wake-up of t2", e.posted(3, "c-reader"))
 	if m, _ := realtime.Parse(e.mgmt.of("c-reader")[2]); m.(*realtime.Wake).Reason != realtime.ReasonCatchupRequired {
 		t.Fatal("a suppressed connection got a delta")
 	}
@@ -274,8 +306,36 @@ func TestOversizeDeltaWakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.push(t, writer, "t3", "p1", "after ack")
-	e.poll(t)
+	e.pollUntil(t, "the delta of t3", e.posted(4, "c-reader"))
 	if got := e.mgmt.of("c-reader"); len(got) != 4 || strings.Join(deltaRows(t, got[3]), ",") != "t3" {
 		t.Fatalf("after the ack: want the delta of t3, got %d messages", len(got))
+	}
+}
+
+// A connection item and its index entries expire by DynamoDB TTL, which
+// compares against wall time: their expiry counts from the real clock
+// even when the engine's clock is far behind it (a test harness, a
+// replay), so DynamoDB never sweeps a live connection away before its
+// hello or its deltas go out.
+func TestConnectionTTLIsWallTime(t *testing.T) {
+	e := newEnv(t)
+	e.h.Clock.Advance(time.Now().Add(-365*24*time.Hour).UnixMilli() - e.h.Clock.Now())
+	e.synced(t, "actor-b", "reader", "p1")
+	before := time.Now()
+	e.connect(t, "c-reader", "actor-b", "reader")
+	for _, k := range [][2]string{{"RTC#c-reader", "C"}, {dynamostore.PartitionPK("part") + "#RK#project:p1", "c-reader"}} {
+		out, err := e.db.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(e.table), Key: dynamostore.Key(k[0], k[1]), ConsistentRead: aws.Bool(true)})
+		if err != nil || out.Item == nil {
+			t.Fatalf("%v: missing (%v)", k, err)
+		}
+		n, ok := out.Item[dynamostore.TTLAttribute].(*types.AttributeValueMemberN)
+		if !ok {
+			t.Fatalf("%v: no ttl attribute", k)
+		}
+		ttl, _ := strconv.ParseInt(n.Value, 10, 64)
+		// API Gateway closes a connection after 2 hours at most.
+		if ttl < before.Add(2*time.Hour).Unix() || ttl > time.Now().Add(3*time.Hour).Unix() {
+			t.Fatalf("%v: ttl %d is not about 2h after the wall clock %d", k, ttl, before.Unix())
+		}
 	}
 }
