@@ -86,10 +86,13 @@ func (h *RealtimeHandler) Handle(ctx context.Context, ev events.APIGatewayWebsoc
 		if m, ok := rc.Authorizer.(map[string]any); ok && len(m) > 0 {
 			cr.AuthorizerClaims = auth.Claims(m)
 		}
-		a, _, err := h.Auth.Authenticate(ctx, cr)
+		a, claims, err := h.Auth.Authenticate(ctx, cr)
 		if err != nil {
 			return refuse(syncerr.New(syncerr.AuthRequired, "authentication failed: %v", err)), nil
 		}
+		// The scope resolver of the default claims mode reads the token's
+		// claims from the context, as on /sync.
+		ctx = auth.WithClaims(ctx, claims)
 		if err := h.Service.Connect(ctx, rc.ConnectionID, a, ev.QueryStringParameters["clientId"]); err != nil {
 			h.Logger.Info("realtime connect refused", "error", err.Error())
 			return refuse(err), nil
