@@ -10,6 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
@@ -24,7 +27,11 @@ import (
 // awsDeps points the runner at real DynamoDB and/or S3 endpoints (DynamoDB
 // Local, a local S3 server, or AWS itself). Whichever is not given stays in
 // memory.
-func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Schema, logger *slog.Logger) (app.Deps, error) {
+//
+// The returned tableStream is the table's DynamoDB stream when it has
+// one (-create enables it, KEYS_ONLY as in template.yaml): the runner's
+// realtime fanout then reads it as the deployed fanout function does.
+func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Schema, logger *slog.Logger) (app.Deps, *tableStream, error) {
 	var opts []func(*awsconfig.LoadOptions) error
 	if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
 		// Local emulators accept any credentials; skip the slow IMDS probe.
@@ -35,14 +42,24 @@ func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Sch
 	}
 	clients, err := app.NewAWSClients(ctx, cfg, opts...)
 	if err != nil {
-		return app.Deps{}, err
+		return app.Deps{}, nil, err
 	}
 	d := app.Deps{Schema: sch, Logger: logger, Store: memstore.New(), Segments: memstore.NewSegments()}
+	var stream *tableStream
 	if o.dynamoEndpoint != "" {
 		if o.create {
 			if err := dynamostore.CreateTable(ctx, clients.DynamoDB, cfg.TableName); err != nil {
-				return app.Deps{}, err
+				return app.Deps{}, nil, err
 			}
+		}
+		arn, err := streamARN(ctx, clients.DynamoDB, cfg.TableName, o.create)
+		if err != nil {
+			return app.Deps{}, nil, err
+		}
+		if arn != "" {
+			stream = &tableStream{arn: arn, client: dynamodbstreams.NewFromConfig(clients.Config, func(so *dynamodbstreams.Options) {
+				so.BaseEndpoint = aws.String(cfg.DynamoDBEndpoint)
+			})}
 		}
 		d.Store = dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{})
 		d.Grants, d.PKAttr, d.SKAttr = clients.DynamoDB, dynamostore.AttrPK, dynamostore.AttrSK
@@ -51,7 +68,7 @@ func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Sch
 	if o.s3Endpoint != "" {
 		if o.create {
 			if err := createBucket(ctx, clients.S3, cfg.Bucket); err != nil {
-				return app.Deps{}, err
+				return app.Deps{}, nil, err
 			}
 		}
 		segs := app.NewS3Segments(clients, cfg)
@@ -59,7 +76,36 @@ func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Sch
 		bs := s3blobs.New(clients.S3, cfg.Bucket, "")
 		d.Blobs, d.BlobPresigner = bs, bs
 	}
-	return d, nil
+	return d, stream, nil
+}
+
+// tableStream is a table's DynamoDB stream.
+type tableStream struct {
+	arn    string
+	client *dynamodbstreams.Client
+}
+
+// streamARN returns the table's stream ARN, "" when it has no stream.
+// With enable (-create), a table without a stream gets the template's
+// StreamSpecification (KEYS_ONLY: keys are all the fanout reads).
+func streamARN(ctx context.Context, db *dynamodb.Client, table string, enable bool) (string, error) {
+	d, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	if err != nil {
+		return "", fmt.Errorf("describe table %s: %w", table, err)
+	}
+	if sp := d.Table.StreamSpecification; sp != nil && aws.ToBool(sp.StreamEnabled) {
+		return aws.ToString(d.Table.LatestStreamArn), nil
+	}
+	if !enable {
+		return "", nil
+	}
+	out, err := db.UpdateTable(ctx, &dynamodb.UpdateTableInput{TableName: aws.String(table), StreamSpecification: &ddbtypes.StreamSpecification{
+		StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewTypeKeysOnly,
+	}})
+	if err != nil {
+		return "", fmt.Errorf("enable the stream of table %s: %w", table, err)
+	}
+	return aws.ToString(out.TableDescription.LatestStreamArn), nil
 }
 
 // createBucket creates the segment bucket unless it exists.

@@ -129,6 +129,7 @@ Ctrl-C stops.
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	go rn.hub.RunHeartbeats(ctx, 30*time.Second) // §8.5
+	go rn.runFanout(ctx)
 	select {
 	case err := <-errc:
 		return err

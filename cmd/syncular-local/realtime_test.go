@@ -27,7 +27,12 @@ type rtRig struct {
 }
 
 func newRTRig(t testing.TB) *rtRig {
-	rn, srv := startRunner(t, testOptions())
+	r, _ := newRTRigOpts(t, testOptions())
+	return r
+}
+
+func newRTRigOpts(t testing.TB, o options) (*rtRig, *runner) {
+	rn, srv := startRunner(t, o)
 	c := noDecompress()
 	return &rtRig{t: t, srv: srv.URL, d: &apptest.Deployment{
 		Schema: rn.schema,
@@ -41,7 +46,7 @@ func newRTRig(t testing.TB) *rtRig {
 			}
 			return tok
 		},
-	}}
+	}}, rn
 }
 
 func (r *rtRig) token(actor string) string {

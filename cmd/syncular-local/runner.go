@@ -31,6 +31,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
 	"github.com/skyfold/syncular-lambda/internal/memblobs"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
+	"github.com/skyfold/syncular-lambda/internal/rtaws"
 	"github.com/skyfold/syncular-lambda/internal/wsrealtime"
 )
 
@@ -82,6 +83,9 @@ type runner struct {
 	// hub serves <mount>/realtime (§8); authn authenticates its upgrade.
 	hub   *realtime.Hub
 	authn auth.Authenticator
+	// poller, with a DynamoDB table that has a stream, feeds the hub from
+	// the stream instead of in-process commits (see stream.go).
+	poller *rtaws.Poller
 	// memBlobs is the in-memory blob store whose URLs point at the runner.
 	memBlobs *memblobs.Store
 }
@@ -160,8 +164,9 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 	}
 	deps := app.Deps{Schema: sch, Logger: logger}
 	backend := "in-memory store and segments"
+	var stream *tableStream
 	if o.dynamoEndpoint != "" || o.s3Endpoint != "" {
-		if deps, err = awsDeps(ctx, cfg, o, sch, logger); err != nil {
+		if deps, stream, err = awsDeps(ctx, cfg, o, sch, logger); err != nil {
 			return nil, err
 		}
 		backend = "DynamoDB " + cfg.DynamoDBEndpoint + " table " + cfg.TableName + ", S3 " + cfg.S3Endpoint + " bucket " + cfg.Bucket
@@ -179,9 +184,13 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		deps.Blobs, deps.BlobPresigner, deps.BlobURLs = memBlobs, memBlobs, memBlobs
 	}
 	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins, memBlobs: memBlobs}
-	// §8: every function's engine hands its commits to the realtime hub
-	// in-process, so connected sockets get deltas without polling.
-	deps.OnCommit = func(p string, c *store.Commit) { rn.hub.Notify(p, c) }
+	// §8: without a table stream, every function's engine hands its
+	// commits to the realtime hub in-process, so connected sockets get
+	// deltas without polling. With one, the stream drives the hub as it
+	// drives the deployed fanout function.
+	if stream == nil {
+		deps.OnCommit = func(p string, c *store.Commit) { rn.hub.Notify(p, c) }
+	}
 	rtDeps := deps
 	rtDeps.Logger = logger.With("function", "realtime")
 	rtEngine, err := app.NewEngine(cfg, rtDeps)
@@ -189,6 +198,12 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		return nil, fmt.Errorf("realtime: %w", err)
 	}
 	rn.hub = realtime.NewHub(rtEngine, realtime.Options{Logger: rtDeps.Logger})
+	if stream != nil {
+		if err := rn.followStream(ctx, stream, deps.Store); err != nil {
+			return nil, fmt.Errorf("realtime: table stream: %w", err)
+		}
+		rn.backend += ", realtime fanout from the table stream"
+	}
 	if rn.authn, err = app.Authenticator(cfg); err != nil {
 		return nil, err
 	}
