@@ -35,7 +35,7 @@ const (
 )
 
 // Row item attributes. A tombstone (§2.2 of the wire-3 spec) is the row
-// item itself reduced to key, rSeq and rDeleted, so a delete is one small
+// item itself reduced to key, rSeq, rDeleted and the deleted row's rScopes, so a delete is one small
 // Put under the same key and a recreate simply overwrites it. Items
 // written before column versions and tombstones existed have neither
 // rCV nor rDeleted and read as live rows with nil ColumnVersions.
@@ -81,6 +81,9 @@ func sameRows(a, b []store.RowWrite) bool {
 			return false
 		}
 		if x.Delete {
+			if !slices.Equal(x.Row.Scopes, y.Row.Scopes) {
+				return false
+			}
 			continue
 		}
 		if x.Row.Version != y.Row.Version || !bytes.Equal(x.Row.Payload, y.Row.Payload) ||
@@ -100,6 +103,9 @@ func rowItem(p string, seq int64, w *store.RowWrite) map[string]types.AttributeV
 	item := Key(rowPK(p, w.Table), rowSK(w.Row.RowID))
 	if w.Delete {
 		item[rSeq], item[rDeleted] = N(seq), BOOL(true)
+		if sc := encodeScopes(w.Row.Scopes); len(sc) > 0 {
+			item[rScopes] = B(sc)
+		}
 		return item
 	}
 	item[rVersion], item[rSeq] = N(w.Row.Version), N(seq)
@@ -122,7 +128,17 @@ func parseRow(item map[string]types.AttributeValue) (*store.Row, error) {
 		if dl, ok := getBool(item, rDeleted); !ok0 || len(sk) < 1 || !ok2 || !ok || !dl {
 			return nil, fmt.Errorf("dynamostore: tombstone item is malformed: %w", errCorrupt)
 		}
-		return &store.Row{RowID: sk[1:], Deleted: true, CommitSeq: cs}, nil
+		r := &store.Row{RowID: sk[1:], Deleted: true, CommitSeq: cs}
+		sc, ok := getB(item, rScopes) // absent on tombstones from before scopes were kept
+		if !ok {
+			return nil, fmt.Errorf("dynamostore: tombstone item is malformed: %w", errCorrupt)
+		}
+		scopes, err := decodeScopes(sc)
+		if err != nil {
+			return nil, err
+		}
+		r.Scopes = scopes
+		return r, nil
 	}
 	v, ok1 := getN(item, rVersion)
 	sc, ok3 := getB(item, rScopes)

@@ -33,7 +33,8 @@
 //     column at the row's version), which is how rows written before
 //     column versions existed read.
 //   - A delete Puts a tombstone in place of the row: the key, cs (the
-//     deleting commit) and dl = true, nothing else. Recreating the row
+//     deleting commit), dl = true and the deleted row's scopes (sc), so
+//     a later upsert is authorized against them (§3.4). Recreating the row
 //     overwrites it like any upsert. GetRows returns it (Deleted), ScanRows
 //     reads and skips it.
 //   - The log body (format 2) carries each change's encoded column
@@ -75,7 +76,7 @@
 //	row        ≈ 20 B + partition + table + rowId + scopes + payload
 //	           + column versions (5 B for a full-row write)
 //	           (over 400 KB: store.ErrTooLarge)
-//	tombstone  ≈ 14 B + partition + table + rowId
+//	tombstone  ≈ 17 B + partition + table + rowId + scopes
 //	client     ≈ 50 B + partition + ids
 //	ref        ≈ 10 B + partition + table + column + parent id + row id
 //

@@ -254,7 +254,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	rows := make([]*rowEntry, len(req.Rows))
 	for i := range req.Rows {
 		w := &req.Rows[i]
-		e := &rowEntry{row: store.Row{RowID: w.Row.RowID, Deleted: true}}
+		e := &rowEntry{row: store.Row{RowID: w.Row.RowID, Deleted: true, Scopes: cloneRow(&w.Row).Scopes}}
 		if !w.Delete {
 			e.row = cloneRow(&w.Row)
 			e.row.Deleted = false

@@ -305,9 +305,9 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		st, _ := storageV.Table(op.Table)
 		k := rowKey{op.Table, op.RowID}
 		stored := current[k]
-		tomb := stored != nil && stored.Deleted
-		if tomb {
-			stored = nil
+		var tomb *store.Row // the row's tombstone within the horizon, if any
+		if stored != nil && stored.Deleted {
+			tomb, stored = stored, nil
 		}
 
 		if op.Op == wire.OpDelete {
@@ -319,10 +319,12 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 				return ev, nil
 			}
 			ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpDelete, Scopes: stored.Scopes})
-			ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Delete: true, Row: store.Row{RowID: op.RowID}})
+			// The tombstone keeps the deleted row's scopes, so a later
+			// upsert is authorized against them before it learns anything.
+			ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Delete: true, Row: store.Row{RowID: op.RowID, Scopes: stored.Scopes}})
 			// §2.2: the delete leaves a tombstone, also for later
 			// operations of this commit.
-			current[k] = &store.Row{RowID: op.RowID, Deleted: true}
+			current[k] = &store.Row{RowID: op.RowID, Deleted: true, Scopes: stored.Scopes}
 			continue
 		}
 
@@ -347,9 +349,9 @@ func opError(i int, code syncerr.Code, msg string) *wire.OpResult {
 
 // evalUpsert runs §6.2 for one upsert. t is the client's schema version of
 // the table, st the storage version; stored is the live row (nil when
-// absent) and tomb reports a tombstone within the horizon. It returns the
+// absent) and tomb is its tombstone within the horizon (nil when none). It returns the
 // rejecting result record, or the row to write.
-func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *schema.Table, stored *store.Row, tomb bool, allowed ScopeMap, resolveErr error, sc *opScratch) (*wire.OpResult, *store.Row, error) {
+func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *schema.Table, stored, tomb *store.Row, allowed ScopeMap, resolveErr error, sc *opScratch) (*wire.OpResult, *store.Row, error) {
 	fail := func(code syncerr.Code, msg string) (*wire.OpResult, *store.Row, error) {
 		return opError(i, code, msg), nil, nil
 	}
@@ -482,7 +484,7 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 
 // evalInsert is §6.2 for an upsert whose row is absent (never stored,
 // deleted, or pruned past the horizon).
-func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *schema.Table, vals []rowcodec.Value, present []bool, full, tomb bool, allowed ScopeMap, resolveErr error) (*wire.OpResult, *store.Row, error) {
+func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *schema.Table, vals []rowcodec.Value, present []bool, full bool, tomb *store.Row, allowed ScopeMap, resolveErr error) (*wire.OpResult, *store.Row, error) {
 	fail := func(code syncerr.Code, msg string) (*wire.OpResult, *store.Row, error) {
 		return opError(i, code, msg), nil, nil
 	}
@@ -506,7 +508,20 @@ func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *s
 		return fail(syncerr.RowMissing, "baseVersion names a row that does not exist (§6.2)")
 	}
 	if rules.deletePrecedence {
-		if !op.BaseVersion.Present && tomb {
+		if !op.BaseVersion.Present && tomb != nil {
+			// §3.4 before §6.2: the tombstone's scopes are the deleted
+			// row's, and only an actor allowed to see that row learns it
+			// was deleted; anyone else learns only sync.forbidden, never
+			// that the rowId exists in another scope. A tombstone written
+			// before tombstones kept scopes has none: the payload is then
+			// the authorization row (fail closed for a partial payload).
+			if len(tomb.Scopes) > 0 {
+				if resolveErr != nil || !authorizeRow(st, tomb.Scopes, allowed) {
+					return fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
+				}
+			} else if !authorized() {
+				return fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
+			}
 			// §6.2: a delete within the horizon beats an unversioned upsert.
 			return fail(syncerr.RowDeleted, "the row was deleted; an unversioned upsert does not recreate it (baseVersion 0 does) (§6.2)")
 		}

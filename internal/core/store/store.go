@@ -61,9 +61,11 @@ type Row struct {
 	RowID string
 	// Deleted marks a tombstone: the row was deleted by commit CommitSeq.
 	// Only GetRows returns tombstones (ScanRows never does); a tombstone
-	// has no Payload, Scopes or ColumnVersions, and Version 0. Writing an
-	// upsert replaces it; Prune removes tombstones with CommitSeq at or
-	// below the horizon.
+	// keeps the deleted row's Scopes (those of the delete's RowWrite, so
+	// a later upsert is authorized against them, §3.4) and has no Payload
+	// or ColumnVersions, and Version 0. A tombstone written before
+	// tombstones kept scopes has none. Writing an upsert replaces it;
+	// Prune removes tombstones with CommitSeq at or below the horizon.
 	Deleted bool
 	// Version is server_version (§2.2): 1 on insert, +1 per applied upsert.
 	Version int64
@@ -115,7 +117,8 @@ type Outcome struct {
 }
 
 // RowWrite is the materialization of one change into the row table.
-// A Delete replaces the row with a tombstone at the commit's seq.
+// A Delete replaces the row with a tombstone at the commit's seq; its
+// Row carries RowID and the deleted row's stored Scopes.
 type RowWrite struct {
 	Table  string
 	Delete bool

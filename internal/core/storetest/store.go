@@ -75,6 +75,7 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Tombstones/UpsertReplaces", testTombstoneUpsertReplaces},
 		{"Tombstones/DeleteAgainMovesSeq", testTombstoneDeleteAgain},
 		{"Tombstones/ManyInOneCommit", testTombstonesMany},
+		{"Tombstones/KeepScopes", testTombstoneKeepsScopes},
 		{"Prune/RemovesTombstones", testPruneTombstones},
 		{"Prune/TombstonesOfLargeCommit", testPruneTombstonesLarge},
 		{"CommitTimes/AfterSeq", testCommitTimes},
@@ -315,7 +316,7 @@ func testCommitRowsMaterialized(t *testing.T, e *partitionT) {
 	if rows["b"] != nil && rows["b"].CommitSeq != 2 {
 		t.Errorf("row b CommitSeq %d, want 2", rows["b"].CommitSeq)
 	}
-	checkTombstone(t, rows["c"], "c", 2)
+	checkTombstone(t, rows["c"], "c", 2, "org=o1", "team=t1")
 	scanned := e.scan("tasks", "", false)
 	if got := rowIDs(scanned); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("ScanRows ids %v, want [a b]", got)
