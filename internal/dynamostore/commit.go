@@ -235,11 +235,15 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		return err
 	}
 	rows := dedupeRows(req.Rows)
-	for i := range rows {
-		if err := checkRowKey(partition, &rows[i]); err != nil {
+	for i := range req.Rows {
+		if err := checkRowKey(partition, &req.Rows[i]); err != nil {
+			return err
+		}
+		if err := checkScopeKeys(&req.Rows[i]); err != nil {
 			return err
 		}
 	}
+	index := scopeIndexActions(s.table, partition, seq, req.Rows)
 	// The log carries what roll-forward needs to write the rows again:
 	// the changes plus each one's column versions, or explicit rows when
 	// the changes do not imply them.
@@ -297,6 +301,10 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		rowActs = append(rowActs, a)
 		rowBytes += a.size
 	}
+	for _, a := range index {
+		rowActs = append(rowActs, a)
+		rowBytes += a.size
+	}
 	inline := len(items)+len(rowActs) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
 	update := "SET mx = :n"
 	if inline {
@@ -326,7 +334,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			// The commit is durable in the log; any reader finishes the
 			// materialization if this one fails, so only the hook's error
 			// is reported.
-			if err := s.materialize(ctx, partition, seq, rows, refs); err == nil {
+			if err := s.materialize(ctx, partition, seq, rows, refs, index); err == nil {
 				_ = s.advanceApplied(ctx, partition, seq)
 			}
 			return nil
@@ -385,7 +393,7 @@ var errApplied = errors.New("dynamostore: commit already materialized")
 // roller can then write (a per-row commitSeq condition could not stop a
 // replayed upsert from resurrecting a row a later commit deleted).
 // Within one commit rows are deduplicated, so batches commute.
-func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []store.RowWrite, refs []store.RefWrite) error {
+func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []store.RowWrite, refs []store.RefWrite, index []txItem) error {
 	fence := txItem{size: 100, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName:                 s.table,
 		Key:                       Key(headPK(p), headSK),
@@ -425,6 +433,13 @@ func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []sto
 	// passed seq, exactly as for rows.
 	for i := range refs {
 		if err := add(refAction(s.table, p, &refs[i])); err != nil {
+			return err
+		}
+	}
+	// Scope copies (scopeindex.go) are unconditional puts and deletes of
+	// the commit's final state per copy: idempotent under the same fence.
+	for _, a := range index {
+		if err := add(a); err != nil {
 			return err
 		}
 	}
@@ -469,7 +484,7 @@ func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 		if err != nil {
 			return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 		}
-		err = s.materialize(ctx, p, seq, dedupeRows(rows), body.refs)
+		err = s.materialize(ctx, p, seq, dedupeRows(rows), body.refs, scopeIndexActions(s.table, p, seq, rows))
 		if errors.Is(err, errApplied) {
 			continue
 		}

@@ -164,6 +164,13 @@ type RefWrite struct {
 	Remove bool
 }
 
+// ScopeCursor is a position of ScanScopedRows: the row RowID found
+// under scope value Value.
+type ScopeCursor struct {
+	Value string
+	RowID string
+}
+
 // Client is the per-(partition, clientId) record (§1.5 actor binding,
 // §4.5 retention watermark).
 type Client struct {
@@ -210,6 +217,19 @@ type Store interface {
 	// at least the head read before the scan. Tombstones are never passed
 	// to fn.
 	ScanRows(ctx context.Context, partition, table string, after string, hasAfter bool, fn func(*Row) bool) error
+	// ScanScopedRows calls fn for the live rows of table whose stored
+	// scope variable has one of values (§3.2 read rule, one variable), in
+	// ascending (value, rowId) byte order: values ascending, and within
+	// a value rowIds ascending, starting strictly after `after` when it is
+	// non-nil, until fn returns false or the values end. fn receives the
+	// value the row was found under. Consistent read, like ScanRows. A
+	// backend keys rows by their scope values so this reads only the
+	// matching rows (a bootstrap's cost follows what the client may see,
+	// not the table). Scope values are immutable after insert (§3.4): an
+	// upsert of a live row carries the row's stored Scopes, and a row
+	// changes scopes only by a delete (whose RowWrite carries the old
+	// scopes) followed by an insert.
+	ScanScopedRows(ctx context.Context, partition, table, variable string, values []string, after *ScopeCursor, fn func(value string, r *Row) bool) error
 	// ReadLog calls fn for commits with afterSeq < Seq ≤ throughSeq, oldest
 	// first, until fn returns false. Commits at or below the horizon may be
 	// missing.

@@ -58,6 +58,8 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ScanRows/AfterExclusive", testScanAfter},
 		{"ScanRows/EarlyStop", testScanEarlyStop},
 		{"ScanRows/TablesSeparate", testScanTablesSeparate},
+		{"ScanScopedRows/OrderAndFilter", testScopedOrderAndFilter},
+		{"ScanScopedRows/FollowsWrites", testScopedFollowsWrites},
 		{"ReadLog/Window", testReadLogWindow},
 		{"ReadLog/EarlyStop", testReadLogEarlyStop},
 		{"Clients/PutGetList", testClients},
