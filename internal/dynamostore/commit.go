@@ -364,7 +364,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 				}
 			}
 			if h.MaxCommitSeq != req.ExpectedMaxSeq {
-				return store.ErrHeadMoved
+				// The condition's ALL_OLD image is the current head: the
+				// engine's retry starts from it without reading it again.
+				return &store.HeadMovedError{Head: h.Head}
 			}
 			// The head is where the caller read it but its last commit is
 			// not materialized yet: finish it, then try again.

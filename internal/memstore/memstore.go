@@ -302,7 +302,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		return store.ErrOutcomeExists
 	}
 	if p.head.MaxCommitSeq != req.ExpectedMaxSeq {
-		return store.ErrHeadMoved
+		return &store.HeadMovedError{Head: p.head}
 	}
 	for i := range req.Rows {
 		w := &req.Rows[i]

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
@@ -48,8 +50,14 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 	}
 	allowed, resolveErr := e.allowedScopes(ctx, rs)
 	head := rs.head
+	fresh := true // head was read before the rows the next evaluation reads
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		if attempt > 0 {
+			if err := commitBackoff(ctx, attempt); err != nil {
+				return nil, storeErr(err, "wait after a lost commit race")
+			}
+		}
+		if !fresh {
 			h, ok, err := e.store.Head(ctx, rs.auth.Partition)
 			if err != nil {
 				return nil, storeErr(err, "read partition head")
@@ -59,6 +67,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			}
 			head = h
 		}
+		fresh = false
 		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr)
 		if err != nil {
 			return nil, err
@@ -126,6 +135,13 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			rs.head.MaxCommitSeq = seq
 			return res, nil
 		case errors.Is(err, store.ErrHeadMoved):
+			// The failed condition's head (when the store returned it) was
+			// read after this evaluation's rows and before the next one's:
+			// start from it instead of reading the head again.
+			var hm *store.HeadMovedError
+			if errors.As(err, &hm) && hm.Head.MaxCommitSeq > head.MaxCommitSeq {
+				head, fresh = hm.Head, true
+			}
 			continue
 		case errors.Is(err, store.ErrOutcomeExists):
 			res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
@@ -161,6 +177,36 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		}
 	}
 	return nil, syncerr.New(syncerr.RateLimited, "partition is too busy: commit lost %d races", maxCommitAttempts)
+}
+
+// Lost commit races back off with full jitter before re-evaluating:
+// every loser of a race on one partition head retrying at once only
+// makes them collide again (issue 11: 32 writers without backoff took
+// ~50 round trips per commit). Measured on DynamoDB Local (make load),
+// 8 ms / 256 ms kept 8 writers of one partition at ~90% of one writer's
+// commit rate and ~4.3 round trips per commit, where 1 ms / 16 ms
+// collapsed to ~50% and 14 round trips. The request's deadline bounds
+// the total wait.
+const (
+	commitBackoffBase = 8 * time.Millisecond
+	commitBackoffCap  = 256 * time.Millisecond
+)
+
+// commitBackoff sleeps a random delay in (0, min(cap, base·2^(attempt−1))],
+// or returns the context's error when it ends first.
+func commitBackoff(ctx context.Context, attempt int) error {
+	d := commitBackoffBase << min(attempt-1, 16)
+	if d > commitBackoffCap {
+		d = commitBackoffCap
+	}
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(d))) + 1)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // replay returns the persisted result for an idempotency key: applied

@@ -40,6 +40,16 @@ var (
 	ErrTooLarge = errors.New("store: item too large")
 )
 
+// HeadMovedError is ErrHeadMoved (errors.Is) carrying the head the
+// failed commit condition saw, when the backend returned it, so the
+// engine's retry needs no separate head read.
+type HeadMovedError struct{ Head Head }
+
+func (e *HeadMovedError) Error() string { return ErrHeadMoved.Error() }
+
+// Is makes errors.Is(err, ErrHeadMoved) hold.
+func (e *HeadMovedError) Is(target error) bool { return target == ErrHeadMoved }
+
 // Head is the partition registry entry and log head (§2.1, §4.6).
 type Head struct {
 	// LogEpoch identifies the continuity of the log (§2.1), non-empty.
@@ -202,8 +212,9 @@ type Store interface {
 	PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o Outcome) error
 	// Commit appends req.Commit as commitSeq ExpectedMaxSeq+1 together with
 	// its row writes and applied outcome, all or nothing (§6.4). It returns
-	// ErrHeadMoved on a lost race and ErrOutcomeExists when the idempotency
-	// key already has an outcome.
+	// ErrHeadMoved on a lost race (a *HeadMovedError with the current head
+	// when the backend has it at no extra cost) and ErrOutcomeExists when
+	// the idempotency key already has an outcome.
 	Commit(ctx context.Context, partition string, req *CommitRequest) error
 
 	// GetRows returns the current rows for rowIDs of table (absent rows are

@@ -243,6 +243,12 @@ func testCommitHeadMoved(t *testing.T, e *partitionT) {
 		if !errors.Is(err, store.ErrHeadMoved) {
 			t.Fatalf("Commit with ExpectedMaxSeq %d on head 1: %v, want ErrHeadMoved", expected, err)
 		}
+		// A head returned with the lost race is the head as it is, so the
+		// engine can retry from it without reading it again.
+		var hm *store.HeadMovedError
+		if errors.As(err, &hm) && (hm.Head.MaxCommitSeq != 1 || hm.Head.LogEpoch != e.head().LogEpoch) {
+			t.Errorf("HeadMovedError carries head %+v, want maxCommitSeq 1 and the partition's epoch", hm.Head)
+		}
 	}
 	if h := e.head(); h.MaxCommitSeq != 1 {
 		t.Errorf("MaxCommitSeq %d after failed commits, want 1", h.MaxCommitSeq)
