@@ -83,6 +83,9 @@ func (ps *pullState) bootstrap(ctx context.Context, p *subPlan, tok bootstrapTok
 	digest := scopeDigest(p.effective)
 	complete := false
 	for page := 0; page < ps.lim.snapshotPages; page++ {
+		if ps.outOfTime(ctx, ps.sentData) {
+			break // the token resumes at cursor
+		}
 		next, done, stop, err := ps.page(ctx, p, asOf, digest, cursor)
 		if err != nil {
 			return 0, false, err
@@ -281,8 +284,17 @@ func (ps *pullState) buildPage(ctx context.Context, p *subPlan, cursor wire.Opt[
 		after, _ = parseRowCursor(cursor.Value) // validated when the token was read
 	}
 	variable := keyVariable(p.effective)
+	scanned := 0
 	err = e.store.ScanScopedRows(ctx, rs.auth.Partition, p.table.Name, variable, p.effective[variable], after, func(value string, r *store.Row) bool {
+		if scanned >= e.limits.MaxRowsScannedPerPage {
+			// Work budget: the page ends at the last row read, which
+			// the next page resumes after (a short page, perhaps empty).
+			more = true
+			return false
+		}
+		scanned++
 		if !matchesScopes(r.Scopes, p.effective) {
+			last = formatRowCursor(store.ScopeCursor{Value: value, RowID: r.RowID})
 			return true
 		}
 		if rows >= ps.lim.snapshotRows || (rows > 0 && buf.Len()+len(r.Payload)+16 > budget) {

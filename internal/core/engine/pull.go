@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
@@ -170,6 +171,17 @@ func (ps *pullState) overBudget(n int) bool {
 	return ps.sentData && ps.cw.n+int64(n) > int64(ps.e.limits.ResponseBudgetBytes)
 }
 
+// outOfTime reports whether the request's deadline is closer than the
+// reserve (issue 11 work budget). Like overBudget it never stops a
+// response before its first data frame, so every pull makes progress.
+func (ps *pullState) outOfTime(ctx context.Context, sentData bool) bool {
+	if !sentData {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < ps.e.limits.DeadlineReserve
+}
+
 // section produces SUB_START … SUB_END for one subscription.
 func (ps *pullState) section(ctx context.Context, p *subPlan) (int64, bool, error) {
 	sub := p.sub
@@ -245,6 +257,10 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 		if frame == nil {
 			next = c.Seq // nothing for this subscription: the cursor still advances
 			return true
+		}
+		if ps.outOfTime(ctx, sentData) {
+			exhausted = false
+			return false
 		}
 		if werr = ps.forClientVersion(frame, p.table); werr != nil {
 			return false
