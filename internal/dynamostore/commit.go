@@ -279,6 +279,8 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	for _, it := range chunks {
 		items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: it, ConditionExpression: notExists}}, size: ItemSize(it)})
 	}
+	// The log's scope index (logindex.go) lands with the log itself.
+	items = append(items, logIndexActions(s.table, partition, seq, req.Commit.Changes)...)
 	logBytes := 200 // head
 	for _, it := range items[1:] {
 		logBytes += it.size
@@ -306,9 +308,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		rowBytes += a.size
 	}
 	inline := len(items)+len(rowActs) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
-	update := "SET mx = :n"
+	update := "SET mx = :n, li = if_not_exists(li, :n)"
 	if inline {
-		update = "SET mx = :n, ap = :n"
+		update = "SET mx = :n, ap = :n, li = if_not_exists(li, :n)"
 		items = append(items, rowActs...)
 	}
 	items[0] = txItem{size: 100, w: types.TransactWriteItem{Update: &types.Update{

@@ -77,11 +77,19 @@
 // item, keyed by rowId, stays what a push reads (GetRows), so a push
 // still reads head and rows in one BatchGetItem. The copy costs one more
 // item per scope variable on every row write: a 1-op insert is 10 WCU
-// (was 8), and a commit inlines at most 48 one-variable rows (each row
-// is two actions of the transaction's 100) before it takes the
-// log-then-materialize path. Partitions created before the index read
+// (was 8; 12 with the log index below), and a commit inlines at most
+// about 48 one-variable rows (each row is two actions of the
+// transaction's 100) before it takes the log-then-materialize path. Partitions created before the index read
 // the row items per value until syncular-admin backfills them
 // (BackfillScopeIndex, resumable and safe under traffic).
+//
+// # Log scope index (§3.1; issue 11)
+//
+// Each commit also writes, in its log transaction, one key-only entry per
+// (table, scope variable, value) it touches (a single "*" entry per table
+// past 16 of them), so an incremental pull of a long window reads the
+// entries of its values and then only those commits (logindex.go): +2 WCU
+// on a 1-op push. Prune deletes the entries with their commit.
 //
 // # Item sizes
 //
@@ -94,6 +102,7 @@
 //	           + column versions (5 B for a full-row write)
 //	           (over 400 KB: store.ErrTooLarge)
 //	scope copy the row's size + variable + value (one per scope variable)
+//	log index  ≈ 30 B + partition + table + variable + value
 //	tombstone  ≈ 17 B + partition + table + rowId + scopes
 //	client     ≈ 50 B + partition + ids
 //	ref        ≈ 10 B + partition + table + column + parent id + row id
@@ -105,11 +114,12 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (Head+GetRows+Commit)       3    3   10
-//	push, 50 ops (large-commit path)       6   52  217
-//	push, 1 delete (tombstone Put)         3    3   10
+//	push, 1 op (Head+GetRows+Commit)       3    3   12
+//	push, 50 ops (large-commit path)       6   52  219
+//	push, 1 delete (tombstone Put)         3    3   12
 //	quiet pull (TouchPartition)            1    1    0
-//	incremental pull, 100 commits          1    8    0
+//	incremental pull, 64 commits           1    6    0   (short window: the log)
+//	incremental pull, 1 of 1,001 commits   5    5    0   (scope index; make load)
 //	bootstrap page, 1000 rows of a scope   2   61    0   (whatever the table's size)
 //	prune, per pruned commit               -  log  log + 1 per tombstone
 //

@@ -94,6 +94,9 @@ type head struct {
 	applied int64
 	// scoped: every live row has its scope copies (hScoped, scopeindex.go).
 	scoped bool
+	// indexFrom: the first commit with log-index entries (hLogIndexFrom,
+	// logindex.go); 0 when none yet.
+	indexFrom int64
 }
 
 func parseHead(item map[string]types.AttributeValue) (head, error) {
@@ -106,6 +109,7 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 	h.HorizonSeq, ok[4] = getN(item, hHorizon)
 	h.LastSeenAtMs, ok[5] = getN(item, hSeen)
 	h.scoped, _ = getBool(item, hScoped) // absent before the index existed
+	h.indexFrom, _ = getN(item, hLogIndexFrom)
 	for _, v := range ok {
 		if !v {
 			return h, fmt.Errorf("dynamostore: partition head item is malformed: %w", errCorrupt)

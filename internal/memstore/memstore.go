@@ -514,6 +514,29 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, tableName, variab
 	return nil
 }
 
+// ReadLogScoped implements store.Store by filtering the log: memory
+// holds it anyway, so no index is kept.
+func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable string, values []string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) (int64, error) {
+	err := s.walkLog(ctx, partition, afterSeq, throughSeq, true, func(c *store.Commit) bool {
+		for _, ch := range c.Changes {
+			if ch.Table != table {
+				continue
+			}
+			for _, sc := range ch.Scopes {
+				if sc.Key == variable && slices.Contains(values, sc.Value) {
+					return fn(c)
+				}
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	h, _, err := s.Head(ctx, partition)
+	return h.HorizonSeq, err
+}
+
 // ReadLog implements store.Store.
 func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) error {
 	return s.walkLog(ctx, partition, afterSeq, throughSeq, true, fn)

@@ -137,3 +137,48 @@ func TestPullDeadline(t *testing.T) {
 		s.Cursor = sec.End.NextCursor
 	}
 }
+
+// TestScopedLogWindow (§3.1 inverted index): a long incremental window
+// is read through the log's scope index; the subscription gets exactly
+// its commits (upserts and deletes), in order, once each, across
+// commit-limited pulls, and its cursor ends at the head.
+func TestScopedLogWindow(t *testing.T) {
+	h := newHarness(t, enginetest.Options{})
+	grantAll(h, projects("p1", "p2"), "alice", "bob")
+	a := h.Client("tenant", "alice", "a")
+	b := h.Client("tenant", "bob", "b")
+	wantApplied(t, a.Push("seed", enginetest.Upsert("tasks", "x", a.Task("x", "p1", "x", false), 0)))
+	s := sub("s", "tasks", "p1", -1)
+	sec := mustPull(t, b, pullHdr(acceptInline), s)[0]
+	s.Cursor = sec.End.NextCursor
+	var want []int64
+	for i := range 300 {
+		id, proj := fmt.Sprintf("t%03d", i), "p2"
+		if i%50 == 7 {
+			proj = "p1"
+		}
+		seq := wantApplied(t, a.Push(id, enginetest.Upsert("tasks", id, a.Task(id, proj, "x", false), 0)))
+		if proj == "p1" {
+			want = append(want, seq)
+		}
+	}
+	want = append(want, wantApplied(t, a.Push("del", enginetest.Delete("tasks", "x"))))
+	head := want[len(want)-1]
+	var got []int64
+	for range 20 {
+		sec := mustPull(t, b, wire.PullHeader{Accept: acceptInline, LimitCommits: 1}, s)[0]
+		for _, c := range sec.Commits {
+			got = append(got, c.CommitSeq)
+		}
+		if sec.End.NextCursor == s.Cursor {
+			break
+		}
+		if len(sec.Commits) > 0 && sec.End.NextCursor < sec.Commits[len(sec.Commits)-1].CommitSeq {
+			t.Fatalf("cursor %d behind the delivered commit", sec.End.NextCursor)
+		}
+		s.Cursor = sec.End.NextCursor
+	}
+	if !slices.Equal(got, want) || s.Cursor != head {
+		t.Fatalf("delivered %v, cursor %d; want %v, cursor %d", got, s.Cursor, want, head)
+	}
+}

@@ -246,6 +246,16 @@ type Store interface {
 	// missing.
 	ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*Commit) bool) error
 
+	// ReadLogScoped is the §3.1 inverted-index read of the log: it calls
+	// fn, oldest first, for the commits with afterSeq < Seq ≤ throughSeq
+	// that have a change of table whose stored scope variable holds one of
+	// values, until fn returns false. It may pass further commits (fn
+	// filters changes anyway) but never misses one above the returned
+	// horizon, which it reads after the index: when horizon > afterSeq,
+	// commits of the window may be pruned and the caller must not treat
+	// the read as complete (§4.6).
+	ReadLogScoped(ctx context.Context, partition, table, variable string, values []string, afterSeq, throughSeq int64, fn func(*Commit) bool) (horizon int64, err error)
+
 	// GetClient returns the client record, nil when none.
 	GetClient(ctx context.Context, partition, clientID string) (*Client, error)
 	// BindClient is the atomic first write of the §1.5 clientId → actor

@@ -159,3 +159,111 @@ func testScopedFollowsWrites(t *testing.T, e *partitionT) {
 		t.Fatalf("%d rows left, want 83", n)
 	}
 }
+
+// logScoped returns the seqs ReadLogScoped passes and its horizon,
+// checking each commit equals ReadLog's copy of it.
+func (e *partitionT) logScoped(table, variable string, values []string, after, through int64, limit int) ([]int64, int64) {
+	e.t.Helper()
+	full := map[int64]*store.Commit{}
+	for _, c := range e.log(after, through) {
+		full[c.Seq] = c
+	}
+	var seqs []int64
+	hz, err := e.s.ReadLogScoped(e.ctx, e.p, table, variable, values, after, through, func(c *store.Commit) bool {
+		if w := full[c.Seq]; w != nil {
+			checkCommit(e.t, c, *w)
+		}
+		seqs = append(seqs, c.Seq)
+		return limit == 0 || len(seqs) < limit
+	})
+	if err != nil {
+		e.t.Fatalf("ReadLogScoped: %v", err)
+	}
+	return seqs, hz
+}
+
+// touching is the reference: seqs of ReadLog with a change of table whose
+// variable holds one of values.
+func (e *partitionT) touching(table, variable string, values []string, after, through int64) []int64 {
+	var out []int64
+	for _, c := range e.log(after, through) {
+	changes:
+		for _, ch := range c.Changes {
+			for _, sc := range ch.Scopes {
+				if ch.Table == table && sc.Key == variable && slices.Contains(values, sc.Value) {
+					out = append(out, c.Seq)
+					break changes
+				}
+			}
+		}
+	}
+	return out
+}
+
+// testLogScoped: the §3.1 inverted-index read passes, in order, every
+// commit of the window touching the values (upserts and deletes, any
+// scope variable, a commit touching many values, a chunked commit),
+// possibly more, and its horizon reports pruning.
+func testLogScoped(t *testing.T, e *partitionT) {
+	e.touch()
+	e.commitNext(upsert("tasks", "a", 1, "a", "org=o1", "proj=x"))                               // 1
+	e.commitNext(upsert("tasks", "b", 1, "b", "org=o2"))                                         // 2
+	e.commitNext(upsert("notes", "n", 1, "n", "org=o1"))                                         // 3: other table
+	e.commitNext(del("tasks", "a", "org=o1", "proj=x"))                                          // 4
+	e.commitNext(upsert("tasks", "c", 1, "c", "org=o3"), upsert("tasks", "d", 1, "d", "org=o1")) // 5
+	var wide []store.RowWrite
+	for i := range 40 {
+		wide = append(wide, upsert("tasks", fmt.Sprintf("w%02d", i), 1, "w", fmt.Sprintf("org=v%02d", i)))
+	}
+	e.commitNext(wide...)                                                                                                                               // 6: many values
+	e.commitNext(upsert("tasks", "big", 1, strings.Repeat("x", 300<<10), "org=o1"), upsert("tasks", "big2", 1, strings.Repeat("y", 300<<10), "org=o9")) // 7: chunked
+	e.commitNext(upsert("tasks", "e", 1, "e", "org=o2"))                                                                                                // 8
+	for _, c := range []struct {
+		variable string
+		values   []string
+		after    int64
+		through  int64
+	}{
+		{"org", []string{"o1"}, 0, 8},
+		{"org", []string{"o2", "o3"}, 0, 8},
+		{"org", []string{"v07"}, 0, 8},
+		{"proj", []string{"x"}, 0, 8},
+		{"org", []string{"o1"}, 4, 7},
+		{"org", []string{"none"}, 0, 8},
+	} {
+		want := c.values
+		got, _ := e.logScoped("tasks", c.variable, want, c.after, c.through, 0)
+		ref := e.touching("tasks", c.variable, want, c.after, c.through)
+		for i := 1; i < len(got); i++ {
+			if got[i] <= got[i-1] {
+				t.Errorf("%s in %v: seqs %v not strictly ascending", c.variable, want, got)
+				break
+			}
+		}
+		for _, s := range ref {
+			if !slices.Contains(got, s) {
+				t.Errorf("%s in %v, window (%d, %d]: got %v, missing %d (want at least %v)", c.variable, want, c.after, c.through, got, s, ref)
+			}
+		}
+		for _, s := range got {
+			if s <= c.after || s > c.through {
+				t.Errorf("%s in %v: seq %d outside the window (%d, %d]", c.variable, want, s, c.after, c.through)
+			}
+		}
+	}
+	if got, _ := e.logScoped("tasks", "org", []string{"o1"}, 0, 8, 2); len(got) != 2 {
+		t.Errorf("stopping after two commits: %v", got)
+	}
+	if _, err := e.s.Prune(e.ctx, e.p, 4); err != nil {
+		t.Fatal(err)
+	}
+	got, hz := e.logScoped("tasks", "org", []string{"o1"}, 0, 8, 0)
+	if hz != 4 {
+		t.Errorf("horizon %d after Prune(4), want 4", hz)
+	}
+	for _, s := range e.touching("tasks", "org", []string{"o1"}, 4, 8) {
+		if !slices.Contains(got, s) {
+			t.Errorf("after pruning: %v misses %d", got, s)
+		}
+	}
+}

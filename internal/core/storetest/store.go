@@ -60,6 +60,7 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ScanRows/TablesSeparate", testScanTablesSeparate},
 		{"ScanScopedRows/OrderAndFilter", testScopedOrderAndFilter},
 		{"ScanScopedRows/FollowsWrites", testScopedFollowsWrites},
+		{"ReadLogScoped/Index", testLogScoped},
 		{"ReadLog/Window", testReadLogWindow},
 		{"ReadLog/EarlyStop", testReadLogEarlyStop},
 		{"Clients/PutGetList", testClients},
