@@ -141,8 +141,23 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 		AsOfCommitSeq: asOf, RowCursor: cursor,
 	}
 	if canExternal {
-		// §5.1 build once, reuse while unexpired.
-		id, pub, ok, err := e.segs.Find(ctx, key, rs.now)
+		// §5.1 build once, reuse while unexpired. A store that knows the
+		// segment's size with the publication saves the Lookup, whose
+		// cost grows with the segment's publications in every partition.
+		var id string
+		var pub store.Publication
+		var ok bool
+		var err error
+		size := int64(-1)
+		if sf, isSized := e.segs.(store.SizedFinder); isSized {
+			var n int64
+			id, pub, n, ok, err = sf.FindSized(ctx, key, rs.now)
+			if n > 0 {
+				size = n
+			}
+		} else {
+			id, pub, ok, err = e.segs.Find(ctx, key, rs.now)
+		}
 		if err != nil {
 			return next, false, false, storeErr(err, "find segment")
 		}
@@ -153,7 +168,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 		fits := pub.RowCount == int64(ps.lim.snapshotRows) ||
 			(!pub.NextRowCursor.Present && pub.RowCount <= int64(ps.lim.snapshotRows))
 		if ok && fits && (!canInline || pub.RowCount > 0) {
-			if err := ps.sendRef(ctx, id, pub, digest, -1); err != nil {
+			if err := ps.sendRef(ctx, id, pub, digest, size); err != nil {
 				return next, false, false, err
 			}
 			return pub.NextRowCursor, !pub.NextRowCursor.Present, false, nil

@@ -338,6 +338,14 @@ type SegmentStore interface {
 	Open(ctx context.Context, segmentID string) (io.ReadCloser, error)
 }
 
+// SizedFinder is implemented by segment stores whose Find also knows the
+// segment's byte length, so reusing a publication needs no Lookup (whose
+// cost grows with the segment's publications in every partition).
+type SizedFinder interface {
+	// FindSized is Find plus the segment's byte length (0: unknown).
+	FindSized(ctx context.Context, key SegmentKey, nowMs int64) (segmentID string, pub Publication, byteLength int64, ok bool, err error)
+}
+
 // Presigner issues delegated download URLs for segment objects (§5.4).
 type Presigner interface {
 	// PresignGet returns a URL for segmentID valid until the returned
