@@ -183,10 +183,10 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 // every loser of a race on one partition head retrying at once only
 // makes them collide again (issue 11: 32 writers without backoff took
 // ~50 round trips per commit). Measured on DynamoDB Local (make load),
-// 8 ms / 256 ms kept 8 writers of one partition at ~90% of one writer's
-// commit rate and ~4.3 round trips per commit, where 1 ms / 16 ms
-// collapsed to ~50% and 14 round trips. The request's deadline bounds
-// the total wait.
+// 8 ms / 256 ms gave 8 writers of one partition ~4.3–4.5 round trips per
+// commit (40–110% of one writer's rate, depending on machine load), where
+// 1 ms / 16 ms took 14 round trips. The request's deadline bounds the
+// total wait.
 const (
 	commitBackoffBase = 8 * time.Millisecond
 	commitBackoffCap  = 256 * time.Millisecond
