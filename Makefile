@@ -26,7 +26,8 @@ LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
 .PHONY: all test lint unit tools fuzz bench load run build clean \
-	build-PushFunction build-PullFunction build-SegmentFunction
+	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
+	build-MigrateHookFunction build-RealtimeFunction build-FanoutFunction
 
 all: build
 
@@ -81,6 +82,16 @@ build-PullFunction:
 	$(call lambda_build,pull)
 build-SegmentFunction:
 	$(call lambda_build,segment)
+build-PruneFunction:
+	$(call lambda_build,prune)
+build-BlobFunction:
+	$(call lambda_build,blob)
+build-MigrateHookFunction:
+	$(call lambda_build,migratehook)
+build-RealtimeFunction:
+	$(call lambda_build,realtime)
+build-FanoutFunction:
+	$(call lambda_build,fanout)
 
 clean:
 	rm -rf bin .aws-sam

@@ -16,10 +16,12 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
 	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
+	"github.com/skyfold/syncular-lambda/internal/memblobs"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
 
@@ -70,6 +72,17 @@ func devToken(t testing.TB, secret string) string {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// sampleBlob is the body of events/blob.json.
+var sampleBlob = []byte("hello, blob")
+
+// replayBlob uploads the sample blob (idempotent, §5.9.3).
+func replayBlob(t testing.TB, invoke func(string, []byte) events.APIGatewayV2HTTPResponse, ev []byte) {
+	t.Helper()
+	if resp := invoke("blob", ev); resp.StatusCode != 200 {
+		t.Fatalf("blob upload: %d %s", resp.StatusCode, resp.Body)
+	}
 }
 
 func sampleEvent(name, method, path, token string, hdr map[string]string, body []byte) events.APIGatewayV2HTTPRequest {
@@ -205,13 +218,21 @@ func buildSampleEvents(t testing.TB) map[string][]byte {
 	seg.PathParameters = map[string]string{"segmentId": id}
 	b, _ := json.MarshalIndent(seg, "", "  ")
 	out["segment.json"] = append(b, '\n')
+	// §5.9.3: a direct blob upload (the server hashes the bytes).
+	blobID := blobs.IDOfBytes(sampleBlob)
+	bl := sampleEvent("blob", "PUT", "/blobs/"+blobID, tok, map[string]string{"content-type": "application/octet-stream"}, sampleBlob)
+	bl.RouteKey, bl.RequestContext.RouteKey = "PUT /blobs/{blobId}", "PUT /blobs/{blobId}"
+	bl.PathParameters = map[string]string{"blobId": blobID}
+	b, _ = json.MarshalIndent(bl, "", "  ")
+	out["blob.json"] = append(b, '\n')
 	return out
 }
 
 // inProcess builds the three handlers over memory, as the local runner
 // does, and returns an invoker of raw event documents.
 func inProcess(t testing.TB, cfg *config.Config, sch *schema.Schema) func(string, []byte) events.APIGatewayV2HTTPResponse {
-	deps := app.Deps{Schema: sch, Store: memstore.New(), Segments: memstore.NewSegments()}
+	bs := memblobs.New(memblobs.Options{})
+	deps := app.Deps{Schema: sch, Store: memstore.New(), Segments: memstore.NewSegments(), Blobs: bs}
 	hs := map[string]*lambdahttp.Handler{}
 	for _, f := range app.Functions {
 		h, err := app.Build(cfg, f, deps)
@@ -271,6 +292,7 @@ func TestSampleEventsReplay(t *testing.T) {
 	env := envLocal(t)
 	invoke := inProcess(t, localEnvConfig(t, env, map[string]string{"SYNC_DYNAMODB_ENDPOINT": "", "SYNC_S3_ENDPOINT": ""}), todo(t))
 	replay(t, invoke, files["push"], files["pull"], files["segment"])
+	replayBlob(t, invoke, files["blob"])
 	// Replaying the push is idempotent (§2.3): cached, not applied twice.
 	resp := invoke("push", files["push"])
 	res := apptest.Find[*wire.PushResult](apptest.Decode(t, apptest.Body(t, &resp)))

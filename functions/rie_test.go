@@ -151,6 +151,8 @@ func testEmulatorSampleEvents(t *testing.T) {
 	invoke := func(fn string, ev []byte) events.APIGatewayV2HTTPResponse { return e.invoke(t, fn, ev) }
 	replay(t, invoke, files["push"], files["pull"], files["segment"])
 	replay(t, invoke, files["push"], files["pull"], files["segment"]) // warm, and the push replays as cached
+	replayBlob(t, invoke, files["blob"])
+	replayBlob(t, invoke, files["blob"]) // idempotent re-upload
 	e.report(t)
 	for _, f := range app.Functions {
 		logs := e.rie[f.Name].Logs()
@@ -261,10 +263,14 @@ func testEmulatorBadConfig(t *testing.T) {
 	if strings.Contains(string(out), `"statusCode"`) {
 		t.Fatalf("served a request with a bad configuration: %s", out)
 	}
+	// The emulator answers the invoke as soon as the runtime exits; the
+	// runtime's last output may still be on its way through the pipe.
 	var lines []string
-	for _, l := range strings.Split(r.Logs(), "\n") {
-		if strings.Contains(l, `"msg":"init failed"`) {
-			lines = append(lines, l)
+	for deadline := time.Now().Add(10 * time.Second); len(lines) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, l := range strings.Split(r.Logs(), "\n") {
+			if strings.Contains(l, `"msg":"init failed"`) {
+				lines = append(lines, l)
+			}
 		}
 	}
 	if len(lines) == 0 {

@@ -66,7 +66,10 @@ func (a *admin) partitions(ctx context.Context) int {
 			code = exitFailure
 			break
 		}
-		h, err := a.head(ctx, p)
+		h, ok, err := a.store.Head(ctx, p)
+		if err == nil && !ok {
+			continue // registered, but its head was never written (a crash in between)
+		}
 		if err != nil {
 			a.fail("partition %s: %v", quote(p), err)
 			code = exitFailure
@@ -221,21 +224,52 @@ func (a *admin) backfillScopes(ctx context.Context, sel selection) int {
 	return code
 }
 
-// engine builds an engine over the store as the functions do, for Prune
-// only: it serves no request, so scopes resolve to nothing and signed URLs
-// are off. Limits stay zero, i.e. the §4.6 defaults.
+// engine builds the maintenance engine the prune function uses (§4.6
+// defaults, no scopes, no signed URLs).
 func (a *admin) engine() (*engine.Engine, error) {
-	sch, err := schema.ReadFile(a.cfg.SchemaFile())
-	if err != nil {
-		return nil, fmt.Errorf("load schema %s (SYNC_SCHEMA_PATH): %w", a.cfg.SchemaFile(), err)
+	return app.PruneEngine(a.cfg, a.clients, a.store)
+}
+
+// registerPartitions backfills the partition registry from a Scan of the
+// head items (tables written before the registry existed). Registering is
+// idempotent, so running it again is harmless.
+func (a *admin) registerPartitions(ctx context.Context) int {
+	var ps []string
+	if err := a.store.ListPartitions(ctx, func(p string) bool { ps = append(ps, p); return true }); err != nil {
+		a.fail("scan partitions: %v", err)
+		return exitFailure
 	}
-	return engine.New(engine.Config{
-		Schema:   sch,
-		Store:    a.store,
-		Segments: app.NewS3Segments(a.clients, a.cfg),
-		Resolver: engine.ResolverFunc(func(context.Context, string, string, string) (engine.ScopeMap, error) {
-			return nil, nil
-		}),
-		SignedURLs: engine.SignedURLsOff,
-	})
+	fmt.Fprintln(a.out, "partition")
+	code, done := exitOK, 0
+	for _, p := range ps {
+		if a.interrupted(ctx) {
+			code = exitFailure
+			break
+		}
+		if err := a.store.RegisterPartition(ctx, p); err != nil {
+			a.fail("partition %s: register: %v", quote(p), err)
+			code = exitFailure
+			continue
+		}
+		done++
+		fmt.Fprintln(a.out, quote(p))
+	}
+	fmt.Fprintf(a.errw, "registered %d of %d partition(s) in table %s\n", done, len(ps), a.cfg.TableName)
+	return code
+}
+
+// sweepBlobs runs the §5.9.2 orphan sweep over the bucket.
+func (a *admin) sweepBlobs(ctx context.Context) int {
+	eng, err := a.engine()
+	if err != nil {
+		a.fail("%v", err)
+		return exitUsage
+	}
+	n, err := eng.SweepBlobs(ctx)
+	fmt.Fprintf(a.errw, "deleted %d orphaned blob object(s) in bucket %s\n", n, a.cfg.Bucket)
+	if err != nil {
+		a.fail("sweep: %v", err)
+		return exitFailure
+	}
+	return exitOK
 }

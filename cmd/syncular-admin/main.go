@@ -47,7 +47,7 @@ SYNC_SCHEMA_PATH, SYNC_DYNAMODB_ENDPOINT, ...) and the usual AWS credentials.
 commands:
   partitions
         List every partition with its head: epoch, epochRequired,
-        maxCommitSeq, horizonSeq, lastSeen. Scans the whole table.
+        maxCommitSeq, horizonSeq, lastSeen (from the partition registry).
   rotate-epoch (-partition P | -all) [-yes]
         Install a new random log epoch, require epoch validation and delete
         the client records (SPEC §2.1 restore rule). Every client of the
@@ -63,8 +63,30 @@ commands:
         Idempotent and resumable (run it again after an interruption).
         Run it once every function writes copies. Needs SYNC_SCHEMA_PATH.
 
+  register-partitions
+        Add every partition that has a head to the partition registry
+        (once, for tables written before the registry existed). The only
+        command that Scans the whole table.
+
+  migrate [-backfill] [-batch N] [-timeout D]
+        Rolling schema upgrade to the schema's latest version
+        (SYNC_SCHEMA_PATH): raise the stored schema marker, raise every
+        partition's writer fence, declare the checkpoints of
+        SYNC_CHECKPOINTS (name=table+table,...) and, with -backfill, run or
+        resume their backfills and activate them. Idempotent: re-run to
+        resume. Prints per partition and checkpoint: state, watermark,
+        observed rows. Roll forward only: once the marker moved, builds of
+        older versions answer sync.schema_not_ready (docs/OPERATIONS.md).
+
+  sweep-blobs
+        Delete orphaned blobs (SPEC §5.9.2): verified blobs under the
+        bucket's blobs/ prefix that no row of their partition references
+        and that nothing uploaded or referenced for 24 h, and presigned
+        uploads older than that which never verified. Needs
+        SYNC_SCHEMA_PATH. Run it on a schedule (e.g. daily).
+
 Partition names are printed Go-quoted; pass them to -partition unquoted.
--all lists partitions with a consistent Scan of the whole table.
+-all and partitions read the partition registry (Queries, no Scan).
 
 exit status: 0 ok, 1 failure or dry run, 2 usage or configuration error
 `
@@ -88,7 +110,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	case "partitions", "rotate-epoch", "prune", "backfill-scopes":
+	case "partitions", "rotate-epoch", "prune", "register-partitions", "migrate", "sweep-blobs", "backfill-scopes":
 	default:
 		fmt.Fprintf(stderr, "syncular-admin: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -98,7 +120,14 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	fs.SetOutput(stderr)
 	var sel selection
 	var yes bool
-	if cmd != "partitions" {
+	var mig migrateFlags
+	if cmd == "migrate" {
+		fs.BoolVar(&mig.backfill, "backfill", false, "run or resume the declared checkpoints' backfills and activate them")
+		fs.IntVar(&mig.batch, "batch", 100, "rows per backfill batch (one commit each)")
+		fs.DurationVar(&mig.timeout, "timeout", 0, "stop the backfill between batches after this long (0: no limit); re-run to resume")
+	}
+	takesSelection := cmd != "partitions" && cmd != "register-partitions" && cmd != "migrate" && cmd != "sweep-blobs"
+	if takesSelection {
 		fs.Func("partition", "the `name` of one partition", func(s string) error {
 			sel.name, sel.one = s, true
 			return nil
@@ -118,7 +147,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fmt.Fprintf(stderr, "syncular-admin %s: unexpected argument %q\n", cmd, fs.Arg(0))
 		return exitUsage
 	}
-	if cmd != "partitions" && sel.one == sel.all {
+	if takesSelection && sel.one == sel.all {
 		fmt.Fprintf(stderr, "syncular-admin %s: give exactly one of -partition NAME or -all\n", cmd)
 		return exitUsage
 	}
@@ -147,6 +176,12 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		return a.rotateEpoch(ctx, sel, yes)
 	case "backfill-scopes":
 		return a.backfillScopes(ctx, sel)
+	case "register-partitions":
+		return a.registerPartitions(ctx)
+	case "migrate":
+		return a.migrate(ctx, mig, env("SYNC_CHECKPOINTS"))
+	case "sweep-blobs":
+		return a.sweepBlobs(ctx)
 	default:
 		return a.prune(ctx, sel)
 	}
@@ -211,7 +246,7 @@ func isLoopback(endpoint string) bool {
 func quote(p string) string { return strconv.Quote(p) }
 
 // targets returns the partitions sel names: the one given, or every
-// partition in the table (a Scan), sorted.
+// partition of the registry, sorted.
 func (a *admin) targets(ctx context.Context, sel selection) ([]string, error) {
 	if !sel.all {
 		return []string{sel.name}, nil
@@ -221,7 +256,7 @@ func (a *admin) targets(ctx context.Context, sel selection) ([]string, error) {
 
 func (a *admin) allPartitions(ctx context.Context) ([]string, error) {
 	var ps []string
-	err := a.store.ListPartitions(ctx, func(p string) bool {
+	err := a.store.ListRegisteredPartitions(ctx, "", func(p, _ string) bool {
 		ps = append(ps, p)
 		return true
 	})

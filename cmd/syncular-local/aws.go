@@ -18,6 +18,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
+	"github.com/skyfold/syncular-lambda/internal/s3blobs"
 )
 
 // awsDeps points the runner at real DynamoDB and/or S3 endpoints (DynamoDB
@@ -55,6 +56,8 @@ func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Sch
 		}
 		segs := app.NewS3Segments(clients, cfg)
 		d.Segments, d.Presigner = segs, segs
+		bs := s3blobs.New(clients.S3, cfg.Bucket, "")
+		d.Blobs, d.BlobPresigner = bs, bs
 	}
 	return d, nil
 }

@@ -128,6 +128,7 @@ Ctrl-C stops.
 	srv := &http.Server{Handler: rn, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	go rn.hub.RunHeartbeats(ctx, 30*time.Second) // §8.5
 	select {
 	case err := <-errc:
 		return err

@@ -23,11 +23,15 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
+	"github.com/skyfold/syncular-lambda/internal/core/realtime"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
+	"github.com/skyfold/syncular-lambda/internal/memblobs"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
+	"github.com/skyfold/syncular-lambda/internal/wsrealtime"
 )
 
 // options are the runner's flags.
@@ -75,6 +79,11 @@ type runner struct {
 	backend  string
 	// corsOrigins are the browser origins allowed to call the runner.
 	corsOrigins []string
+	// hub serves <mount>/realtime (§8); authn authenticates its upgrade.
+	hub   *realtime.Hub
+	authn auth.Authenticator
+	// memBlobs is the in-memory blob store whose URLs point at the runner.
+	memBlobs *memblobs.Store
 }
 
 // maxRequestBytes is the largest body the deployed function can receive
@@ -162,7 +171,27 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		}
 		deps.Store, deps.Segments = memstore.New(), memstore.NewSegments()
 	}
-	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins}
+	var memBlobs *memblobs.Store
+	if deps.Blobs == nil {
+		// §5.9 over memory: native presigned URLs served on the blob
+		// route itself (setPublicURL points them at this runner).
+		memBlobs = memblobs.New(memblobs.Options{Key: derive(secret, "blob-urls")})
+		deps.Blobs, deps.BlobPresigner, deps.BlobURLs = memBlobs, memBlobs, memBlobs
+	}
+	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins, memBlobs: memBlobs}
+	// §8: every function's engine hands its commits to the realtime hub
+	// in-process, so connected sockets get deltas without polling.
+	deps.OnCommit = func(p string, c *store.Commit) { rn.hub.Notify(p, c) }
+	rtDeps := deps
+	rtDeps.Logger = logger.With("function", "realtime")
+	rtEngine, err := app.NewEngine(cfg, rtDeps)
+	if err != nil {
+		return nil, fmt.Errorf("realtime: %w", err)
+	}
+	rn.hub = realtime.NewHub(rtEngine, realtime.Options{Logger: rtDeps.Logger})
+	if rn.authn, err = app.Authenticator(cfg); err != nil {
+		return nil, err
+	}
 	for _, fn := range app.Functions {
 		d := deps
 		d.Logger = logger.With("function", fn.Name)
@@ -179,9 +208,51 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 // Call it before serving.
 func (rn *runner) setPublicURL(base string) {
 	rn.cfg.PublicURL = strings.TrimRight(base, "/")
+	if rn.memBlobs != nil {
+		rn.memBlobs.SetBaseURL(rn.cfg.PublicURL + rn.cfg.Mount + "/blobs")
+	}
 	for _, h := range rn.handlers {
 		h.PublicURL = rn.cfg.PublicURL
 	}
+}
+
+// serveRealtime is GET <mount>/realtime?clientId=… (§8.1) over a real
+// WebSocket, authenticated like /sync. Browsers cannot set headers on a
+// WebSocket, so besides Authorization: Bearer the token may come in the
+// token (or access_token) query parameter — the stock web client's
+// connector takes the full URL, so apps put it there.
+func (rn *runner) serveRealtime(w http.ResponseWriter, r *http.Request) {
+	authz := r.Header.Get("Authorization")
+	if authz == "" {
+		q := r.URL.Query()
+		tok := q.Get("token")
+		if tok == "" {
+			tok = q.Get("access_token")
+		}
+		if tok != "" {
+			authz = "Bearer " + tok
+		}
+	}
+	a, claims, err := rn.authn.Authenticate(r.Context(), auth.Credentials{Authorization: authz})
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="syncular"`)
+		writeErr(w, syncerr.New(syncerr.AuthRequired, "authentication failed: %v", err))
+		return
+	}
+	clientID, err := wsrealtime.ClientID(r)
+	if err != nil {
+		writeErr(w, syncerr.New(syncerr.InvalidRequest, "%v", err))
+		return
+	}
+	r = r.WithContext(auth.WithClaims(r.Context(), claims))
+	opts := wsrealtime.Options{OriginPatterns: rn.corsOrigins}
+	for _, o := range rn.corsOrigins {
+		if o == "*" {
+			opts.InsecureSkipVerify = true
+		}
+	}
+	rn.logger.Info("realtime connect", "partition", a.Partition, "actor", a.ActorID, "client", clientID)
+	wsrealtime.Serve(w, r, rn.hub, a, clientID, opts, writeErr)
 }
 
 func derive(secret []byte, purpose string) []byte {
@@ -202,12 +273,16 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Add("Vary", "Origin")
 		h.Set("Access-Control-Expose-Headers", "etag, content-encoding")
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+			h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, OPTIONS")
 			h.Set("Access-Control-Allow-Headers", "authorization, content-type, content-encoding, x-syncular-scopes, if-none-match")
 			h.Set("Access-Control-Max-Age", "600")
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
+	}
+	if r.Method == http.MethodGet && r.URL.Path == rn.cfg.Mount+"/realtime" {
+		rn.serveRealtime(w, r)
+		return
 	}
 	reqID := newRequestID()
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -448,5 +451,76 @@ func TestRunnerRequestBodyLimit(t *testing.T) {
 	}
 	if got := post(lambdaMax); got == http.StatusRequestEntityTooLarge {
 		t.Errorf("body of %d bytes: 413, but it fits a Lambda invocation", lambdaMax)
+	}
+}
+
+// §5.9 over the runner's memory store: an upload grant is a URL on the
+// runner itself that a plain PUT without host authentication consumes;
+// the bytes then count for the uploader (a second grant says present),
+// a direct upload of other bytes is blob.hash_mismatch, and a download
+// with no referencing row is blob.forbidden.
+func TestRunnerBlobs(t *testing.T) {
+	rn, srv := startRunner(t, testOptions())
+	tok, err := rn.devToken("dev-user", map[string]any{"project_id": []any{"*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte("runner blob")
+	sum := sha256.Sum256(body)
+	id := "sha256:" + hex.EncodeToString(sum[:])
+	send := func(method, u string, auth bool, b []byte) (int, []byte) {
+		req, err := http.NewRequest(method, u, bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, out
+	}
+	grant := func() map[string]any {
+		st, b := send(http.MethodPost, srv.URL+"/blobs/"+id+"/upload-grant", true, []byte(`{"byteLength":11}`))
+		if st != http.StatusOK {
+			t.Fatalf("grant: %d %s", st, b)
+		}
+		var g map[string]any
+		if err := json.Unmarshal(b, &g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	g := grant()
+	u, _ := g["url"].(string)
+	if !strings.HasPrefix(u, srv.URL+"/blobs/") {
+		t.Fatalf("grant %v does not point at the runner", g)
+	}
+	if st, b := send(http.MethodPut, u, false, []byte("other bytes")); st != http.StatusOK {
+		t.Fatalf("presigned PUT: %d %s", st, b)
+	}
+	// The staged bytes do not match: verification drops them.
+	if g := grant(); g["url"] == nil {
+		t.Fatalf("forged upload counted: %v", g)
+	}
+	u, _ = grant()["url"].(string)
+	if st, b := send(http.MethodPut, u, false, body); st != http.StatusOK {
+		t.Fatalf("presigned PUT: %d %s", st, b)
+	}
+	if g := grant(); g["present"] != true {
+		t.Fatalf("after the upload: %v", g)
+	}
+	if st, b := send(http.MethodPut, srv.URL+"/blobs/"+id, true, []byte("wrong")); st != http.StatusBadRequest || !strings.Contains(string(b), "blob.hash_mismatch") {
+		t.Fatalf("wrong bytes: %d %s", st, b)
+	}
+	if st, b := send(http.MethodPut, srv.URL+"/blobs/"+id, false, body); st != http.StatusUnauthorized {
+		t.Fatalf("unauthenticated upload: %d %s", st, b)
+	}
+	if st, b := send(http.MethodGet, srv.URL+"/blobs/"+id, true, nil); st != http.StatusForbidden || !strings.Contains(string(b), "blob.forbidden") {
+		t.Fatalf("download without a referencing row: %d %s", st, b)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
+	"github.com/skyfold/syncular-lambda/internal/s3blobs"
 )
 
 // AWSClients are the SDK clients of a deployment, with endpoint overrides
@@ -72,16 +73,19 @@ func NewAWS(ctx context.Context, cfg *config.Config, logger *slog.Logger) (Deps,
 		return Deps{}, err
 	}
 	segs := NewS3Segments(clients, cfg)
+	bs := s3blobs.New(clients.S3, cfg.Bucket, "")
 	return Deps{
-		Schema:    sch,
-		Store:     dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{}),
-		Segments:  segs,
-		Presigner: segs,
-		Grants:    clients.DynamoDB,
-		PKAttr:    dynamostore.AttrPK,
-		SKAttr:    dynamostore.AttrSK,
-		Logger:    logger,
-		Meter:     DynamoMeter,
+		Blobs:         bs,
+		BlobPresigner: bs,
+		Schema:        sch,
+		Store:         dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{}),
+		Segments:      segs,
+		Presigner:     segs,
+		Grants:        clients.DynamoDB,
+		PKAttr:        dynamostore.AttrPK,
+		SKAttr:        dynamostore.AttrSK,
+		Logger:        logger,
+		Meter:         DynamoMeter,
 	}, nil
 }
 

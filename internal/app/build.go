@@ -10,11 +10,14 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
+	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
+	"github.com/skyfold/syncular-lambda/internal/metrics"
 )
 
 // Deps are what a handler serves over, built by NewAWS for Lambda or by
@@ -24,6 +27,13 @@ type Deps struct {
 	Store     store.Store
 	Segments  store.SegmentStore
 	Presigner store.Presigner // required when SYNC_SIGNED_URLS=presign
+	// Blobs stores §5.9 blob bytes (shared by every function: the push
+	// function checks existence, the blob function serves the routes);
+	// BlobPresigner mints upload grants and download URLs; BlobURLs
+	// serves native blob URLs on the blob route (in-memory runs).
+	Blobs         blobs.Store
+	BlobPresigner blobs.Presigner
+	BlobURLs      httpapi.BlobURLHost
 	// Grants is the DynamoDB client of the table scope resolver, with the
 	// table's key attribute names.
 	Grants         auth.GetItemAPI
@@ -33,6 +43,9 @@ type Deps struct {
 	Clock func() int64
 	// Meter adds per-request storage cost to the log line (DynamoMeter).
 	Meter func(ctx context.Context) (context.Context, func() []slog.Attr)
+	// OnCommit receives every commit the engine appends (the local
+	// runner's in-process realtime fanout, §8.2).
+	OnCommit func(partition string, c *store.Commit)
 }
 
 // Build returns the handler of fn. cfg's keys must be resolved (HS256Secret
@@ -49,6 +62,42 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 	if err != nil {
 		return nil, err
 	}
+	eng, err := NewEngine(cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	return &lambdahttp.Handler{
+		API: &httpapi.Handler{
+			Engine:       eng,
+			Mount:        cfg.Mount,
+			Routes:       fn.Routes,
+			MaxBodyBytes: cfg.MaxBodyBytes,
+			Logger:       logger,
+			Meter:        d.Meter,
+			// The request line is also the EMF document of the request's
+			// metrics (internal/metrics); "function" is on the logger.
+			Line: (&metrics.EMF{
+				Namespace: cfg.MetricsNamespace,
+				Fixed:     map[string]string{metrics.DimFunction: fn.Name},
+			}).RequestLine,
+			BlobURLs: d.BlobURLs,
+		},
+		Auth:      authn,
+		PublicURL: cfg.PublicURL,
+		Logger:    logger,
+	}, nil
+}
+
+// NewEngine builds the engine every function serves over: the configured
+// scope resolver, limits and signed-URL mode.
+func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
+	if d.Schema == nil || d.Store == nil || d.Segments == nil {
+		return nil, errors.New("app: schema, store and segment store are required")
+	}
+	logger := d.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	var resolver engine.ScopeResolver
 	switch cfg.ScopesMode {
 	case config.ScopesClaim:
@@ -61,12 +110,17 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 	default:
 		return nil, fmt.Errorf("app: unknown scopes mode %q", cfg.ScopesMode)
 	}
+	decls, err := migrate.ParseDeclarations(cfg.Checkpoints)
+	if err != nil {
+		return nil, fmt.Errorf("app: SYNC_CHECKPOINTS: %w", err)
+	}
 	ec := engine.Config{
-		Schema:    d.Schema,
-		Store:     d.Store,
-		Segments:  d.Segments,
-		Resolver:  resolver,
-		Presigner: d.Presigner,
+		Checkpoints: migrate.Names(decls),
+		Schema:      d.Schema,
+		Store:       d.Store,
+		Segments:    d.Segments,
+		Resolver:    resolver,
+		Presigner:   d.Presigner,
 		Limits: engine.Limits{
 			MaxOperations:         cfg.MaxOperations,
 			ResponseBudgetBytes:   cfg.ResponseBudgetBytes,
@@ -74,9 +128,13 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 			SegmentMaxBytes:       cfg.SegmentMaxBytes,
 			SegmentTTL:            cfg.SegmentTTL,
 			SignedURLTTL:          cfg.SignedURLTTL,
+			MaxBlobBytes:          cfg.BlobMaxBytes,
 		},
-		Clock:  d.Clock,
-		Logger: logger,
+		Blobs:         d.Blobs,
+		BlobPresigner: d.BlobPresigner,
+		Clock:         d.Clock,
+		Logger:        logger,
+		OnCommit:      d.OnCommit,
 	}
 	switch cfg.SignedURLs {
 	case config.SignedNative:
@@ -93,19 +151,7 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
-	return &lambdahttp.Handler{
-		API: &httpapi.Handler{
-			Engine:       eng,
-			Mount:        cfg.Mount,
-			Routes:       fn.Routes,
-			MaxBodyBytes: cfg.MaxBodyBytes,
-			Logger:       logger,
-			Meter:        d.Meter,
-		},
-		Auth:      authn,
-		PublicURL: cfg.PublicURL,
-		Logger:    logger,
-	}, nil
+	return eng, nil
 }
 
 // Authenticator builds the configured authenticator.

@@ -51,7 +51,16 @@ var (
 		Routes:    httpapi.RouteSegments,
 		Endpoints: []Endpoint{{"GET", "/segments/{segmentId}"}},
 	}
-	Functions = []Function{Push, Pull, Segment}
+	// Blob serves §5.9 uploads, upload grants and downloads; its IAM is
+	// scoped to the bucket's blobs/ prefix.
+	Blob = Function{
+		Name: "blob", LogicalID: "BlobFunction", Dir: "functions/blob",
+		Routes: httpapi.RouteBlobs,
+		Endpoints: []Endpoint{
+			{"PUT", "/blobs/{blobId}"}, {"GET", "/blobs/{blobId}"}, {"POST", "/blobs/{blobId}/upload-grant"},
+		},
+	}
+	Functions = []Function{Push, Pull, Segment, Blob}
 )
 
 // Match returns the function API Gateway would invoke for method and the

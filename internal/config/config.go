@@ -53,6 +53,11 @@ type Config struct {
 	Bucket    string
 	// SchemaPath is the schema document; DefaultSchemaPath when unset.
 	SchemaPath string
+	// Checkpoints (SYNC_CHECKPOINTS) are the backfill checkpoints this
+	// build declares, "name=table+table,..." (internal/core/migrate): it
+	// serves partitions while they backfill, and syncular-admin migrate
+	// and the pre-traffic hook declare and run them.
+	Checkpoints string
 	// Mount is the route prefix without a trailing slash ("" = routes at /sync).
 	Mount string
 	// PublicURL, when set, is the scheme://host[/base] that native signed
@@ -87,8 +92,12 @@ type Config struct {
 	// objects; it must outlive every publication (see s3segments).
 	SegmentObjectDays int
 	MaxBodyBytes      int
+	// BlobMaxBytes caps one blob (§5.9.3 blob.too_large).
+	BlobMaxBytes int64
 
 	LogLevel slog.Level
+	// MetricsNamespace is the CloudWatch namespace of the EMF metrics.
+	MetricsNamespace string
 
 	DynamoDBEndpoint string
 	S3Endpoint       string
@@ -108,6 +117,7 @@ var Vars = []Var{
 	{"SYNC_TABLE_NAME", "(required)", "DynamoDB table holding the commit log, rows, client records, segment publications and scope grants."},
 	{"SYNC_BUCKET", "(required)", "S3 bucket holding bootstrap segments (`segments/<id>`)."},
 	{"SYNC_SCHEMA_PATH", "`schema.json` next to the `bootstrap` binary", "Schema document (driver shape or `syncular.ir.json`). The SAM build copies it into each function package."},
+	{"SYNC_CHECKPOINTS", "none", "Backfill checkpoints this build declares, `name=table+table,...` (rolling schema upgrades, docs/OPERATIONS.md): the build serves partitions while they backfill; `syncular-admin migrate` and the pre-traffic hook declare and run them."},
 	{"SYNC_MOUNT", "empty", "Route prefix, e.g. `/api` serves `/api/sync`. Empty serves `/sync`, `/push`, `/pull`, `/segments/{id}`."},
 	{"SYNC_PUBLIC_URL", "none", "`https://host[/base]` that native signed segment URLs point at; required with `SYNC_SIGNED_URLS=native`. Never derived from the request's `Host` header."},
 	{"SYNC_AUTH_MODE", "`jwt-authorizer`", "`jwt-authorizer`: trust the claims of API Gateway's JWT authorizer. `hs256`: verify an HS256 bearer token in-process."},
@@ -131,7 +141,9 @@ var Vars = []Var{
 	{"SYNC_SEGMENT_TTL", "`24h`", "Lifetime of a segment publication. The bucket's lifecycle rule must outlive it (SYNC_SEGMENT_OBJECT_DAYS)."},
 	{"SYNC_SEGMENT_OBJECT_DAYS", "`2`", "Days after which the bucket's lifecycle rule expires segment objects (template parameter SegmentObjectExpirationDays passes the same number to both). Must exceed SYNC_SEGMENT_TTL + 15 min + 1 h."},
 	{"SYNC_MAX_BODY_BYTES", "`33554432`", "Request body cap after gzip decoding (413 above); at least 4669440, the largest body Lambda can receive, so an uncompressed request is always read and oversized commits in it are rejected one by one (see Size limits)."},
+	{"SYNC_BLOB_MAX_BYTES", "`67108864`", "Largest blob (§5.9.3), checked at upload grant issuance and on direct uploads (413 `blob.too_large`). A direct upload through the blob function is further bounded by what Lambda accepts (about 6 MB); larger blobs use the presigned upload grant."},
 	{"SYNC_LOG_LEVEL", "`info`", "`debug`, `info`, `warn` or `error`. Logs are JSON on stdout; tokens and payloads are never logged."},
+	{"SYNC_METRICS_NAMESPACE", "`Syncular`", "CloudWatch namespace of the metrics each request line carries in Embedded Metric Format (template parameter MetricsNamespace; the alarms use the same). Catalogue: docs/OPERATIONS.md."},
 	{"SYNC_DYNAMODB_ENDPOINT", "empty", "DynamoDB endpoint override (DynamoDB Local for `sam local`)."},
 	{"SYNC_S3_ENDPOINT", "empty", "S3 endpoint override (a local S3 API server)."},
 	{"SYNC_S3_PATH_STYLE", "`false`", "Path-style S3 addressing (needed by most local S3 servers)."},
@@ -156,11 +168,12 @@ func FromEnv() (*Config, error) { return Load(os.Getenv) }
 func Load(getenv func(string) string) (*Config, error) {
 	l := &loader{getenv: getenv}
 	c := &Config{
-		TableName:  l.str("SYNC_TABLE_NAME", ""),
-		Bucket:     l.str("SYNC_BUCKET", ""),
-		SchemaPath: l.str("SYNC_SCHEMA_PATH", ""),
-		Mount:      l.mount("SYNC_MOUNT"),
-		PublicURL:  l.publicURL("SYNC_PUBLIC_URL"),
+		TableName:   l.str("SYNC_TABLE_NAME", ""),
+		Bucket:      l.str("SYNC_BUCKET", ""),
+		SchemaPath:  l.str("SYNC_SCHEMA_PATH", ""),
+		Checkpoints: l.str("SYNC_CHECKPOINTS", ""),
+		Mount:       l.mount("SYNC_MOUNT"),
+		PublicURL:   l.publicURL("SYNC_PUBLIC_URL"),
 
 		AuthMode:         l.oneOf("SYNC_AUTH_MODE", AuthJWTAuthorizer, AuthJWTAuthorizer, AuthHS256),
 		ActorClaim:       l.str("SYNC_ACTOR_CLAIM", "sub"),
@@ -186,8 +199,10 @@ func Load(getenv func(string) string) (*Config, error) {
 		SegmentTTL:            l.duration("SYNC_SEGMENT_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
 		SegmentObjectDays:     l.integer("SYNC_SEGMENT_OBJECT_DAYS", 2, 1, 3650),
 		MaxBodyBytes:          l.integer("SYNC_MAX_BODY_BYTES", limits.DefaultDecodedBodyBytes, limits.MaxRequestBodyBytes, limits.MaxDecodedBodyBytes),
+		BlobMaxBytes:          int64(l.integer("SYNC_BLOB_MAX_BYTES", 64<<20, 1, 5<<30)),
 
-		LogLevel: l.level("SYNC_LOG_LEVEL"),
+		LogLevel:         l.level("SYNC_LOG_LEVEL"),
+		MetricsNamespace: l.str("SYNC_METRICS_NAMESPACE", "Syncular"),
 
 		DynamoDBEndpoint: l.endpoint("SYNC_DYNAMODB_ENDPOINT"),
 		S3Endpoint:       l.endpoint("SYNC_S3_ENDPOINT"),

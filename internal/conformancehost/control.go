@@ -39,18 +39,19 @@ var methods = map[string]method{
 	"getHorizonSeq":             (*instance).getHorizonSeq,
 	"readRows":                  (*instance).readRows,
 	"failNextIdempotencyLookup": (*instance).failNextIdempotencyLookup,
+	"declareBackfillCheckpoint": (*instance).declareBackfillCheckpoint,
 	"close":                     (*instance).close,
+	"uploadBlob":                (*instance).uploadBlob,
+	"downloadBlob":              (*instance).downloadBlob,
+	"fetchBlobUrl":              (*instance).fetchBlobURL,
+	"uploadBlobGrant":           (*instance).uploadBlobGrant,
+	"putBlobUrl":                (*instance).putBlobURL,
+	"setBlobPresign":            (*instance).setBlobPresign,
 }
 
 // unsupportedMethods are ServerInstance methods the engine cannot back.
 var unsupportedMethods = map[string]string{
 	"connectRealtime":        "realtime (§8)",
-	"uploadBlob":             "blobs (§5.9)",
-	"downloadBlob":           "blobs (§5.9)",
-	"fetchBlobUrl":           "blob presign (§5.9.5)",
-	"uploadBlobGrant":        "blob presign (§5.9.3)",
-	"putBlobUrl":             "blob presign (§5.9.3)",
-	"setBlobPresign":         "blob presign (§5.9)",
 	"installValidators":      "write validators (§6.7)",
 	"installCommitValidator": "commit validators (§6.8)",
 	"setResolverOutage":      "auth leases (§7.3)",
@@ -194,7 +195,7 @@ func (in *instance) setSignedURLTTL(_ context.Context, a *args) (any, *controlEr
 	return nil, nil
 }
 
-func (in *instance) setAllowedScopes(_ context.Context, a *args) (any, *controlError) {
+func (in *instance) setAllowedScopes(ctx context.Context, a *args) (any, *controlError) {
 	var actor string
 	var allowed map[string][]string
 	if e := firstErr(a.arity(2, 2), a.decode(0, "actorId", &actor), a.decode(1, "allowed", &allowed)); e != nil {
@@ -213,6 +214,8 @@ func (in *instance) setAllowedScopes(_ context.Context, a *args) (any, *controlE
 	in.grants.mu.Lock()
 	in.grants.byActor[actor] = m
 	in.grants.mu.Unlock()
+	// A grant change is a §3.3 decision point for live connections.
+	in.hub.RefreshScopes(ctx, in.partition, actor)
 	return nil, nil
 }
 

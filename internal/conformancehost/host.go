@@ -34,14 +34,14 @@ import (
 const Name = "syncular-lambda"
 
 // Capabilities are the catalog ServerCapability names this engine serves.
-var Capabilities = []string{"backup-restore", "idempotency-fault", "signed-urls"}
+var Capabilities = []string{"backfill-checkpoints", "backup-restore", "blob-presign", "blobs", "idempotency-fault", "signed-urls"}
 
 // Unsupported lists catalog capabilities and features this engine lacks:
 // scenarios needing them are skipped (capabilities) or fail (features the
 // catalog does not gate, e.g. sqlite images and realtime).
 var Unsupported = []string{
-	"blobs", "blob-presign", "crdt", "leases", "validators", "commit-validators",
-	"sqlite-image", "realtime", "presence",
+	"crdt", "leases", "validators", "commit-validators",
+	"sqlite-image",
 }
 
 // maxControlBody caps a control request body.

@@ -8,14 +8,20 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
+	"github.com/skyfold/syncular-lambda/internal/core/realtime"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/memblobs"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
+	"github.com/skyfold/syncular-lambda/internal/wsrealtime"
 )
 
 // createOptions is ServerCreateOptions (driver.ts).
@@ -63,7 +69,9 @@ type instance struct {
 	segs    *memstore.Segments
 	eng     *engine.Engine
 	api     *httpapi.Handler
+	hub     *realtime.Hub
 	signed  bool
+	blobs   *memblobs.Store
 	backup  int // journal position of the captured backup; -1 none
 	ttlSecs int64
 }
@@ -102,6 +110,7 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 		}
 	}
 	var lim engine.Limits
+	var rlim realtime.Limits
 	if l := o.Limits; l != nil {
 		if v := l.MaxOperationsPerRequest; v != nil {
 			if *v < 1 {
@@ -129,8 +138,20 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 			}
 			lim.MaxCascadeOperationsPerCommit = *v
 		}
-		// maxDeltaBytes and maxPresenceBytes bound realtime traffic, which
-		// this host does not serve; they change nothing over HTTP.
+		// maxDeltaBytes and maxPresenceBytes bound realtime traffic (§8.2,
+		// §8.6.2): the delta limit excludes the channel tag byte.
+		if v := l.MaxDeltaBytes; v != nil {
+			if *v < 1 {
+				return nil, badArgs("limits.maxDeltaBytes must be ≥ 1")
+			}
+			rlim.MaxMessageBytes = *v + 1
+		}
+		if v := l.MaxPresenceBytes; v != nil {
+			if *v < 1 {
+				return nil, badArgs("limits.maxPresenceBytes must be ≥ 1")
+			}
+			rlim.MaxPresenceBytes = *v
+		}
 	}
 	inst := &instance{
 		id: id, partition: o.Partition, schema: sc,
@@ -138,9 +159,18 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 		store:  newJournalStore(), segs: memstore.NewSegments(), backup: -1,
 	}
 	inst.clock.Store(*o.NowMs)
+	blobKey := make([]byte, 32)
+	if _, err := rand.Read(blobKey); err != nil {
+		return nil, failed(err)
+	}
+	// §5.9: an in-memory blob store; presigned grants and downloads are
+	// toggled by setBlobPresign (this host plays the object host).
+	inst.blobs = memblobs.New(memblobs.Options{Now: inst.clock.Load, Key: blobKey, BaseURL: "http://blob-host.invalid/i/" + id + "/blob-urls"})
 	cfg := engine.Config{
 		Schema: sc, Store: inst.store, Segments: inst.segs, Resolver: inst.grants,
-		Limits: lim, Clock: inst.clock.Load,
+		Limits: lim, Clock: inst.clock.Load, Blobs: inst.blobs,
+		// §8.2: commits reach the realtime hub in-process.
+		OnCommit: func(p string, c *store.Commit) { inst.hub.Notify(p, c) },
 	}
 	if o.SignedURLs != nil {
 		inst.signed = true
@@ -163,12 +193,39 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 	if inst.signed {
 		inst.eng.SetSignedURLTTL(time.Duration(inst.ttlSecs) * time.Second)
 	}
-	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments, Logger: log}
+	inst.hub = realtime.NewHub(inst.eng, realtime.Options{Limits: rlim, Logger: log})
+	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments | httpapi.RouteBlobs, Logger: log}
 	return inst, nil
+}
+
+// serveRealtime serves /i/{id}/realtime?clientId=…&actor=… (§8.1) over a
+// WebSocket: the catalog's driver has no credentials, so the actor
+// travels in the query (or X-Actor) exactly as it does for /sync.
+func (in *instance) serveRealtime(w http.ResponseWriter, r *http.Request) {
+	actor := r.URL.Query().Get("actor")
+	if actor == "" {
+		actor = r.Header.Get("X-Actor")
+	}
+	clientID, err := wsrealtime.ClientID(r)
+	if err != nil || actor == "" {
+		writeError(w, http.StatusBadRequest, string(syncerr.InvalidRequest), "realtime needs clientId and actor")
+		return
+	}
+	wsrealtime.Serve(w, r, in.hub, engine.Auth{Partition: in.partition, ActorID: actor}, clientID, wsrealtime.Options{InsecureSkipVerify: true}, func(w http.ResponseWriter, err error) {
+		se := syncerr.As(err)
+		if se == nil {
+			se = syncerr.Internal(err)
+		}
+		writeError(w, se.HTTPStatus(), string(se.Code), se.Message)
+	})
 }
 
 // serveHTTP serves /i/{id}/sync and /i/{id}/segments/... through httpapi.
 func (in *instance) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/realtime") {
+		in.serveRealtime(w, r)
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, httpapi.DefaultMaxBodyBytes+1))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, codeBadRequest, "read body: "+err.Error())

@@ -112,14 +112,14 @@ func (j *journalStore) GetOutcome(ctx context.Context, partition, clientID, clie
 }
 
 // PutRejection implements store.Store.
-func (j *journalStore) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome) error {
+func (j *journalStore) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome, w store.WriterCheck) error {
 	if j.failGet.Swap(false) {
 		return store.ErrOutcomeUnreadable
 	}
 	o.Result = bytes.Clone(o.Result)
-	err := j.cur().PutRejection(ctx, partition, clientID, clientCommitID, o)
+	err := j.cur().PutRejection(ctx, partition, clientID, clientCommitID, o, w)
 	return j.record(err, func(ctx context.Context, s store.Store) error {
-		return s.PutRejection(ctx, partition, clientID, clientCommitID, o)
+		return s.PutRejection(ctx, partition, clientID, clientCommitID, o, w)
 	})
 }
 
@@ -188,6 +188,18 @@ func (j *journalStore) PutClient(ctx context.Context, partition string, c *store
 	return j.record(err, func(ctx context.Context, s store.Store) error {
 		c := saved
 		return s.PutClient(ctx, partition, &c)
+	})
+}
+
+// AckCursor implements store.Store.
+func (j *journalStore) AckCursor(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64) (bool, error) {
+	ok, err := j.cur().AckCursor(ctx, partition, clientID, actorID, logEpoch, cursor, nowMs)
+	if !ok {
+		return ok, err
+	}
+	return ok, j.record(err, func(ctx context.Context, s store.Store) error {
+		_, err := s.AckCursor(ctx, partition, clientID, actorID, logEpoch, cursor, nowMs)
+		return err
 	})
 }
 

@@ -32,6 +32,7 @@ const (
 	lCommit  = "cc" // S clientCommitId
 	lChunks  = "nc" // N number of chunk items
 	lData    = "d"  // B body slice
+	lWriter  = "wv" // N writer's storage schema version (absent when 0)
 )
 
 // Row item attributes. A tombstone (§2.2 of the wire-3 spec) is the row
@@ -266,6 +267,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	if err != nil {
 		return err
 	}
+	if req.WriterVersion > 0 {
+		chunks[0][lWriter] = N(req.WriterVersion)
+	}
 
 	// [0] head, [1] outcome, [2…] log.
 	items := make([]txItem, 0, 2+len(chunks)+len(rows))
@@ -281,6 +285,13 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	}
 	// The log's scope index (logindex.go) lands with the log itself.
 	items = append(items, logIndexActions(s.table, partition, seq, req.Commit.Changes)...)
+	// A backfill batch moves its checkpoint in the same transaction,
+	// conditioned on its owner epoch (store.CommitRequest.Advance).
+	advIdx := -1
+	if req.Advance != nil {
+		advIdx = len(items)
+		items = append(items, txItem{size: 200, w: types.TransactWriteItem{Update: s.advanceUpdate(partition, req.Advance, req.Commit.CreatedAtMs)}})
+	}
 	logBytes := 200 // head
 	for _, it := range items[1:] {
 		logBytes += it.size
@@ -313,12 +324,14 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		update = "SET mx = :n, ap = :n, li = if_not_exists(li, :n)"
 		items = append(items, rowActs...)
 	}
+	cond, vals := commitCondition(req)
+	vals[":n"] = N(seq)
 	items[0] = txItem{size: 100, w: types.TransactWriteItem{Update: &types.Update{
 		TableName:                           s.table,
 		Key:                                 Key(headPK(partition), headSK),
 		UpdateExpression:                    aws.String(update),
-		ConditionExpression:                 aws.String("attribute_exists(pk) AND mx = :e AND ap = :e"),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":n": N(seq), ":e": N(req.ExpectedMaxSeq)},
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}}}
 
@@ -365,6 +378,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 					return ErrUnknownPartition
 				}
 			}
+			if err := gateFailure(h.Gate, req); err != nil {
+				return err
+			}
 			if h.MaxCommitSeq != req.ExpectedMaxSeq {
 				// The condition's ALL_OLD image is the current head: the
 				// engine's retry starts from it without reading it again.
@@ -377,6 +393,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			}
 			continue
 		}
+		if advIdx > 0 && advIdx < len(codes) && codes[advIdx] == "ConditionalCheckFailed" {
+			return store.ErrCheckpointSuperseded
+		}
 		for _, c := range codes[2:] {
 			if c == "ConditionalCheckFailed" {
 				return store.ErrHeadMoved // a log item at this seq exists
@@ -385,6 +404,49 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		return wrap("append commit", err)
 	}
 	return store.ErrHeadMoved
+}
+
+// commitCondition is the head condition of a commit: the head where the
+// caller read it, the writer at or above the partition's writer fence
+// and, when asked, the serve gate's token unchanged. The fence and token
+// ride on the condition the commit makes anyway: no extra action, read
+// or round trip.
+func commitCondition(req *store.CommitRequest) (string, map[string]types.AttributeValue) {
+	cond, vals := writerCondition(store.WriterCheck{WriterVersion: req.WriterVersion, CheckGate: req.CheckGate, GateToken: req.GateToken})
+	vals[":e"] = N(req.ExpectedMaxSeq)
+	return "attribute_exists(pk) AND mx = :e AND ap = :e AND " + cond, vals
+}
+
+// writerCondition is the head condition of the writer fence and, when
+// asked, the serve gate's token (commits and rejected outcomes).
+func writerCondition(w store.WriterCheck) (string, map[string]types.AttributeValue) {
+	cond := "(attribute_not_exists(rwv) OR rwv <= :wv)"
+	vals := map[string]types.AttributeValue{":wv": N(w.WriterVersion)}
+	if w.CheckGate {
+		if w.GateToken == 0 {
+			cond += " AND attribute_not_exists(gt)"
+		} else {
+			cond += " AND gt = :gt"
+			vals[":gt"] = N(w.GateToken)
+		}
+	}
+	return cond, vals
+}
+
+// gateFailure names the gate part of a failed commit condition, nil
+// when the fence and the token both held.
+func gateFailure(g *store.Gate, req *store.CommitRequest) error {
+	var fence, token int64
+	if g != nil {
+		fence, token = g.WriterFence, g.Token
+	}
+	if req.WriterVersion < fence {
+		return store.ErrWriterFenced
+	}
+	if req.CheckGate && token != req.GateToken {
+		return store.ErrGateMoved
+	}
+	return nil
 }
 
 // errApplied stops a materialization that another instance finished.

@@ -16,3 +16,12 @@ func TestContract(t *testing.T) {
 		return dynamostore.New(c, newTable(t, c), dynamostore.Options{})
 	})
 }
+
+// TestSchemaContract runs the rolling-upgrade contract, one fresh table
+// per subtest (the schema marker is table-wide).
+func TestSchemaContract(t *testing.T) {
+	c := ddbClient(t)
+	storetest.RunSchemaStore(t, func(t *testing.T) storetest.SchemaBackend {
+		return dynamostore.New(c, newTable(t, c), dynamostore.Options{})
+	})
+}

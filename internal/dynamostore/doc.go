@@ -139,10 +139,27 @@
 // writes. GetRows carries the head in its BatchGetItem, so the
 // roll-forward check costs one RCU and no round trip.
 //
+// # Rolling schema upgrades (schema.go)
+//
+// The serve gate costs no round trip: TouchPartition reads the schema
+// marker item in the same consistent BatchGetItem as the head (+1 RCU,
+// the marker is one small item, also charged when absent), the writer
+// fence and gate token are head attributes checked by the commit's
+// existing head condition, and a response is re-checked (one more
+// BatchGetItem) only when it carries commits, segments or conflict rows.
+//
 // # Operator paths
 //
+// Operator jobs enumerate partitions from the partition registry
+// (partitions.go): items under RegistryShards keys REG#00..REG#15, one per
+// partition, written by TouchPartition only when it creates the head (a
+// put before the head's, so creating a partition costs one more round
+// trip and ~1 WCU once; a request to an existing partition writes
+// nothing more). ListRegisteredPartitions Queries them, resumable from a
+// cursor; scheduled pruning and syncular-admin -all use it.
 // ListPartitions is the one Scan: it reads the whole table and serves
-// syncular-admin only, never a request.
+// only syncular-admin register-partitions, the one-off backfill of
+// partitions created before the registry existed.
 //
 // # Retries and cost accounting
 //

@@ -18,8 +18,9 @@ import (
 // writing its tombstone, a re-insert over it) takes at most 3 DynamoDB
 // round trips and 12 WCU (issue 11's target: head, outcome, log, row, its
 // scope copy and its log-index entry, each charged twice in a
-// transaction), and a quiet pull exactly one consistent read of
-// at most 1 RCU and no write. (Capacity is this package's estimate from
+// transaction), and a quiet pull exactly one consistent read (the head
+// and the schema marker in one BatchGetItem) of at most 2 RCU and no
+// write. (Capacity is this package's estimate from
 // item sizes per the AWS rules; DynamoDB Local under-reports transactions.)
 func TestEngineCostOverDynamoDB(t *testing.T) {
 	ctx := context.Background()
@@ -92,8 +93,8 @@ func TestEngineCostOverDynamoDB(t *testing.T) {
 			t.Fatalf("quiet pull delivered data: %+v", s)
 		}
 	})
-	if u.RoundTrips != 1 || u.EstRCU > 1 || u.EstWCU != 0 {
-		t.Errorf("quiet pull: %d round trips, %.1f RCU, %.1f WCU; want exactly 1, ≤1, 0", u.RoundTrips, u.EstRCU, u.EstWCU)
+	if u.RoundTrips != 1 || u.EstRCU > 2 || u.EstWCU != 0 {
+		t.Errorf("quiet pull: %d round trips, %.1f RCU, %.1f WCU; want exactly 1, ≤2, 0", u.RoundTrips, u.EstRCU, u.EstWCU)
 	}
 }
 

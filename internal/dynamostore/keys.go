@@ -108,3 +108,55 @@ func B(b []byte) types.AttributeValue { return &types.AttributeValueMemberB{Valu
 
 // BOOL builds a boolean attribute.
 func BOOL(v bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: v} }
+
+// unesc inverts esc; ok is false when s is not an output of esc.
+func unesc(s string) (string, bool) {
+	if !strings.Contains(s, "%") {
+		return s, !strings.Contains(s, "#")
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '#':
+			return "", false
+		case s[i] != '%':
+			b.WriteByte(s[i])
+		case strings.HasPrefix(s[i:], "%25"):
+			b.WriteByte('%')
+			i += 2
+		case strings.HasPrefix(s[i:], "%23"):
+			b.WriteByte('#')
+			i += 2
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+// ParseCommitKey reports whether (pk, sk) is the first log item of a
+// commit and returns its partition and seq. Later chunks of the same
+// commit are not first items, so a stream consumer sees each commit once.
+func ParseCommitKey(pk, sk string) (partition string, seq int64, ok bool) {
+	rest, found := strings.CutPrefix(pk, "P#")
+	if !found {
+		return "", 0, false
+	}
+	name, found := strings.CutSuffix(rest, "#L")
+	if !found || len(sk) != 20 {
+		return "", 0, false
+	}
+	if partition, ok = unesc(name); !ok {
+		return "", 0, false
+	}
+	for i := 0; i < len(sk); i++ {
+		if sk[i] < '0' || sk[i] > '9' {
+			return "", 0, false
+		}
+		seq = seq*10 + int64(sk[i]-'0')
+	}
+	return partition, seq, true
+}
+
+// Esc escapes a name for embedding in a key (see the layout above).
+func Esc(s string) string { return esc(s) }

@@ -2,6 +2,10 @@ package dynamostore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -16,7 +20,8 @@ var partitionScanLimit int32
 // ListPartitions calls fn with the name of every partition that has a head
 // item, in no particular order, until fn returns false.
 //
-// It is an operator path (syncular-admin), never a request path: a
+// It is an operator path (syncular-admin register-partitions, which
+// backfills the registry from it), never a request path: a
 // paginated, strongly consistent Scan of the whole table filtered to
 // sk = HEAD, so it reads (and is billed for) every item in the table,
 // about table size / 4 KB read units. The partition names are collected
@@ -101,4 +106,131 @@ func partitionOfHeadPK(pk string) (string, bool) {
 		i += 2
 	}
 	return b.String(), true
+}
+
+// The partition registry lets operator jobs (scheduled pruning,
+// syncular-admin -all) enumerate partitions with Queries instead of a
+// table Scan. TouchPartition writes a partition's registry item once,
+// when it creates the head (never on the request path of an existing
+// partition), before the head, so the registry is always a superset of
+// the heads: a crash between the two leaves a name whose Head reports
+// "not found", which the jobs skip.
+//
+//	registry item   REG#<shard:02d>   P<partition> | H<sha256 hex>   pn = partition
+//	job state       JOB#<name>        STATE                          cur = cursor
+//
+// The shard is FNV-1a of the name modulo RegistryShards, so creations
+// spread over a few keys. Names too long for a sort key are keyed by
+// their hash; the name itself is always in pn.
+const RegistryShards = 16
+
+const (
+	regPrefix = "REG#"
+	regName   = "pn"
+	jobPrefix = "JOB#"
+	jobCursor = "cur"
+)
+
+func registryShard(p string) int {
+	h := fnv.New32a()
+	h.Write([]byte(p))
+	return int(h.Sum32() % RegistryShards)
+}
+
+func registryPK(shard int) string { return fmt.Sprintf("%s%02d", regPrefix, shard) }
+
+func registrySK(p string) string {
+	if len(p) <= 1000 {
+		return "P" + p
+	}
+	sum := sha256.Sum256([]byte(p))
+	return "H" + hex.EncodeToString(sum[:])
+}
+
+// RegisterPartition writes partition's registry item (idempotent: an
+// unconditional put of the same item). TouchPartition calls it when it
+// creates a partition; syncular-admin register-partitions backfills
+// partitions created before the registry existed.
+func (s *Store) RegisterPartition(ctx context.Context, partition string) error {
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	item := Key(registryPK(registryShard(partition)), registrySK(partition))
+	item[regName] = S(partition)
+	return s.putItem(ctx, "register partition", item, "", nil)
+}
+
+// ListRegisteredPartitions calls fn with every registered partition,
+// shard by shard in key order, starting after cursor ("" = from the
+// start), until fn returns false. Each call also gets the cursor that
+// resumes right after that partition, so a job interrupted at any point
+// continues where it stopped. It reads only registry items: about one
+// read unit per 4 KB of names (~100 partitions), never the table.
+func (s *Store) ListRegisteredPartitions(ctx context.Context, cursor string, fn func(partition, cursor string) bool) error {
+	first, after := 0, ""
+	if cursor != "" {
+		if len(cursor) < 3 || cursor[0] < '0' || cursor[0] > '9' || cursor[1] < '0' || cursor[1] > '9' {
+			return fmt.Errorf("dynamostore: malformed partition registry cursor %q", cursor)
+		}
+		first, after = int(cursor[0]-'0')*10+int(cursor[1]-'0'), cursor[2:]
+		if first >= RegistryShards {
+			return nil
+		}
+	}
+	for shard := first; shard < RegistryShards; shard++ {
+		in := &dynamodb.QueryInput{
+			KeyConditionExpression:    aws.String("pk = :pk"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(registryPK(shard))},
+		}
+		if shard == first && after != "" {
+			in.ExclusiveStartKey = Key(registryPK(shard), after)
+		}
+		stop := false
+		var perr error
+		err := s.query(ctx, "list partition registry", in, func(items []map[string]types.AttributeValue) bool {
+			for _, it := range items {
+				p, ok := getS(it, regName)
+				sk, _ := getS(it, AttrSK)
+				if !ok {
+					perr = fmt.Errorf("dynamostore: registry item %q has no partition name: %w", sk, errCorrupt)
+					return false
+				}
+				if !fn(p, fmt.Sprintf("%02d%s", shard, sk)) {
+					stop = true
+					return false
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		if perr != nil {
+			return perr
+		}
+		if stop {
+			return nil
+		}
+	}
+	return nil
+}
+
+// JobCursor returns the saved cursor of an operator job ("" when none).
+func (s *Store) JobCursor(ctx context.Context, job string) (string, error) {
+	item, err := s.getItem(ctx, "read job state", jobPrefix+esc(job), "STATE", nil)
+	if err != nil || item == nil {
+		return "", err
+	}
+	c, _ := getS(item, jobCursor)
+	return c, nil
+}
+
+// SetJobCursor saves an operator job's cursor ("" clears it).
+func (s *Store) SetJobCursor(ctx context.Context, job, cursor string, nowMs int64) error {
+	item := Key(jobPrefix+esc(job), "STATE")
+	item["at"] = N(nowMs)
+	if cursor != "" {
+		item[jobCursor] = S(cursor)
+	}
+	return s.putItem(ctx, "save job state", item, "", nil)
 }

@@ -263,6 +263,7 @@ func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int6
 					return false
 				}
 				cur = &store.Commit{Seq: seq, CreatedAtMs: created, ActorID: actor, ClientID: client, ClientCommitID: cc}
+				cur.WriterVersion, _ = getN(it, lWriter)
 				want, parts, hasCur = int(n), [][]byte{data}, true
 				continue
 			}

@@ -115,6 +115,7 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 			return h, fmt.Errorf("dynamostore: partition head item is malformed: %w", errCorrupt)
 		}
 	}
+	h.Gate = parseGate(item)
 	return h, nil
 }
 
@@ -147,15 +148,19 @@ func (s *Store) readHead(ctx context.Context, p string) (head, bool, error) {
 	return h, err == nil, err
 }
 
-// TouchPartition implements store.Store: one consistent GetItem, plus one
-// conditional write only on creation or when lastSeenAtMs aged past the
-// refresh interval (§2.1).
+// TouchPartition implements store.Store: one consistent BatchGetItem of
+// the head and the schema marker (the serve gate's inputs ride on the
+// read the partition needs anyway), plus one conditional write only on
+// creation or when lastSeenAtMs aged past the refresh interval (§2.1).
+// Creation is a transaction that checks the marker is still what was
+// read and starts the new head's writer fence at it, so a partition
+// created while a migration raises fences cannot miss its fence.
 func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (store.Head, error) {
 	if err := checkPartition(partition); err != nil {
 		return store.Head{}, err
 	}
 	for range 3 {
-		h, ok, err := s.readHead(ctx, partition)
+		h, ok, marker, err := s.readHeadAndMarker(ctx, partition)
 		if err != nil {
 			return store.Head{}, err
 		}
@@ -163,19 +168,44 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 			if newEpoch == "" {
 				return store.Head{}, errors.New("dynamostore: TouchPartition needs a non-empty epoch to create a partition")
 			}
+			// Registry first: it must list every head (partitions.go).
+			if err := s.RegisterPartition(ctx, partition); err != nil {
+				return store.Head{}, err
+			}
 			item := Key(headPK(partition), headSK)
 			item[hEpoch], item[hRequired], item[hMax], item[hApplied], item[hHorizon], item[hSeen] =
 				S(newEpoch), BOOL(false), N(0), N(0), N(0), N(nowMs)
 			item[hScoped] = BOOL(true) // a new partition indexes every row from its first commit
-			err := s.putItem(ctx, "create partition", item, "attribute_not_exists(pk)", nil)
-			if isConditionFailed(err) {
-				continue // lost the creation race: read the winner's head
+			created := store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs}
+			if marker == 0 {
+				err = s.putItem(ctx, "create partition", item, "attribute_not_exists(pk)", nil)
+				if isConditionFailed(err) {
+					continue // lost the creation race: read the winner's head
+				}
+			} else {
+				item[hFence] = N(marker)
+				created.Gate = &store.Gate{StoredSchema: marker, WriterFence: marker}
+				err = s.transact(ctx, "create partition", []txItem{
+					{size: 40, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+						TableName: s.table, Key: Key(markerPK, markerSK),
+						ConditionExpression:       aws.String("v = :v"),
+						ExpressionAttributeValues: map[string]types.AttributeValue{":v": N(marker)},
+					}}},
+					{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
+						TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)"),
+					}}},
+				})
+				if codes, _ := cancelReasons(err); codes != nil {
+					continue // lost the creation race, or the marker moved
+				}
+				err = wrap("create partition", err)
 			}
 			if err != nil {
 				return store.Head{}, err
 			}
-			return store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs}, nil
+			return created, nil
 		}
+		h.Gate = withMarker(h.Gate, marker)
 		if nowMs-h.LastSeenAtMs <= s.refreshMs {
 			return h.Head, nil
 		}
@@ -192,6 +222,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 			// the stored head is the answer.
 			if old := conditionItem(err); old != nil {
 				if h2, perr := parseHead(old); perr == nil {
+					h2.Gate = withMarker(h2.Gate, marker)
 					return h2.Head, nil
 				}
 			}
@@ -204,6 +235,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		if err != nil {
 			return store.Head{}, err
 		}
+		h2.Gate = withMarker(h2.Gate, marker)
 		return h2.Head, nil
 	}
 	return store.Head{}, errors.New("dynamostore: partition head kept changing during TouchPartition")
@@ -317,8 +349,13 @@ func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommi
 	return &store.Outcome{Applied: applied, CommitSeq: seq, Result: res, RecordedAtMs: at, ActorID: actor}, nil
 }
 
-// PutRejection implements store.Store: a put-if-absent of the outcome.
-func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome) error {
+// PutRejection implements store.Store: a put-if-absent of the outcome in
+// one transaction with a ConditionCheck of the partition head carrying
+// the writer fence and gate token, the condition a commit puts on its
+// head update (commitCondition). A rejection is rare; the transaction
+// costs it 2 WCU per KB of outcome plus the check (was 1 WCU per KB), in
+// the same single round trip.
+func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome, w store.WriterCheck) error {
 	if err := checkOutcomeKey(partition, clientID, clientCommitID); err != nil {
 		return err
 	}
@@ -326,11 +363,46 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	if ItemSize(item) > MaxItemBytes {
 		return fmt.Errorf("dynamostore: rejection outcome of %d bytes: %w", ItemSize(item), store.ErrTooLarge)
 	}
-	err := s.putItem(ctx, "record rejected outcome", item, "attribute_not_exists(pk)", nil)
-	if isConditionFailed(err) {
+	cond, vals := writerCondition(w)
+	items := []txItem{
+		{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
+			TableName:           s.table,
+			Item:                item,
+			ConditionExpression: aws.String("attribute_not_exists(pk)"),
+		}}},
+		{size: 100, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+			TableName:                           s.table,
+			Key:                                 Key(headPK(partition), headSK),
+			ConditionExpression:                 aws.String(cond),
+			ExpressionAttributeValues:           vals,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}}},
+	}
+	err := s.transact(ctx, "record rejected outcome", items)
+	codes, olds := cancelReasons(err)
+	if codes == nil {
+		return wrap("record rejected outcome", err)
+	}
+	if codes[0] == "ConditionalCheckFailed" {
+		// The idempotency check goes first, as in a commit.
 		return store.ErrOutcomeExists
 	}
-	return err
+	if len(codes) > 1 && codes[1] == "ConditionalCheckFailed" {
+		g := parseGate(olds[1])
+		if olds[1] == nil { // backend without ALL_OLD support
+			h, _, rerr := s.readHead(ctx, partition)
+			if rerr != nil {
+				return rerr
+			}
+			g = h.Gate
+		}
+		req := store.CommitRequest{WriterVersion: w.WriterVersion, CheckGate: w.CheckGate, GateToken: w.GateToken}
+		if gerr := gateFailure(g, &req); gerr != nil {
+			return gerr
+		}
+		return store.ErrGateMoved // the gate moved and back between the two reads
+	}
+	return wrap("record rejected outcome", err)
 }
 
 // Client item attributes.
@@ -339,6 +411,7 @@ const (
 	cCursor  = "cu" // N
 	cUpdated = "up" // N
 	cWire    = "wv" // N
+	cReg     = "rg" // S, optional: the §8.1 registration (engine-encoded)
 )
 
 func parseClient(item map[string]types.AttributeValue) (*store.Client, error) {
@@ -350,7 +423,11 @@ func parseClient(item map[string]types.AttributeValue) (*store.Client, error) {
 	if !ok0 || len(sk) < 1 || !ok1 || !ok2 || !ok3 || !ok4 {
 		return nil, fmt.Errorf("dynamostore: client record is malformed: %w", errCorrupt)
 	}
-	return &store.Client{ClientID: sk[1:], ActorID: actor, Cursor: cur, UpdatedAtMs: up, WireVersion: uint16(wv)}, nil
+	c := &store.Client{ClientID: sk[1:], ActorID: actor, Cursor: cur, UpdatedAtMs: up, WireVersion: uint16(wv)}
+	if r, ok := getS(item, cReg); ok {
+		c.Registration = r
+	}
+	return c, nil
 }
 
 func checkClientKey(p, clientID string) error {
@@ -428,6 +505,9 @@ func (s *Store) BindClient(ctx context.Context, partition string, c *store.Clien
 func clientItem(partition string, c *store.Client) map[string]types.AttributeValue {
 	item := Key(clientPK(partition), clientSK(c.ClientID))
 	item[cActor], item[cCursor], item[cUpdated], item[cWire] = S(c.ActorID), N(c.Cursor), N(c.UpdatedAtMs), N(int64(c.WireVersion))
+	if len(c.Registration) > 0 {
+		item[cReg] = S(c.Registration)
+	}
 	return item
 }
 
@@ -437,6 +517,104 @@ func (s *Store) PutClient(ctx context.Context, partition string, c *store.Client
 		return err
 	}
 	return s.putItem(ctx, "write client record", clientItem(partition, c), "", nil)
+}
+
+// AckCursor implements store.Store: one transaction of a condition check
+// on the head's log epoch and an update of the client record conditioned
+// on its existence, its actor and a cursor not above the ack, so a
+// delayed ack from before an epoch rotation, an ack for another actor's
+// clientId and an ack for a deleted record all write nothing, and no
+// record is ever created (§8.2 of the newer spec). Only the cursor and
+// the timestamp change; the registration a concurrent sync round wrote
+// is preserved.
+func (s *Store) AckCursor(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64) (bool, error) {
+	if err := checkClientKey(partition, clientID); err != nil {
+		return false, err
+	}
+	const op = "record realtime ack"
+	err := s.transact(ctx, op, []txItem{
+		{w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+			TableName:                 s.table,
+			Key:                       Key(headPK(partition), headSK),
+			ConditionExpression:       aws.String("#e = :e"),
+			ExpressionAttributeNames:  map[string]string{"#e": hEpoch},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":e": S(logEpoch)},
+		}}, size: 100},
+		{w: types.TransactWriteItem{Update: &types.Update{
+			TableName:                           s.table,
+			Key:                                 Key(clientPK(partition), clientSK(clientID)),
+			UpdateExpression:                    aws.String("SET #c = :c, #u = :u"),
+			ConditionExpression:                 aws.String("attribute_exists(pk) AND #a = :a AND #c <= :c AND #u <= :u"),
+			ExpressionAttributeNames:            map[string]string{"#c": cCursor, "#u": cUpdated, "#a": cActor},
+			ExpressionAttributeValues:           map[string]types.AttributeValue{":c": N(cursor), ":u": N(nowMs), ":a": S(actorID)},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}}, size: 200},
+	})
+	if err == nil {
+		return true, nil
+	}
+	codes, items := cancelReasons(err)
+	if len(codes) != 2 {
+		return false, wrap(op, err)
+	}
+	if codes[0] == "ConditionalCheckFailed" {
+		return false, nil // the epoch moved on
+	}
+	if codes[1] != "ConditionalCheckFailed" {
+		return false, wrap(op, err)
+	}
+	old := items[1]
+	if old == nil {
+		return false, nil // no record: never created by an ack
+	}
+	c, perr := parseClient(old)
+	if perr != nil {
+		return false, perr
+	}
+	if c.ActorID != actorID {
+		return false, nil
+	}
+	if c.Cursor > cursor || c.UpdatedAtMs > nowMs {
+		// Guard passed; one of the maxima is already stored. Advance the
+		// other one alone (a plain conditional update, same guard).
+		return s.ackOne(ctx, partition, clientID, actorID, logEpoch, max(c.Cursor, cursor), max(c.UpdatedAtMs, nowMs), c)
+	}
+	return false, wrap(op, err)
+}
+
+// ackOne finishes an ack whose first attempt found one of the two
+// maxima already stored: it writes the maxima only if the record is
+// still the one read (same cursor and timestamp), inside the same epoch
+// guard; a concurrent change makes it report the guard result without
+// writing.
+func (s *Store) ackOne(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64, seen *store.Client) (bool, error) {
+	if cursor == seen.Cursor && nowMs == seen.UpdatedAtMs {
+		return true, nil
+	}
+	err := s.transact(ctx, "record realtime ack", []txItem{
+		{w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+			TableName:                 s.table,
+			Key:                       Key(headPK(partition), headSK),
+			ConditionExpression:       aws.String("#e = :e"),
+			ExpressionAttributeNames:  map[string]string{"#e": hEpoch},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":e": S(logEpoch)},
+		}}, size: 100},
+		{w: types.TransactWriteItem{Update: &types.Update{
+			TableName:                 s.table,
+			Key:                       Key(clientPK(partition), clientSK(clientID)),
+			UpdateExpression:          aws.String("SET #c = :c, #u = :u"),
+			ConditionExpression:       aws.String("attribute_exists(pk) AND #a = :a AND #c = :oc AND #u = :ou"),
+			ExpressionAttributeNames:  map[string]string{"#c": cCursor, "#u": cUpdated, "#a": cActor},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":c": N(cursor), ":u": N(nowMs), ":a": S(actorID), ":oc": N(seen.Cursor), ":ou": N(seen.UpdatedAtMs)},
+		}}, size: 200},
+	})
+	if err == nil {
+		return true, nil
+	}
+	if codes, _ := cancelReasons(err); len(codes) == 2 {
+		return codes[0] != "ConditionalCheckFailed", nil
+	}
+	return false, wrap("record realtime ack", err)
 }
 
 // ListClients implements store.Store.

@@ -87,13 +87,13 @@ func TestRetriesThenRateLimited(t *testing.T) {
 	p := "throttle"
 
 	// Transient faults below the budget are absorbed.
-	f.set("GetItem", 3, 400, throttled)
+	f.set("BatchGetItem", 3, 400, throttled)
 	cctx, usage := dynamostore.WithCapacity(ctx)
 	if _, err := s.TouchPartition(cctx, p, baseMs, "e"); err != nil {
 		t.Fatalf("TouchPartition through 3 throttles: %v", err)
 	}
-	if u := usage.Snapshot(); u.RoundTrips != 5 { // 3 throttled + GetItem + PutItem
-		t.Errorf("round trips %d, want 5", u.RoundTrips)
+	if u := usage.Snapshot(); u.RoundTrips != 6 { // 3 throttled + BatchGetItem (head and marker) + registry PutItem + head PutItem
+		t.Errorf("round trips %d, want 6", u.RoundTrips)
 	}
 	f.set("TransactWriteItems", 2, 400, conflict)
 	if err := s.Commit(ctx, p, commitOf(0, "c1", up("a", 1, []byte("x")))); err != nil {

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
@@ -36,12 +37,40 @@ type Handler struct {
 	// use the authenticated segment route.
 	PublicURL string
 	Logger    *slog.Logger
+	// DeadlineMargin is how long before the invocation deadline the
+	// request is stopped (default DefaultDeadlineMargin, at most a quarter
+	// of the time left), so it still writes its request line, with the
+	// partition and an SSP2 error code, and answers a retryable
+	// sync.internal_error instead of Lambda killing it silently at the
+	// function timeout (API Gateway would answer a bare 503 and no line
+	// would say which partition was slow).
+	DeadlineMargin time.Duration
+}
+
+// DefaultDeadlineMargin is the soft deadline's distance from the
+// function timeout: enough to log and return the error response.
+const DefaultDeadlineMargin = 1500 * time.Millisecond
+
+// softDeadline shortens ctx to the invocation deadline minus the margin.
+func (h *Handler) softDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	margin := h.DeadlineMargin
+	if margin <= 0 {
+		margin = DefaultDeadlineMargin
+	}
+	margin = min(margin, time.Until(dl)/4)
+	return context.WithDeadline(ctx, dl.Add(-margin))
 }
 
 // Invoke decodes a v2 or v1 proxy event and returns the matching response
 // document. An error return is reserved for payloads that are not API
 // Gateway events at all (a deployment mistake, not a client error).
 func (h *Handler) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	ctx, cancel := h.softDeadline(ctx)
+	defer cancel()
 	c, err := decodeEvent(payload)
 	var resp *httpapi.Response
 	switch {

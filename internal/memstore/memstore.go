@@ -50,8 +50,10 @@ func WithRefreshInterval(d time.Duration) Option {
 type Store struct {
 	refreshMs int64
 
-	mu         sync.RWMutex // guards partitions (the map, not its values)
+	mu         sync.RWMutex // guards partitions (the map, not its values) and marker
 	partitions map[string]*partState
+	// marker is the stored schema marker (schema.go).
+	marker int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -72,6 +74,11 @@ type partState struct {
 	// those at or below the horizon without walking the rows. An entry
 	// whose row was since rewritten is dropped when pruned.
 	tombs []tombRef
+	// Rolling-upgrade state (schema.go): writer fence, gate token and
+	// backfill checkpoints by name.
+	fence       int64
+	gateToken   int64
+	checkpoints map[string]*store.Checkpoint
 }
 
 type tombRef struct {
@@ -156,6 +163,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		if p == nil {
 			p = &partState{
 				head:     store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs},
+				fence:    s.marker, // a new partition starts fenced at the marker
 				tables:   make(map[string]*table),
 				outcomes: make(map[outcomeKey]*store.Outcome),
 				clients:  make(map[string]*store.Client),
@@ -165,8 +173,10 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		}
 		s.mu.Unlock()
 	}
+	marker := s.markerValue()
 	p.mu.RLock()
 	h := p.head
+	h.Gate = withMarker(p.gateLocked(), marker)
 	p.mu.RUnlock()
 	if !s.stale(h.LastSeenAtMs, nowMs) {
 		return h, nil
@@ -176,6 +186,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		p.head.LastSeenAtMs = nowMs
 	}
 	h = p.head
+	h.Gate = withMarker(p.gateLocked(), marker)
 	p.mu.Unlock()
 	return h, nil
 }
@@ -197,6 +208,7 @@ func (s *Store) Head(ctx context.Context, partition string) (store.Head, bool, e
 	}
 	p.mu.RLock()
 	h := p.head
+	h.Gate = p.gateLocked()
 	p.mu.RUnlock()
 	return h, true, nil
 }
@@ -242,7 +254,7 @@ func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommi
 }
 
 // PutRejection implements store.Store.
-func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome) error {
+func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o store.Outcome, w store.WriterCheck) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -256,6 +268,12 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	defer p.mu.Unlock()
 	if p.outcomes[k] != nil {
 		return store.ErrOutcomeExists
+	}
+	if w.WriterVersion < p.fence {
+		return store.ErrWriterFenced
+	}
+	if w.CheckGate && w.GateToken != p.gateToken {
+		return store.ErrGateMoved
 	}
 	p.outcomes[k] = c
 	return nil
@@ -280,6 +298,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	// Copy outside the lock: it is the expensive part and touches only
 	// caller memory.
 	c := copyCommit(&req.Commit)
+	c.WriterVersion = req.WriterVersion
 	o := copyOutcome(&req.Outcome)
 	rows := make([]*rowEntry, len(req.Rows))
 	for i := range req.Rows {
@@ -301,8 +320,20 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	if p.outcomes[k] != nil {
 		return store.ErrOutcomeExists
 	}
+	if req.WriterVersion < p.fence {
+		return store.ErrWriterFenced
+	}
+	if req.CheckGate && req.GateToken != p.gateToken {
+		return store.ErrGateMoved
+	}
 	if p.head.MaxCommitSeq != req.ExpectedMaxSeq {
 		return &store.HeadMovedError{Head: p.head}
+	}
+	var adv *store.Checkpoint
+	if req.Advance != nil {
+		if adv = p.checkAdvanceLocked(req.Advance); adv == nil {
+			return store.ErrCheckpointSuperseded
+		}
 	}
 	for i := range req.Rows {
 		w := &req.Rows[i]
@@ -350,6 +381,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	p.log = append(p.log, c)
 	p.outcomes[k] = o
 	p.head.MaxCommitSeq = seq
+	if adv != nil {
+		applyAdvance(adv, req.Advance, req.Commit.CreatedAtMs)
+	}
 	return nil
 }
 
@@ -645,6 +679,26 @@ func (s *Store) PutClient(ctx context.Context, partition string, c *store.Client
 	p.clients[c.ClientID] = &cc
 	p.mu.Unlock()
 	return nil
+}
+
+// AckCursor implements store.Store under the partition lock.
+func (s *Store) AckCursor(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return false, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.clients[clientID]
+	if c == nil || c.ActorID != actorID || p.head.LogEpoch != logEpoch {
+		return false, nil
+	}
+	c.Cursor = max(c.Cursor, cursor)
+	c.UpdatedAtMs = max(c.UpdatedAtMs, nowMs)
+	return true, nil
 }
 
 // ListClients implements store.Store. It snapshots the records first so

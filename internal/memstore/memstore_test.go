@@ -109,7 +109,7 @@ func TestWritesToUnknownPartition(t *testing.T) {
 	s := memstore.New()
 	errs := map[string]error{
 		"Commit":       s.Commit(ctx, "nope", commitReq(0, "x")),
-		"PutRejection": s.PutRejection(ctx, "nope", "c", "x", store.Outcome{}),
+		"PutRejection": s.PutRejection(ctx, "nope", "c", "x", store.Outcome{}, store.WriterCheck{}),
 		"PutClient":    s.PutClient(ctx, "nope", &store.Client{ClientID: "c"}),
 		"RotateEpoch":  s.RotateEpoch(ctx, "nope", "e2", t0),
 	}
@@ -334,4 +334,8 @@ func BenchmarkScanRows(b *testing.B) {
 		n := 0
 		_ = s.ScanRows(ctx, "p", "t", "05000", true, func(*store.Row) bool { n++; return n < 500 })
 	}
+}
+
+func TestSchemaContract(t *testing.T) {
+	storetest.RunSchemaStore(t, func(*testing.T) storetest.SchemaBackend { return memstore.New() })
 }

@@ -171,6 +171,8 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 			if err := ps.sendRef(ctx, id, pub, digest, size); err != nil {
 				return next, false, false, err
 			}
+			rs.report.SegmentsReused++
+			rs.report.RowsDelivered += int(pub.RowCount)
 			return pub.NextRowCursor, !pub.NextRowCursor.Present, false, nil
 		}
 	}
@@ -178,6 +180,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 	if err != nil {
 		return next, false, false, err
 	}
+	rs.report.SegmentsBuilt++
 	if more {
 		next = wire.Some(last)
 	}
@@ -191,6 +194,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 		}
 		ps.sentData = true
 		rs.report.SegmentsSent++
+		rs.report.RowsDelivered += rows
 		return next, !more, false, nil
 	}
 	id := segment.SegmentID(body)
@@ -201,6 +205,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 	if err := ps.sendRef(ctx, id, pub, digest, int64(len(body))); err != nil {
 		return next, false, false, err
 	}
+	rs.report.RowsDelivered += rows
 	return next, !more, false, nil
 }
 
@@ -308,6 +313,7 @@ func (ps *pullState) buildPage(ctx context.Context, p *subPlan, cursor wire.Opt[
 			return false
 		}
 		scanned++
+		rs.report.RowsScanned++
 		if !matchesScopes(r.Scopes, p.effective) {
 			last = formatRowCursor(store.ScopeCursor{Value: value, RowID: r.RowID})
 			return true

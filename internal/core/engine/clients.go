@@ -88,11 +88,17 @@ func (e *Engine) recordClient(ctx context.Context, rs *reqState, cursor int64, h
 	next := store.Client{ClientID: rs.clientID, ActorID: rs.auth.ActorID, UpdatedAtMs: now, WireVersion: rs.version, Cursor: -1}
 	if prev != nil {
 		next.Cursor = prev.Cursor
+		next.Registration = prev.Registration
 	}
 	if hasCursor {
 		next.Cursor = cursor
 	}
-	if prev != nil && prev.Cursor == next.Cursor && prev.WireVersion == next.WireVersion &&
+	if rs.hasRegistration {
+		// §8.1: the pull's subscription list is persisted with the cursor
+		// and the wire version, for the next realtime connect.
+		next.Registration = rs.registration
+	}
+	if prev != nil && prev.Cursor == next.Cursor && prev.WireVersion == next.WireVersion && prev.Registration == next.Registration &&
 		now-prev.UpdatedAtMs < e.limits.CursorRecordMaxAge.Milliseconds() {
 		return nil
 	}

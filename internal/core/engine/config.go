@@ -13,8 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
+	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -121,6 +123,12 @@ type Limits struct {
 	// another count too); the page then ends early with a cursor past the
 	// rows read, so every page's work is bounded whatever the filter.
 	MaxRowsScannedPerPage int
+	// MaxBlobBytes caps one blob (§5.9.3 blob.too_large), checked on
+	// the declared length, the streamed bytes and at grant issuance.
+	MaxBlobBytes int64
+	// BlobOrphanGrace is how long an unreferenced blob survives the
+	// orphan sweep (§5.9.2, default 24 h).
+	BlobOrphanGrace time.Duration
 }
 
 // Defaults of Limits.
@@ -143,6 +151,10 @@ const (
 	DefaultRequestTimeout       = 25 * time.Second
 	DefaultDeadlineReserve      = 3 * time.Second
 	DefaultMaxRowsScanned       = 20000
+	// DefaultMaxBlobBytes is the §5.9.3 host size cap.
+	DefaultMaxBlobBytes = 64 << 20
+	// DefaultBlobOrphanGrace is the §5.9.2 default grace period.
+	DefaultBlobOrphanGrace = 24 * time.Hour
 )
 
 func (l Limits) withDefaults() Limits {
@@ -203,6 +215,12 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxCascadeOperationsPerCommit <= 0 {
 		l.MaxCascadeOperationsPerCommit = DefaultMaxCascadeOperations
 	}
+	if l.MaxBlobBytes <= 0 {
+		l.MaxBlobBytes = DefaultMaxBlobBytes
+	}
+	if l.BlobOrphanGrace <= 0 {
+		l.BlobOrphanGrace = DefaultBlobOrphanGrace
+	}
 	if l.MinRetainedCommits < DefaultMinRetainedCommits {
 		l.MinRetainedCommits = DefaultMinRetainedCommits
 	}
@@ -216,6 +234,12 @@ type Config struct {
 	Segments  store.SegmentStore
 	Resolver  ScopeResolver
 	Presigner store.Presigner // used with SignedURLsPresign
+	// Blobs stores blob bytes (§5.9); nil serves no blob routes and
+	// rejects every blob reference with blob.not_found (§6.6).
+	// BlobPresigner, when set, mints upload grants and download URLs
+	// (§5.9.3, §5.9.5).
+	Blobs         blobs.Store
+	BlobPresigner blobs.Presigner
 	// SignedURLs selects url minting; SigningKey is required for native
 	// tokens (and keys the partition-derived `aud`).
 	SignedURLs SignedURLMode
@@ -226,6 +250,19 @@ type Config struct {
 	// NewEpoch mints an unpredictable log epoch; nil means 128 random bits.
 	NewEpoch func() string
 	Logger   *slog.Logger
+	// Checkpoints names the backfill checkpoints this build declares
+	// (gate.go): it serves a partition while they backfill, where a build
+	// that did not declare them answers sync.schema_not_ready.
+	Checkpoints []string
+	// NoSchemaGate turns the serve gate off even when Store implements
+	// store.SchemaStore (tests of other concerns; never in production:
+	// commits still carry the writer version and the fence still holds).
+	NoSchemaGate bool
+	// OnCommit, when set, is called synchronously after each commit is
+	// durably appended, with the stored commit (§8.2 fanout input for an
+	// in-process realtime hub). It must not block for long and must not
+	// modify c.
+	OnCommit func(partition string, c *store.Commit)
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.
@@ -239,8 +276,15 @@ type Engine struct {
 	epoch   func() string
 	log     *slog.Logger
 	clients *clientCache
+	blobs   blobs.Store
+	// blobPresign is swapped at run time by test drivers.
+	blobPresign atomic.Pointer[blobs.Presigner]
 	// variables is the union of scope variables of every served version.
 	variables map[string]bool
+	// gates is the store's rolling-upgrade side, nil when it has none or
+	// the gate is off; declared holds Config.Checkpoints.
+	gates    store.SchemaStore
+	declared map[string]bool
 }
 
 // New validates cfg and returns an Engine.
@@ -290,6 +334,17 @@ func New(cfg Config) (*Engine, error) {
 		epoch:     cfg.NewEpoch,
 		log:       cfg.Logger,
 		clients:   newClientCache(4096),
+		blobs:     cfg.Blobs,
+	}
+	if cfg.BlobPresigner != nil {
+		e.SetBlobPresigner(cfg.BlobPresigner)
+	}
+	if ss, ok := cfg.Store.(store.SchemaStore); ok && !cfg.NoSchemaGate {
+		e.gates = ss
+	}
+	e.declared = make(map[string]bool, len(cfg.Checkpoints))
+	for _, n := range cfg.Checkpoints {
+		e.declared[n] = true
 	}
 	if e.now == nil {
 		e.now = func() int64 { return time.Now().UnixMilli() }

@@ -184,7 +184,20 @@ func (e *Engine) rejectCommit(ctx context.Context, rs *reqState, pc *wire.PushCo
 	if err != nil {
 		return nil, err
 	}
-	err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now})
+	wc, err := e.gateForRejection(rs, rs.head)
+	if err != nil {
+		return nil, err
+	}
+	err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now}, wc)
+	if stopped, _, refusal := e.gateCommitError(err); stopped {
+		// Fenced, or the gate moved since the entry check: this rejection
+		// does not read data, but the build may no longer serve the
+		// partition; the client retries (sync.schema_not_ready).
+		if refusal == nil {
+			refusal = notReady(map[string]any{"runningSchemaVersion": e.runningSchema()})
+		}
+		return nil, refusal
+	}
 	switch {
 	case err == nil:
 		return res, nil

@@ -68,7 +68,7 @@ func storeOutcome(t *testing.T, h *enginetest.Harness, clientID, commitID string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Store.PutRejection(context.Background(), "tenant", clientID, commitID, store.Outcome{Result: b, RecordedAtMs: 1}); err != nil {
+	if err := h.Store.PutRejection(context.Background(), "tenant", clientID, commitID, store.Outcome{Result: b, RecordedAtMs: 1}, store.WriterCheck{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -76,6 +76,13 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			ev.reject = e.checkCommitSize(rs.auth.ActorID, pc, ev)
 		}
 		if ev.reject == nil {
+			// §5.9.6 / §6.6: every blob the commit references must exist
+			// before anything applies (blobs.go).
+			if err := e.checkBlobs(ctx, rs, ev, allowed, resolveErr); err != nil {
+				return nil, err
+			}
+		}
+		if ev.reject == nil {
 			// §6.8 order: declared references once over the candidate state
 			// after every operation is staged (references.go).
 			if err := e.enforceReferences(ctx, rs, pc, ev); err != nil {
@@ -87,13 +94,29 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				ev.reject, ev.details = referenceReject(pc.ClientCommitID, ev.cascadeOrigin, reasonCascadeLimit, nil, nil)
 			}
 		}
+		if ev.reject == nil && e.blobs != nil {
+			// §5.9.4: the blob reference index changes in the same commit.
+			if err := e.blobIndexWrites(ctx, rs, ev); err != nil {
+				return nil, err
+			}
+		}
 		if ev.reject != nil {
 			res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*ev.reject}}
 			blob, err := encodeOutcome(res, ev.details)
 			if err != nil {
 				return nil, err
 			}
-			err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID})
+			wc, err := e.gateForRejection(rs, head)
+			if err != nil {
+				return nil, err
+			}
+			err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}, wc)
+			if stopped, retry, refusal := e.gateCommitError(err); stopped {
+				if retry {
+					continue
+				}
+				return nil, refusal
+			}
 			if errors.Is(err, store.ErrOutcomeExists) {
 				res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
 				return res, err
@@ -129,12 +152,25 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		for i := range creq.Rows {
 			creq.Rows[i].Row.CommitSeq = seq
 		}
+		if err := e.gateForCommit(rs, head, creq); err != nil {
+			return nil, err
+		}
 		err = e.store.Commit(ctx, rs.auth.Partition, creq)
+		if stopped, retry, refusal := e.gateCommitError(err); stopped {
+			if retry {
+				continue
+			}
+			return nil, refusal
+		}
 		switch {
 		case err == nil:
 			rs.head.MaxCommitSeq = seq
+			if e.cfg.OnCommit != nil {
+				e.cfg.OnCommit(rs.auth.Partition, &creq.Commit)
+			}
 			return res, nil
 		case errors.Is(err, store.ErrHeadMoved):
+			rs.report.CommitRacesLost++
 			// The failed condition's head (when the store returned it) was
 			// read after this evaluation's rows and before the next one's:
 			// start from it instead of reading the head again.
@@ -163,7 +199,17 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if berr != nil {
 				return nil, berr
 			}
-			if perr := e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}); perr != nil {
+			wc, gerr := e.gateForRejection(rs, head)
+			if gerr != nil {
+				return nil, gerr
+			}
+			if perr := e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}, wc); perr != nil {
+				if stopped, retry, refusal := e.gateCommitError(perr); stopped {
+					if retry {
+						continue
+					}
+					return nil, refusal
+				}
 				if errors.Is(perr, store.ErrOutcomeExists) {
 					res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
 					return res, err
@@ -269,6 +315,9 @@ type evaluation struct {
 	refs          []store.RefWrite
 	cascaded      int
 	cascadeOrigin int32
+
+	// blobChecks are the blob references §5.9.6 checks (blobs.go).
+	blobChecks []blobCheck
 }
 
 type rowKey struct{ table, rowID string }
@@ -381,6 +430,9 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		if reject != nil {
 			ev.reject = reject
 			return ev, nil
+		}
+		if err := collectBlobRefs(ev, i, st, stored, nr, sc.present(st, t)); err != nil {
+			return nil, err
 		}
 		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: nr.Payload})
 		ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Row: *nr})
@@ -597,17 +649,12 @@ func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *s
 
 // unsupportedValues refuses values this server cannot store yet. It runs
 // after authorization, so an actor without the scope learns only
-// sync.forbidden. No CRDT merger is registered (§5.10.2), and no blob
-// storage exists, so no referenced blob can exist (§6.6).
+// sync.forbidden. No CRDT merger is registered (§5.10.2). Blob references
+// are checked once the commit is staged (checkBlobs, §5.9.6).
 func unsupportedValues(i int, st *schema.Table, vals []rowcodec.Value, present []bool) *wire.OpResult {
 	for _, j := range st.CRDTColumns {
 		if present[j] && !vals[j].Null {
 			return opError(i, syncerr.CrdtMergeFailed, "no CRDT merger is registered on this server (§5.10.2)")
-		}
-	}
-	for _, j := range st.BlobRefColumns {
-		if present[j] && !vals[j].Null {
-			return opError(i, syncerr.BlobNotFound, fmt.Sprintf("column %q references a blob this server does not hold; blob storage is not available (§6.6)", st.Columns[j].Name))
 		}
 	}
 	return nil
@@ -736,4 +783,13 @@ func decodeOutcome(b []byte) (*wire.PushResult, *wire.PushResultDetails, error) 
 		}
 	}
 	return &c, det, nil
+}
+
+// present returns the storage-column presence flags of the operation
+// evalUpsert last decoded.
+func (sc *opScratch) present(st, t *schema.Table) []bool {
+	if st != t {
+		return sc.spresent
+	}
+	return sc.cpresent
 }

@@ -51,6 +51,26 @@ type Report struct {
 	SchemaFloor    bool
 	ErrorCode      string // in-band ERROR frame code, if any
 	ResolverFailed bool
+	// Pulled is set when the request carried PULL_HEADER and its pull
+	// half completed; Registrations are then its active subscriptions
+	// (§8.7 registration at round end), SchemaVersion the request's.
+	Pulled        bool
+	Registrations []Registration
+	SchemaVersion int32
+	// LogEpoch is the partition's log epoch the request was served in.
+	LogEpoch string
+
+	// Operational counters (metrics): commit attempts that lost the race
+	// for the next commitSeq, bootstrap pages built from a row scan or
+	// answered with an existing publication (§5.1), and the rows those
+	// scans read against the rows the pages carried.
+	CommitRacesLost int
+	SegmentsBuilt   int
+	SegmentsReused  int
+	RowsScanned     int
+	RowsDelivered   int
+
+	gate *store.Gate // serve-gate state read at entry (gate.go)
 }
 
 // reqState is everything one request computes once.
@@ -68,6 +88,10 @@ type reqState struct {
 	// answered with (applied or cached): its pull must read at least that
 	// far (read-after-write, §7 preamble of the 0.21+ spec).
 	acceptedMax int64
+
+	// registration is the §8.1 subscription list to persist (pulls only).
+	registration    string
+	hasRegistration bool
 
 	allowedDone bool
 	allowed     ScopeMap
@@ -113,7 +137,13 @@ func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	// storeErr answers as a retryable sync.internal_error.
 	ctx, cancel := context.WithTimeout(ctx, e.limits.RequestTimeout)
 	defer cancel()
-	rep, err := e.handleSync(ctx, auth, body, opts, w)
+	var rep *Report
+	var err error
+	if e.gates != nil {
+		rep, err = e.handleGated(ctx, auth, body, opts, w)
+	} else {
+		rep, err = e.handleSync(ctx, auth, body, opts, w)
+	}
 	if err != nil && rep.WireVersion != 0 && rep.BytesOut == 0 {
 		err = errorForWire(err, rep.WireVersion)
 	}
@@ -201,6 +231,10 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	if err != nil {
 		return rep, storeErr(err, "read partition head")
 	}
+	if err := e.gateAtEntry(rs); err != nil {
+		return rep, err
+	}
+	rep.LogEpoch = rs.head.LogEpoch
 	if req.WireVersion == wire.Version1 && rs.head.EpochRequired {
 		return rep, syncerr.New(syncerr.ClientWireUnsupported, "this partition's log epoch rotated; a wire version 2 client is required (§1.5)")
 	}
@@ -360,7 +394,18 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 	if err != nil {
 		return err
 	}
-	return e.recordClient(ctx, rs, minCursor, hasCursor)
+	rs.registration, rs.hasRegistration = encodeRegistration(req.Header.SchemaVersion, req.Subscriptions), true
+	if err := e.recordClient(ctx, rs, minCursor, hasCursor); err != nil {
+		return err
+	}
+	rs.report.Pulled = true
+	rs.report.SchemaVersion = req.Header.SchemaVersion
+	for _, p := range plans {
+		if p.active {
+			rs.report.Registrations = append(rs.report.Registrations, Registration{ID: p.sub.ID, Table: p.sub.Table, Requested: p.sub.Scopes, Effective: p.effective})
+		}
+	}
+	return nil
 }
 
 // allowedScopes resolves the actor's allowed scopes at most once per

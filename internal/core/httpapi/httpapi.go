@@ -11,11 +11,13 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -38,8 +40,10 @@ const (
 	RoutePush
 	RoutePull
 	RouteSegments
+	// RouteBlobs serves <mount>/blobs/… (§5.9.3, §5.9.5).
+	RouteBlobs
 	// RouteAll serves every route (local runner, conformance host).
-	RouteAll = RouteSync | RoutePush | RoutePull | RouteSegments
+	RouteAll = RouteSync | RoutePush | RoutePull | RouteSegments | RouteBlobs
 )
 
 // Request is one HTTP request as the host received it.
@@ -87,6 +91,13 @@ type Handler struct {
 	// Meter, when set, wraps each request's context (e.g. to accumulate
 	// storage capacity) and returns the attributes its log line adds.
 	Meter func(ctx context.Context) (context.Context, func() []slog.Attr)
+	// Line, when set, rewrites the request line's attributes just before
+	// it is logged (the Lambda functions add their CloudWatch EMF metric
+	// directive, internal/metrics).
+	Line func(attrs []slog.Attr) []slog.Attr
+	// BlobURLs, when set, answers native presigned blob URLs on the blob
+	// route (blobs.go).
+	BlobURLs BlobURLHost
 }
 
 // DefaultMaxBodyBytes is the decoded request body cap (limits package).
@@ -110,6 +121,7 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 			slog.String("requestId", r.RequestID),
 			slog.String("method", r.Method),
 			slog.String("path", r.Path),
+			slog.String("route", h.routeName(r.Path)),
 			slog.Int("status", resp.Status),
 			slog.String("partition", partition),
 			slog.String("actor", actor),
@@ -128,6 +140,11 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 				slog.Int("commitsSent", rep.CommitsSent),
 				slog.Int("segmentsSent", rep.SegmentsSent),
 				slog.Int64("bytesOut", rep.BytesOut),
+				slog.Int("commitRacesLost", rep.CommitRacesLost),
+				slog.Int("segmentsBuilt", rep.SegmentsBuilt),
+				slog.Int("segmentsReused", rep.SegmentsReused),
+				slog.Int("rowsScanned", rep.RowsScanned),
+				slog.Int("rowsDelivered", rep.RowsDelivered),
 			)
 			if rep.ErrorCode != "" {
 				attrs = append(attrs, slog.String("inBandError", rep.ErrorCode))
@@ -136,8 +153,26 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 		if meterAttrs != nil {
 			attrs = append(attrs, meterAttrs()...)
 		}
+		outcome := "ok"
+		if rep != nil && rep.ErrorCode != "" {
+			outcome = rep.ErrorCode
+		}
 		if resp.Status >= 400 {
-			attrs = append(attrs, slog.String("errorCode", resp.Header.Get("X-Syncular-Error")))
+			code := resp.Header.Get("X-Syncular-Error")
+			attrs = append(attrs, slog.String("errorCode", code))
+			outcome = code
+			if outcome == "" {
+				outcome = "http." + strconv.Itoa(resp.Status)
+			}
+		}
+		attrs = append(attrs, slog.String("outcome", outcome))
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The host's soft deadline (lambdahttp) or a caller's
+			// deadline ended the request before it finished.
+			attrs = append(attrs, slog.Bool("deadlineExceeded", true))
+		}
+		if h.Line != nil {
+			attrs = h.Line(attrs)
 		}
 		h.Logger.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 	}
@@ -162,6 +197,29 @@ func (h *Handler) capResponse(ctx context.Context, r *Request, resp *Response) *
 	return errorResponse(syncerr.Internal(fmt.Errorf("response of %d bytes exceeds the %d-byte limit", len(resp.Body), max)))
 }
 
+// routeName names the endpoint family of path (the "route" field and
+// metric dimension): sync, push, pull, segments, or other.
+func (h *Handler) routeName(path string) string {
+	if h.Mount != "" {
+		rest, ok := strings.CutPrefix(path, h.Mount+"/")
+		if !ok {
+			return "other"
+		}
+		path = "/" + rest
+	}
+	switch {
+	case path == "/sync":
+		return "sync"
+	case path == "/push":
+		return "push"
+	case path == "/pull":
+		return "pull"
+	case strings.HasPrefix(path, "/segments/"):
+		return "segments"
+	}
+	return "other"
+}
+
 func (h *Handler) route(ctx context.Context, r *Request) (*Response, *engine.Report, string, string) {
 	partition, actor := "", ""
 	if r.Auth != nil {
@@ -184,6 +242,8 @@ func (h *Handler) route(ctx context.Context, r *Request) (*Response, *engine.Rep
 	case strings.HasPrefix(path, "/segments/") && h.Routes&RouteSegments != 0:
 		resp := h.segment(ctx, r, path[len("/segments/"):])
 		return resp, nil, partition, actor
+	case strings.HasPrefix(path, "/blobs/") && h.Routes&RouteBlobs != 0:
+		return h.blob(ctx, r, path[len("/blobs/"):]), nil, partition, actor
 	}
 	return errorResponse(syncerr.New(syncerr.NotFound, "no route for %s %s", r.Method, r.Path).WithStatus(http.StatusNotFound)), nil, partition, actor
 }

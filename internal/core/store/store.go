@@ -63,6 +63,13 @@ type Head struct {
 	HorizonSeq int64
 	// LastSeenAtMs is the last authentication time recorded (§2.1).
 	LastSeenAtMs int64
+
+	// Gate is the serve-gate state (schema.go), nil when there is none
+	// (no marker, fence or checkpoint): the partition's writer fence,
+	// pending checkpoints and gate token come with the head item at no
+	// extra read; the stored schema marker is filled by TouchPartition
+	// only (Head leaves it zero).
+	Gate *Gate
 }
 
 // Row is the current stored state of one synced row, or its delete
@@ -111,6 +118,11 @@ type Commit struct {
 	ClientID       string
 	ClientCommitID string
 	Changes        []Change
+	// WriterVersion is the storage schema version of the function that
+	// wrote the commit (0 for commits written before writers recorded
+	// it). Stores record CommitRequest.WriterVersion here; the field of
+	// CommitRequest.Commit is ignored.
+	WriterVersion int64
 }
 
 // Outcome is a persisted push result (§2.3, §6.3). Result holds the
@@ -149,6 +161,34 @@ type CommitRequest struct {
 	// the commit (one entry per index key at most); applying an entry
 	// twice is a no-op, so a backend may replay them.
 	RefWrites []RefWrite
+	// WriterVersion is the writer's running storage schema version,
+	// recorded on the commit and checked by the commit's own conditional
+	// write against the partition's writer fence: below the fence the
+	// commit fails with ErrWriterFenced and writes nothing.
+	WriterVersion int64
+	// CheckGate makes the commit conditional on the partition's gate
+	// token still being GateToken, the Gate.Token the writer's serve gate
+	// passed on (0 for a partition without gate state): it fails with
+	// ErrGateMoved when the token changed since (a checkpoint was
+	// declared or activated, or the fence moved), so the gate is
+	// re-checked before anything lands.
+	CheckGate bool
+	GateToken int64
+	// Advance, when set, moves a backfill checkpoint in the same atomic
+	// commit; when the owner epoch no longer matches the commit fails
+	// with ErrCheckpointSuperseded and writes nothing.
+	Advance *CheckpointAdvance
+}
+
+// WriterCheck is the writer-fence and serve-gate condition of a write
+// that is not a commit (a rejected outcome): the same check as
+// CommitRequest's WriterVersion, CheckGate and GateToken, so an old build
+// that passed its entry gate just before a migration records nothing
+// after the fence was raised.
+type WriterCheck struct {
+	WriterVersion int64
+	CheckGate     bool
+	GateToken     int64
 }
 
 // RefEntry is one reference-index entry (§6.11): row ChildID of
@@ -189,6 +229,11 @@ type Client struct {
 	Cursor      int64
 	UpdatedAtMs int64
 	WireVersion uint16
+	// Registration is the client's most recent pull's subscription list
+	// (§8.1: persisted per (partition, clientId) with the cursor and the
+	// wire version, loaded at realtime connect). Opaque to stores: the
+	// engine encodes it. Empty for a client that never pulled.
+	Registration string
 }
 
 // Store is commit, row and client storage for all partitions.
@@ -208,8 +253,12 @@ type Store interface {
 	// nil when none; ErrOutcomeUnreadable when one exists but cannot be read.
 	GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*Outcome, error)
 	// PutRejection records a rejected outcome unless one exists; it returns
-	// ErrOutcomeExists when the key already has an outcome.
-	PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o Outcome) error
+	// ErrOutcomeExists when the key already has an outcome. The write is
+	// fenced like a commit (w; rolling schema upgrades): ErrWriterFenced
+	// when w.WriterVersion is below the partition's writer fence,
+	// ErrGateMoved when w.CheckGate and the gate token is no longer
+	// w.GateToken; nothing is written then.
+	PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o Outcome, w WriterCheck) error
 	// Commit appends req.Commit as commitSeq ExpectedMaxSeq+1 together with
 	// its row writes and applied outcome, all or nothing (§6.4). It returns
 	// ErrHeadMoved on a lost race (a *HeadMovedError with the current head
@@ -267,6 +316,15 @@ type Store interface {
 	BindClient(ctx context.Context, partition string, c *Client) (*Client, error)
 	// PutClient creates or replaces the client record.
 	PutClient(ctx context.Context, partition string, c *Client) error
+	// AckCursor records a realtime ack (§8.2 of the newer spec): it
+	// advances the existing record's Cursor and UpdatedAtMs to their
+	// maxima with cursor and nowMs, atomically, and only while the record
+	// is bound to actorID and the partition's log epoch is logEpoch. It
+	// never creates a record and never touches ActorID, WireVersion or
+	// Registration. ok is false when nothing was written because the
+	// guard failed or the record is missing; a cursor at or below the
+	// stored one is ok with nothing changed.
+	AckCursor(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64) (ok bool, err error)
 	// ListClients calls fn for every client record of the partition.
 	ListClients(ctx context.Context, partition string, fn func(*Client) bool) error
 

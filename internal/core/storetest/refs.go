@@ -171,3 +171,42 @@ func testRefsUnknownPartition(t *testing.T, e *partitionT) {
 		t.Errorf("children in an unknown partition: %q", got)
 	}
 }
+
+// testRefsBlobEntries: the blob reference index (§5.9.4) rides the same
+// entries, keyed by a blob id ("sha256:<hex>") under a reserved
+// "_sync_blob:<column>" name, so a blob-ref column and a declared
+// reference column of the same name never share entries, and one blob
+// referenced from two tables is listed per table.
+func testRefsBlobEntries(t *testing.T, e *partitionT) {
+	e.touch()
+	blob := "sha256:" + fmt.Sprintf("%064x", 7)
+	req := commitReq(0, "client-a", "c1", upsert("docs", "d1", 1, "x"), upsert("docs", "d2", 1, "x"), upsert("notes", "n1", 1, "x"))
+	req.RefWrites = []store.RefWrite{
+		ref("docs", "_sync_blob:file", blob, "d2"), ref("docs", "_sync_blob:file", blob, "d1"),
+		ref("notes", "_sync_blob:file", blob, "n1"), ref("docs", "file", blob, "d9"),
+	}
+	e.commit(req)
+	if got, want := e.children("docs", "_sync_blob:file", blob, 10), []string{"d1", "d2"}; !slices.Equal(got, want) {
+		t.Errorf("docs referencing the blob: %q, want %q", got, want)
+	}
+	if got, want := e.children("notes", "_sync_blob:file", blob, 10), []string{"n1"}; !slices.Equal(got, want) {
+		t.Errorf("notes referencing the blob: %q, want %q", got, want)
+	}
+	// The row changes to another blob and another row is deleted.
+	other := "sha256:" + fmt.Sprintf("%064x", 8)
+	req = commitReq(1, "client-a", "c2", upsert("docs", "d1", 2, "y"), del("notes", "n1"))
+	req.RefWrites = []store.RefWrite{
+		unref("docs", "_sync_blob:file", blob, "d1"), ref("docs", "_sync_blob:file", other, "d1"),
+		unref("notes", "_sync_blob:file", blob, "n1"),
+	}
+	e.commit(req)
+	if got, want := e.children("docs", "_sync_blob:file", blob, 10), []string{"d2"}; !slices.Equal(got, want) {
+		t.Errorf("after the change: %q, want %q", got, want)
+	}
+	if got := e.children("notes", "_sync_blob:file", blob, 10); len(got) != 0 {
+		t.Errorf("after the delete: %q, want none", got)
+	}
+	if got, want := e.children("docs", "file", blob, 10), []string{"d9"}; !slices.Equal(got, want) {
+		t.Errorf("declared-reference entry of the same name: %q, want %q", got, want)
+	}
+}

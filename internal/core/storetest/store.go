@@ -67,6 +67,8 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Clients/ListEarlyStop", testClientsEarlyStop},
 		{"Clients/BindCreatesOnce", testBindClient},
 		{"Clients/BindConcurrent", testBindClientConcurrent},
+		{"Clients/Registration", testClientRegistration},
+		{"Clients/AckCursor", testAckCursor},
 		{"PutRejection/OwnerRecorded", testRejectionOwner},
 		{"RotateEpoch/DeletesClients", testRotateEpoch},
 		{"Prune/HorizonMonotonic", testPrune},
@@ -86,6 +88,7 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RefIndex/FailedCommitWritesNone", testRefsFailedCommitWritesNone},
 		{"RefIndex/ManyInOneCommit", testRefsManyInOneCommit},
 		{"RefIndex/ManyQueries", testRefsManyQueries},
+		{"RefIndex/BlobEntries", testRefsBlobEntries},
 		{"RefIndex/UnknownPartition", testRefsUnknownPartition},
 	}
 	for _, tc := range tests {
@@ -565,11 +568,11 @@ func testRejectionPutIfAbsent(t *testing.T, e *partitionT) {
 	e.touch()
 	r1 := store.Outcome{Result: []byte("rejected-1"), RecordedAtMs: baseMs}
 	r2 := store.Outcome{Result: []byte("rejected-2"), RecordedAtMs: baseMs + 1}
-	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", r1); err != nil {
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", r1, store.WriterCheck{}); err != nil {
 		t.Fatalf("PutRejection: %v", err)
 	}
 	checkOutcome(t, e.outcome("client-a", "cc-1"), r1)
-	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", r2); !errors.Is(err, store.ErrOutcomeExists) {
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", r2, store.WriterCheck{}); !errors.Is(err, store.ErrOutcomeExists) {
 		t.Fatalf("second PutRejection: %v, want ErrOutcomeExists", err)
 	}
 	checkOutcome(t, e.outcome("client-a", "cc-1"), r1)
@@ -581,7 +584,7 @@ func testRejectionPutIfAbsent(t *testing.T, e *partitionT) {
 func testRejectionBlocksCommit(t *testing.T, e *partitionT) {
 	e.touch()
 	rej := store.Outcome{Result: []byte("rejected"), RecordedAtMs: baseMs}
-	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", rej); err != nil {
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", rej, store.WriterCheck{}); err != nil {
 		t.Fatal(err)
 	}
 	req := commitReq(0, "client-a", "cc-1", upsert("tasks", "r", 1, "p"))
@@ -604,7 +607,7 @@ func testRejectionAfterCommit(t *testing.T, e *partitionT) {
 	e.touch()
 	req := e.commitNext(upsert("tasks", "r", 1, "p"))
 	rej := store.Outcome{Result: []byte("rejected"), RecordedAtMs: baseMs}
-	if err := e.s.PutRejection(e.ctx, e.p, req.Commit.ClientID, req.Commit.ClientCommitID, rej); !errors.Is(err, store.ErrOutcomeExists) {
+	if err := e.s.PutRejection(e.ctx, e.p, req.Commit.ClientID, req.Commit.ClientCommitID, rej, store.WriterCheck{}); !errors.Is(err, store.ErrOutcomeExists) {
 		t.Fatalf("PutRejection over an applied outcome: %v, want ErrOutcomeExists", err)
 	}
 	checkOutcome(t, e.outcome(req.Commit.ClientID, req.Commit.ClientCommitID), req.Outcome)
@@ -613,7 +616,7 @@ func testRejectionAfterCommit(t *testing.T, e *partitionT) {
 func testRejectionNoAliasing(t *testing.T, e *partitionT) {
 	e.touch()
 	buf := []byte("rejected-original")
-	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", store.Outcome{Result: buf, RecordedAtMs: baseMs}); err != nil {
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", store.Outcome{Result: buf, RecordedAtMs: baseMs}, store.WriterCheck{}); err != nil {
 		t.Fatal(err)
 	}
 	copy(buf, "XXXXXXXX")
@@ -973,7 +976,7 @@ func testCommitTimes(t *testing.T, e *partitionT) {
 func testRejectionOwner(t *testing.T, e *partitionT) {
 	e.touch()
 	o := store.Outcome{Result: []byte("rejected"), RecordedAtMs: baseMs, ActorID: "actor-a"}
-	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", o); err != nil {
+	if err := e.s.PutRejection(e.ctx, e.p, "client-a", "cc-1", o, store.WriterCheck{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.outcome("client-a", "cc-1"); got == nil || got.ActorID != "actor-a" {

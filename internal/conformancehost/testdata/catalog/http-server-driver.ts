@@ -4,10 +4,13 @@
  * Copied next to the catalog's src/ by run.sh; imports resolve there.
  */
 import type {
+  BlobDownloadResult,
+  BlobUploadGrantResult,
   BytesResult,
   DriverError,
   DriverScopeMap,
   RealtimeConnectResult,
+  RealtimeSink,
   RetentionOptions,
   ServerCapability,
   ServerCreateOptions,
@@ -76,6 +79,13 @@ class HttpServerInstance implements ServerInstance {
       'captureBackup',
       'restoreBackup',
       'failNextIdempotencyLookup',
+      'declareBackfillCheckpoint',
+      'uploadBlob',
+      'downloadBlob',
+      'fetchBlobUrl',
+      'uploadBlobGrant',
+      'putBlobUrl',
+      'setBlobPresign',
     ] as const;
     for (const name of optional) {
       if (!methods.includes(name)) {
@@ -140,14 +150,125 @@ class HttpServerInstance implements ServerInstance {
     await this.#control('setSignedUrlTtlSeconds', ttlSeconds);
   }
 
-  async connectRealtime(): Promise<RealtimeConnectResult> {
-    return {
-      ok: false,
-      error: {
-        code: 'sync.not_found',
-        message: 'conformance-host: realtime is not supported',
-      },
-    };
+  // §5.9 blobs: bytes cross the control channel as {$u8} values.
+  async uploadBlob(
+    actorId: string,
+    blobId: string,
+    bytes: Uint8Array,
+    mediaType?: string,
+  ): Promise<{ ok: true } | { ok: false; error: DriverError }> {
+    const r = await this.#control<{ ok: boolean; error?: DriverError }>(
+      'uploadBlob',
+      actorId,
+      blobId,
+      toU8(bytes),
+      mediaType ?? null,
+    );
+    return r.ok
+      ? { ok: true }
+      : { ok: false, error: r.error ?? { code: 'sync.internal', message: '' } };
+  }
+
+  async downloadBlob(
+    actorId: string,
+    blobId: string,
+  ): Promise<BlobDownloadResult> {
+    const r = await this.#control<
+      WireBytesResult & { url?: string; urlExpiresAtMs?: number }
+    >('downloadBlob', actorId, blobId);
+    if (r.ok && r.url !== undefined) {
+      return {
+        ok: true,
+        url: r.url,
+        ...(r.urlExpiresAtMs !== undefined
+          ? { urlExpiresAtMs: r.urlExpiresAtMs }
+          : {}),
+      };
+    }
+    return bytesResult(r);
+  }
+
+  async fetchBlobUrl(url: string): Promise<BytesResult> {
+    return bytesResult(await this.#control<WireBytesResult>('fetchBlobUrl', url));
+  }
+
+  async uploadBlobGrant(
+    actorId: string,
+    blobId: string,
+    byteLength: number,
+    mediaType?: string,
+  ): Promise<BlobUploadGrantResult> {
+    return this.#control<BlobUploadGrantResult>(
+      'uploadBlobGrant',
+      actorId,
+      blobId,
+      byteLength,
+      mediaType ?? null,
+    );
+  }
+
+  async putBlobUrl(
+    url: string,
+    bytes: Uint8Array,
+  ): Promise<{ ok: true } | { ok: false; error: DriverError }> {
+    const r = await this.#control<{ ok: boolean; error?: DriverError }>(
+      'putBlobUrl',
+      url,
+      toU8(bytes),
+    );
+    return r.ok
+      ? { ok: true }
+      : { ok: false, error: r.error ?? { code: 'sync.internal', message: '' } };
+  }
+
+  async setBlobPresign(enabled: boolean): Promise<void> {
+    await this.#control('setBlobPresign', enabled);
+  }
+
+  /** §8.1 attach over a real WebSocket to the host's /realtime route;
+   * the actor travels in the query like X-Actor does for /sync. */
+  connectRealtime(
+    actorId: string,
+    clientId: string,
+    sink: RealtimeSink,
+  ): Promise<RealtimeConnectResult> {
+    const url = `${this.#base.replace(/^http/, 'ws')}/realtime?clientId=${encodeURIComponent(clientId)}&actor=${encodeURIComponent(actorId)}`;
+    return new Promise((resolve) => {
+      const socket = new WebSocket(url);
+      socket.binaryType = 'arraybuffer';
+      let opened = false;
+      socket.onopen = () => {
+        opened = true;
+        resolve({
+          ok: true,
+          connection: {
+            send: (text: string) => socket.send(text),
+            sendBinary: (bytes: Uint8Array) => socket.send(bytes),
+            close: () => socket.close(),
+          },
+        });
+      };
+      socket.onmessage = (event: MessageEvent) => {
+        if (typeof event.data === 'string') sink.onText(event.data);
+        else sink.onBinary(new Uint8Array(event.data as ArrayBuffer));
+      };
+      socket.onclose = () => {
+        if (!opened) {
+          resolve({
+            ok: false,
+            error: {
+              code: 'sync.invalid_client_id',
+              message: 'conformance-host refused the realtime connect',
+            },
+          });
+          return;
+        }
+        sink.onClose?.();
+      };
+      socket.onerror = () => {
+        // onclose follows and settles the promise.
+      };
+    });
   }
 
   async setAllowedScopes(
@@ -197,6 +318,10 @@ class HttpServerInstance implements ServerInstance {
 
   async failNextIdempotencyLookup(): Promise<void> {
     await this.#control('failNextIdempotencyLookup');
+  }
+
+  async declareBackfillCheckpoint(name: string): Promise<void> {
+    await this.#control('declareBackfillCheckpoint', name);
   }
 
   async close(): Promise<void> {

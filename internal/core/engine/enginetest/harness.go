@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
@@ -118,6 +119,13 @@ type Options struct {
 	Limits       engine.Limits
 	SignedURLs   engine.SignedURLMode
 	Presigner    store.Presigner
+	// Checkpoints are the backfill checkpoints the engine declares.
+	Checkpoints []string
+	// Blobs and BlobPresigner configure §5.9 blob storage.
+	Blobs         blobs.Store
+	BlobPresigner blobs.Presigner
+	// OnCommit is passed to the engine (realtime fanout input).
+	OnCommit func(partition string, c *store.Commit)
 }
 
 // New builds a harness over st and segs.
@@ -143,6 +151,9 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 	h.Engine, err = engine.New(engine.Config{
 		Schema: sc, Store: st, Segments: segs, Resolver: h.Grants, Presigner: o.Presigner,
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
+		Checkpoints: o.Checkpoints,
+		Blobs:       o.Blobs, BlobPresigner: o.BlobPresigner,
+		OnCommit: o.OnCommit,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/core/migrate"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+)
+
+type migrateFlags struct {
+	backfill bool
+	batch    int
+	timeout  time.Duration
+}
+
+// migrate runs the rolling-upgrade step (migrate.Step) to the schema's
+// latest version, then optionally the backfills, and reports progress.
+func (a *admin) migrate(ctx context.Context, f migrateFlags, checkpoints string) int {
+	sch, err := schema.ReadFile(a.cfg.SchemaFile())
+	if err != nil {
+		a.fail("load schema %s (SYNC_SCHEMA_PATH): %v", a.cfg.SchemaFile(), err)
+		return exitUsage
+	}
+	decls, err := migrate.ParseDeclarations(checkpoints)
+	if err != nil {
+		a.fail("SYNC_CHECKPOINTS: %v", err)
+		return exitUsage
+	}
+	rep, err := migrate.Run(ctx, a.store, migrate.Plan{
+		Version: int64(sch.Latest), Checkpoints: decls, Partitions: a.store.ListPartitions,
+		Now: func() int64 { return time.Now().UnixMilli() },
+	}, migrate.RunOptions{Backfill: f.backfill, BatchRows: f.batch, Timeout: f.timeout}, a.out)
+	fmt.Fprintf(a.errw, "schema marker %d; fenced %d of %d partition(s); %d checkpoint(s) activated, %d incomplete\n",
+		rep.Marker, rep.Fenced, rep.Partitions, rep.Activated, rep.Incomplete)
+	if err != nil {
+		a.fail("migrate: %v", err)
+		return exitFailure
+	}
+	if f.backfill && rep.Incomplete > 0 {
+		return exitFailure
+	}
+	return exitOK
+}

@@ -1,0 +1,160 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/rtaws"
+)
+
+// RealtimeJob serves the WebSocket API's $connect, $disconnect and
+// $default routes (§8); FanoutJob reads the table's stream and posts
+// hellos, deltas and wake-ups to connections (§8.1–§8.3).
+var (
+	RealtimeJob = Function{Name: "realtime", LogicalID: "RealtimeFunction", Dir: "functions/realtime"}
+	FanoutJob   = Function{Name: "fanout", LogicalID: "FanoutFunction", Dir: "functions/fanout"}
+)
+
+// newRealtimeService builds the rtaws service of a deployed function:
+// the engine over the table, and the management API at
+// SYNC_REALTIME_ENDPOINT (https://{api}.execute-api.{region}.amazonaws.com/{stage}).
+func newRealtimeService(ctx context.Context, logger *slog.Logger) (*rtaws.Service, auth.Authenticator, error) {
+	cfg, err := config.FromEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	deps, err := NewAWS(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	eng, err := NewEngine(cfg, deps)
+	if err != nil {
+		return nil, nil, err
+	}
+	authn, err := Authenticator(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	clients, err := NewAWSClients(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &rtaws.Service{
+		DB: clients.DynamoDB, Table: cfg.TableName, Engine: eng, Store: deps.Store, Logger: logger,
+		Posts: rtaws.NewMgmt(os.Getenv("SYNC_REALTIME_ENDPOINT"), clients.Config.Region, clients.Config.Credentials),
+	}, authn, nil
+}
+
+// RealtimeHandler handles the WebSocket routes.
+type RealtimeHandler struct {
+	Service *rtaws.Service
+	Auth    auth.Authenticator
+	Logger  *slog.Logger
+}
+
+// Handle serves one WebSocket route event. $connect authenticates like
+// /sync (§8.1): Authorization: Bearer, or the token / access_token query
+// parameter that browsers must use; with SYNC_AUTH_MODE=jwt-authorizer
+// the claims come from a Lambda authorizer's context on $connect.
+func (h *RealtimeHandler) Handle(ctx context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	rc := ev.RequestContext
+	switch rc.RouteKey {
+	case "$connect":
+		authz := ev.Headers["Authorization"]
+		if authz == "" {
+			authz = ev.Headers["authorization"]
+		}
+		if authz == "" {
+			tok := ev.QueryStringParameters["token"]
+			if tok == "" {
+				tok = ev.QueryStringParameters["access_token"]
+			}
+			if tok != "" {
+				authz = "Bearer " + tok
+			}
+		}
+		cr := auth.Credentials{Authorization: authz}
+		if m, ok := rc.Authorizer.(map[string]any); ok && len(m) > 0 {
+			cr.AuthorizerClaims = auth.Claims(m)
+		}
+		a, _, err := h.Auth.Authenticate(ctx, cr)
+		if err != nil {
+			return refuse(syncerr.New(syncerr.AuthRequired, "authentication failed: %v", err)), nil
+		}
+		if err := h.Service.Connect(ctx, rc.ConnectionID, a, ev.QueryStringParameters["clientId"]); err != nil {
+			h.Logger.Info("realtime connect refused", "error", err.Error())
+			return refuse(err), nil
+		}
+	case "$disconnect":
+		if err := h.Service.Disconnect(ctx, rc.ConnectionID); err != nil {
+			return events.APIGatewayProxyResponse{StatusCode: 500}, err
+		}
+	default:
+		if err := h.Service.Message(ctx, rc.ConnectionID, []byte(ev.Body)); err != nil {
+			h.Logger.Warn("realtime message", "error", err.Error())
+		}
+	}
+	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
+func refuse(err error) events.APIGatewayProxyResponse {
+	se := syncerr.As(err)
+	if se == nil {
+		se = syncerr.Internal(err)
+	}
+	b, _ := json.Marshal(map[string]string{"code": string(se.Code), "message": se.Message})
+	return events.APIGatewayProxyResponse{StatusCode: se.HTTPStatus(), Body: string(b)}
+}
+
+// HandleStream fans out one batch of table stream records.
+func HandleStream(s *rtaws.Service) func(ctx context.Context, ev events.DynamoDBEvent) error {
+	return func(ctx context.Context, ev events.DynamoDBEvent) error {
+		recs := make([]rtaws.Record, 0, len(ev.Records))
+		for _, r := range ev.Records {
+			pk, sk := r.Change.Keys["pk"], r.Change.Keys["sk"]
+			if pk.DataType() != events.DataTypeString || sk.DataType() != events.DataTypeString {
+				continue
+			}
+			recs = append(recs, rtaws.Record{Insert: r.EventName == "INSERT", PK: pk.String(), SK: sk.String()})
+		}
+		_, err := s.HandleStream(ctx, recs)
+		return err
+	}
+}
+
+func jobMain(fn Function, start func(*rtaws.Service, auth.Authenticator, *slog.Logger)) {
+	level := slog.LevelInfo
+	_ = level.UnmarshalText([]byte(os.Getenv("SYNC_LOG_LEVEL")))
+	logger := NewLogger(os.Stdout, level, fn)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	s, authn, err := newRealtimeService(ctx, logger)
+	cancel()
+	if err != nil {
+		logger.Error("init failed", "error", err.Error())
+		os.Exit(1)
+	}
+	start(s, authn, logger)
+}
+
+// RealtimeMain is the whole main of the realtime function.
+func RealtimeMain() {
+	jobMain(RealtimeJob, func(s *rtaws.Service, a auth.Authenticator, l *slog.Logger) {
+		lambda.Start((&RealtimeHandler{Service: s, Auth: a, Logger: l}).Handle)
+	})
+}
+
+// FanoutMain is the whole main of the fanout function.
+func FanoutMain() {
+	jobMain(FanoutJob, func(s *rtaws.Service, _ auth.Authenticator, _ *slog.Logger) {
+		lambda.Start(HandleStream(s))
+	})
+}

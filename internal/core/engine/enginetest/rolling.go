@@ -1,0 +1,293 @@
+package enginetest
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+)
+
+// SchemaBackend is a store with the rolling-upgrade side.
+type SchemaBackend interface {
+	store.Store
+	store.SchemaStore
+}
+
+// RollingUpgrade runs the serve-gate scenarios (gate.go of the engine)
+// through real request bytes on a fresh backend per scenario (the schema
+// marker is table-wide). TodoSchema is version 1: the running version.
+func RollingUpgrade(t *testing.T, newStore func(t testing.TB) SchemaBackend, segs func() store.SegmentStore) {
+	for _, sc := range []struct {
+		name string
+		run  func(t *testing.T, st SchemaBackend, segs store.SegmentStore)
+	}{
+		{"MarkerNewerRefuses", rollingMarkerNewer},
+		{"UndeclaredCheckpointRefusesUntilActivated", rollingCheckpointGate},
+		{"WriterRacingMigrationFenced", rollingRacingWriter},
+		{"RejectionRacingMigrationFenced", rollingRacingRejection},
+		{"RefusedAfterResponseBuilt", rollingAfterResponse},
+		{"GateReadsOnlyWhenDataServed", rollingGateReads},
+	} {
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, newStore(t), segs()) })
+	}
+}
+
+var rollingScopes = engine.ScopeMap{"project_id": {"p1"}}
+
+func rollingHarness(t *testing.T, st store.Store, segs store.SegmentStore, checkpoints ...string) *Harness {
+	h := New(t, st, segs, Options{Checkpoints: checkpoints})
+	h.Grants.Set("actor-a", rollingScopes)
+	return h
+}
+
+func taskSub(cursor int64) []wire.Subscription {
+	return []wire.Subscription{{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: cursor}}
+}
+
+func (c *Client) pull(cursor int64) (*wire.Message, error) {
+	return c.Send(c.Request(nil, &wire.PullHeader{Accept: c.Accept}, taskSub(cursor)))
+}
+
+// wantNotReady checks a request-level sync.schema_not_ready (§10.2 of the
+// wire-3 spec: internal, retryable, retryLater, HTTP 503).
+func wantNotReady(t *testing.T, err error, what string) {
+	t.Helper()
+	se := syncerr.As(err)
+	if se == nil || se.Code != syncerr.SchemaNotReady {
+		t.Fatalf("%s: got %v, want sync.schema_not_ready", what, err)
+	}
+	en := se.Entry()
+	if en.Category != "internal" || !en.Retryable || en.RecommendedAction != "retryLater" || se.HTTPStatus() != http.StatusServiceUnavailable {
+		t.Fatalf("%s: metadata %+v status %d", what, en, se.HTTPStatus())
+	}
+}
+
+func headSeq(t *testing.T, st store.Store, p string) int64 {
+	t.Helper()
+	h, _, err := st.Head(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.MaxCommitSeq
+}
+
+func rollingMarkerNewer(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	h := rollingHarness(t, st, segs)
+	c := h.ClientV3("tenant", "actor-a", "client-a")
+	applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+	v2 := h.Client("tenant", "actor-a", "client-v2")
+	if _, err := st.BumpSchemaMarker(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.pull(0)
+	wantNotReady(t, err, "pull after the marker moved past the build")
+	_, err = c.Send(c.Request([]wire.PushCommit{{ClientCommitID: "c2", Operations: []wire.Operation{Upsert("tasks", "t2", c.Task("t2", "p1", "two", false), -1)}}}, nil, nil))
+	wantNotReady(t, err, "push after the marker moved past the build")
+	if got := headSeq(t, st, "tenant"); got != 1 {
+		t.Fatalf("a refused push moved the head to %d", got)
+	}
+	// A wire-2 client gets the retryable code its catalog knows.
+	_, err = v2.pull(0)
+	if ErrCode(err) != syncerr.ForWire(syncerr.SchemaNotReady, wire.Version2) {
+		t.Fatalf("wire-2 refusal code %q", ErrCode(err))
+	}
+}
+
+func rollingCheckpointGate(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	ctx := context.Background()
+	old := rollingHarness(t, st, segs)
+	declaring := rollingHarness(t, st, segs, "tasks-projection")
+	c := old.ClientV3("tenant", "actor-a", "client-a")
+	applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+	if _, err := st.DeclareCheckpoint(ctx, "tenant", "tasks-projection", 1, []string{"tasks"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.pull(0)
+	wantNotReady(t, err, "undeclared pending checkpoint")
+	d := *c
+	d.H = declaring
+	if _, err := d.pull(0); err != nil {
+		t.Fatalf("the declaring build refused: %v", err)
+	}
+	applied(t, d.Push("c2", Upsert("tasks", "t2", d.Task("t2", "p1", "two", false), -1)))
+	cp, err := st.ClaimCheckpoint(ctx, "tenant", "tasks-projection", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.AdvanceCheckpoint(ctx, "tenant", store.CheckpointAdvance{Name: "tasks-projection", Epoch: cp.OwnerEpoch, Watermark: headSeq(t, st, "tenant")}, 0); !ok || err != nil {
+		t.Fatalf("advance: %v %v", ok, err)
+	}
+	if o, err := st.ActivateCheckpoint(ctx, "tenant", "tasks-projection", cp.OwnerEpoch, 0); o != store.Activated || err != nil {
+		t.Fatalf("activate = %s, %v", o, err)
+	}
+	resp, err := c.pull(0)
+	if err != nil {
+		t.Fatalf("pull after activation: %v", err)
+	}
+	if n := len(Sections(t, resp)[0].Commits); n != 2 {
+		t.Fatalf("pull after activation sent %d commits, want 2", n)
+	}
+}
+
+// fenceOnCommit raises the writer fence right before the first commit:
+// a migration landing between the request's entry gate and its write.
+type fenceOnCommit struct {
+	SchemaBackend
+	fired atomic.Bool
+}
+
+func (f *fenceOnCommit) Commit(ctx context.Context, p string, req *store.CommitRequest) error {
+	if f.fired.CompareAndSwap(false, true) {
+		if _, err := f.BumpSchemaMarker(ctx, 2); err != nil {
+			return err
+		}
+		if err := f.RaiseWriterFence(ctx, p, 2); err != nil {
+			return err
+		}
+	}
+	return f.SchemaBackend.Commit(ctx, p, req)
+}
+
+// fenceOnReject is fenceOnCommit for a rejected outcome.
+type fenceOnReject struct {
+	SchemaBackend
+	fired atomic.Bool
+}
+
+func (f *fenceOnReject) PutRejection(ctx context.Context, p, clientID, commitID string, o store.Outcome, w store.WriterCheck) error {
+	if f.fired.CompareAndSwap(false, true) {
+		if _, err := f.BumpSchemaMarker(ctx, 2); err != nil {
+			return err
+		}
+		if err := f.RaiseWriterFence(ctx, p, 2); err != nil {
+			return err
+		}
+	}
+	return f.SchemaBackend.PutRejection(ctx, p, clientID, commitID, o, w)
+}
+
+// rollingRacingRejection: an old build whose entry gate passed just before
+// a migration evaluates a commit to a rejection (a row outside its
+// scopes); the fence raised meanwhile stops the rejected outcome too, so
+// the old build's verdict is never recorded and the client retries
+// against the new build.
+func rollingRacingRejection(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	f := &fenceOnReject{SchemaBackend: st}
+	h := rollingHarness(t, f, segs)
+	c := h.ClientV3("tenant", "actor-a", "client-a")
+	resp, err := c.Send(c.Request([]wire.PushCommit{{ClientCommitID: "c1", Operations: []wire.Operation{Upsert("tasks", "t1", c.Task("t1", "p2", "out of scope", false), -1)}}}, nil, nil))
+	if !f.fired.Load() {
+		t.Fatal("the push recorded no rejection: the scenario did not run")
+	}
+	if err == nil {
+		var code string
+		for _, fr := range resp.Frames {
+			switch x := fr.(type) {
+			case *wire.ErrorFrame:
+				code = x.Code
+			case *wire.PushResult:
+				t.Fatalf("fenced rejection answered %+v", x)
+			}
+		}
+		if code != string(syncerr.SchemaNotReady) {
+			t.Fatalf("fenced rejection: ERROR frame code %q", code)
+		}
+	} else {
+		wantNotReady(t, err, "fenced rejection")
+	}
+	if o, _ := st.GetOutcome(context.Background(), "tenant", "client-a", "c1"); o != nil {
+		t.Fatalf("the fenced writer recorded a rejected outcome: %+v", o)
+	}
+}
+
+func rollingRacingWriter(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	f := &fenceOnCommit{SchemaBackend: st}
+	f.fired.Store(true)
+	h := rollingHarness(t, f, segs)
+	c := h.ClientV3("tenant", "actor-a", "client-a")
+	applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+	f.fired.Store(false)
+	resp, err := c.Send(c.Request([]wire.PushCommit{{ClientCommitID: "c2", Operations: []wire.Operation{Upsert("tasks", "t2", c.Task("t2", "p1", "two", false), -1)}}}, nil, nil))
+	if err == nil {
+		// Refused mid-stream: an in-band ERROR frame, no PUSH_RESULT.
+		var code string
+		for _, fr := range resp.Frames {
+			switch x := fr.(type) {
+			case *wire.ErrorFrame:
+				code = x.Code
+			case *wire.PushResult:
+				t.Fatalf("fenced push answered %+v", x)
+			}
+		}
+		if code != string(syncerr.SchemaNotReady) {
+			t.Fatalf("fenced push: ERROR frame code %q", code)
+		}
+	} else {
+		wantNotReady(t, err, "fenced push")
+	}
+	if got := headSeq(t, st, "tenant"); got != 1 {
+		t.Fatalf("the fenced writer committed: head %d", got)
+	}
+	if o, _ := st.GetOutcome(context.Background(), "tenant", "client-a", "c2"); o != nil {
+		t.Fatal("the fenced writer recorded an outcome")
+	}
+}
+
+// markerOnRead bumps the marker while the pull reads the log: the
+// response is built from data a migration may have moved.
+type markerOnRead struct {
+	SchemaBackend
+	arm   atomic.Bool
+	gates atomic.Int64
+}
+
+func (m *markerOnRead) ReadLog(ctx context.Context, p string, after, through int64, fn func(*store.Commit) bool) error {
+	if m.arm.CompareAndSwap(true, false) {
+		if _, err := m.BumpSchemaMarker(ctx, 2); err != nil {
+			return err
+		}
+	}
+	return m.SchemaBackend.ReadLog(ctx, p, after, through, fn)
+}
+
+func (m *markerOnRead) ReadGate(ctx context.Context, p string) (store.Gate, error) {
+	m.gates.Add(1)
+	return m.SchemaBackend.ReadGate(ctx, p)
+}
+
+func rollingAfterResponse(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	m := &markerOnRead{SchemaBackend: st}
+	h := rollingHarness(t, m, segs)
+	c := h.ClientV3("tenant", "actor-a", "client-a")
+	applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+	m.arm.Store(true)
+	_, err := c.pull(0) // Send fails the test if bytes came with the error
+	wantNotReady(t, err, "pull whose data moved under it")
+}
+
+func rollingGateReads(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	m := &markerOnRead{SchemaBackend: st}
+	h := rollingHarness(t, m, segs)
+	c := h.ClientV3("tenant", "actor-a", "client-a")
+	applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+	if n := m.gates.Load(); n != 0 {
+		t.Fatalf("a push read the gate %d extra times", n)
+	}
+	if _, err := c.pull(1); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.gates.Load(); n != 0 {
+		t.Fatalf("a quiet pull read the gate %d extra times", n)
+	}
+	if _, err := c.pull(0); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.gates.Load(); n != 1 {
+		t.Fatalf("a pull that served a commit read the gate %d times, want 1", n)
+	}
+}

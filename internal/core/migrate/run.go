@@ -1,0 +1,100 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+)
+
+// ParseDeclarations reads SYNC_CHECKPOINTS: comma-separated
+// name=table+table entries ("" declares nothing).
+func ParseDeclarations(s string) ([]Declaration, error) {
+	var out []Declaration
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, tables, ok := strings.Cut(part, "=")
+		if !ok || name == "" || tables == "" {
+			return nil, fmt.Errorf("checkpoint %q: want name=table[+table...]", part)
+		}
+		out = append(out, Declaration{Name: name, Sources: strings.Split(tables, "+")})
+	}
+	return out, nil
+}
+
+// Names returns the declared checkpoint names (engine.Config.Checkpoints).
+func Names(ds []Declaration) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Name
+	}
+	return out
+}
+
+// RunOptions configure Run.
+type RunOptions struct {
+	Backfill  bool
+	BatchRows int
+	// Timeout stops the backfills between batches (0: none): a Lambda
+	// hook passes its remaining time; a later run resumes.
+	Timeout time.Duration
+	// Transform projects source rows; nil verifies only (scans and
+	// advances the watermark, writes no rows).
+	Transform Transform
+}
+
+// Run is the operator path: Step, then (with Backfill) every declared
+// checkpoint's backfill on every partition, writing one progress line per
+// (partition, checkpoint) to out (may be nil).
+func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (Progress, error) {
+	pr, err := Step(ctx, b, p)
+	if err != nil || !o.Backfill || len(p.Checkpoints) == 0 {
+		return pr, err
+	}
+	deadline := func() bool { return false }
+	if o.Timeout > 0 {
+		end := time.Now().Add(o.Timeout)
+		deadline = func() bool { return time.Now().After(end) }
+	}
+	fn := o.Transform
+	if fn == nil {
+		fn = func(string, *store.Row) []store.RowWrite { return nil }
+	}
+	if out != nil {
+		fmt.Fprintln(out, "partition\tcheckpoint\tstate\twatermark\tobservedRows")
+	}
+	var errs []error
+	err = p.Partitions(ctx, func(part string) bool {
+		for _, d := range p.Checkpoints {
+			bp, err := Backfill(ctx, b, part, d.Name, fn, BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now})
+			pr.Batches += bp.Batches
+			pr.Rows += bp.Rows
+			if bp.Activated > 0 {
+				pr.Activated++
+			} else {
+				pr.Incomplete++
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("partition %q checkpoint %s: %w", part, d.Name, err))
+			}
+			if out != nil {
+				if c, err := b.GetCheckpoint(ctx, part, d.Name); err == nil && c != nil {
+					fmt.Fprintf(out, "%q\t%s\t%s\t%d\t%d\n", part, c.Name, c.State, c.Watermark, c.ObservedRows)
+				}
+			}
+			if bp.TimedOutNow {
+				pr.TimedOutNow = true
+				return false
+			}
+		}
+		return ctx.Err() == nil
+	})
+	return pr, errors.Join(append(errs, err, ctx.Err())...)
+}

@@ -1,0 +1,149 @@
+package store
+
+import (
+	"context"
+	"errors"
+)
+
+// Rolling schema upgrades. During a deploy two function versions serve
+// one table; these promises keep the older from serving or writing data
+// migrated past it, and the newer from serving a projection before its
+// backfill finished (sync.schema_not_ready, §10.2 of the wire-3 spec).
+//
+//   - Schema marker: one stored value per table, the newest storage
+//     schema version migrated to. Never part of a commit transaction.
+//   - Writer fence: per partition, the lowest writer version allowed to
+//     commit; checked by the commit's own conditional write.
+//   - Checkpoints: per (partition, name), declared → backfilling →
+//     activated, with an owner epoch fencing concurrent backfill runs.
+
+var (
+	// ErrWriterFenced reports a commit whose WriterVersion is below the
+	// partition's writer fence; nothing was written.
+	ErrWriterFenced = errors.New("store: writer version below the partition's writer fence")
+	// ErrGateMoved reports a commit whose GateToken no longer matches the
+	// partition's; nothing was written. The caller re-reads the gate.
+	ErrGateMoved = errors.New("store: partition serve gate changed")
+	// ErrCheckpointSuperseded reports a checkpoint advance (alone or in a
+	// commit) by an owner epoch that is no longer current, or of an
+	// activated checkpoint; nothing was written.
+	ErrCheckpointSuperseded = errors.New("store: checkpoint owner superseded")
+	// ErrCheckpointActivated reports a claim of an activated checkpoint.
+	ErrCheckpointActivated = errors.New("store: checkpoint already activated")
+	// ErrFenceMissing reports an activation while the partition's writer
+	// fence is below the checkpoint's version.
+	ErrFenceMissing = errors.New("store: writer fence below the checkpoint's version")
+)
+
+// Gate is what the serve gate reads. StoredSchema comes from the table's
+// schema marker; the rest from the partition head.
+type Gate struct {
+	// StoredSchema is the schema marker (0 when never set).
+	StoredSchema int64
+	// WriterFence is the partition's required writer version (0: none).
+	WriterFence int64
+	// Pending lists the partition's checkpoints that are not activated.
+	Pending []PendingCheckpoint
+	// Token changes whenever the partition's fence or pending set
+	// changes (0 until the first change).
+	Token int64
+}
+
+// PendingCheckpoint names a checkpoint that is not activated yet.
+type PendingCheckpoint struct {
+	Name          string
+	SchemaVersion int64
+}
+
+// CheckpointState is the life cycle of a backfill checkpoint.
+type CheckpointState string
+
+// Checkpoint states; activated is terminal.
+const (
+	CheckpointDeclared    CheckpointState = "declared"
+	CheckpointBackfilling CheckpointState = "backfilling"
+	CheckpointActivated   CheckpointState = "activated"
+)
+
+// Checkpoint is one stored backfill checkpoint.
+type Checkpoint struct {
+	Name          string
+	SchemaVersion int64
+	State         CheckpointState
+	// Sources are the tables whose changes the projection derives from.
+	Sources []string
+	// Watermark is the highest commitSeq whose source changes the
+	// backfill reflects.
+	Watermark int64
+	// Cursor is the backfill's resume position (opaque to the store).
+	Cursor string
+	// OwnerEpoch increments with every claim; only the newest owner may
+	// advance or activate.
+	OwnerEpoch   int64
+	ObservedRows int64
+	UpdatedAtMs  int64
+}
+
+// CheckpointAdvance moves a checkpoint's progress for owner Epoch.
+type CheckpointAdvance struct {
+	Name      string
+	Epoch     int64
+	Watermark int64
+	Cursor    string
+	// Observed is added to ObservedRows.
+	Observed int64
+}
+
+// ActivationOutcome is the result of ActivateCheckpoint.
+type ActivationOutcome string
+
+// Activation outcomes. Stale: a source table changed above the watermark
+// (catch up and retry), or the caller's epoch is not current, or the
+// checkpoint was already activated. Unverifiable: the log above the
+// watermark was pruned, so cleanliness cannot be shown. Neither changes
+// the stored checkpoint.
+const (
+	Activated    ActivationOutcome = "activated"
+	Stale        ActivationOutcome = "stale"
+	Unverifiable ActivationOutcome = "unverifiable"
+)
+
+// SchemaStore is the storage side of rolling schema upgrades, implemented
+// by stores that support them (memstore, dynamostore). The gate's
+// per-request reads ride on Store.TouchPartition (Head.Gate) and the fence
+// and token checks on Store.Commit; these methods serve the operator path
+// and the read after a response is built.
+type SchemaStore interface {
+	// ReadGate returns the marker and the partition's gate state, both
+	// strongly consistent, in one round trip. An unknown partition has a
+	// zero partition part.
+	ReadGate(ctx context.Context, partition string) (Gate, error)
+	// SchemaMarker returns the stored marker, 0 when unset.
+	SchemaMarker(ctx context.Context) (int64, error)
+	// BumpSchemaMarker raises the marker to v; it never lowers it, and
+	// returns the stored marker afterwards.
+	BumpSchemaMarker(ctx context.Context, v int64) (int64, error)
+	// RaiseWriterFence raises the partition's writer fence to v (never
+	// lowers it; idempotent). An unknown partition is ErrNotFound.
+	RaiseWriterFence(ctx context.Context, partition string, v int64) error
+	// DeclareCheckpoint atomically creates the checkpoint as declared if
+	// it does not exist (an existing one is left as it is), adds it to the
+	// partition's pending set unless activated, and raises the writer
+	// fence to version. It returns the stored checkpoint.
+	DeclareCheckpoint(ctx context.Context, partition, name string, version int64, sources []string, nowMs int64) (*Checkpoint, error)
+	// GetCheckpoint returns a checkpoint, nil when absent.
+	GetCheckpoint(ctx context.Context, partition, name string) (*Checkpoint, error)
+	// ClaimCheckpoint makes the caller the owner: OwnerEpoch+1, state
+	// backfilling. ErrNotFound when undeclared, ErrCheckpointActivated
+	// when activated. Concurrent claims get distinct epochs.
+	ClaimCheckpoint(ctx context.Context, partition, name string, nowMs int64) (*Checkpoint, error)
+	// AdvanceCheckpoint records progress for owner a.Epoch; false (no
+	// error, nothing written) when that owner was superseded or the
+	// checkpoint is activated.
+	AdvanceCheckpoint(ctx context.Context, partition string, a CheckpointAdvance, nowMs int64) (bool, error)
+	// ActivateCheckpoint activates the checkpoint for owner epoch when no
+	// change to a source table landed above its watermark (see
+	// ActivationOutcome). ErrFenceMissing when the writer fence is below
+	// the checkpoint's version; ErrNotFound when undeclared.
+	ActivateCheckpoint(ctx context.Context, partition, name string, epoch, nowMs int64) (ActivationOutcome, error)
+}

@@ -1,0 +1,431 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+)
+
+// Rolling schema upgrades (store.SchemaStore). Items:
+//
+//	item            pk          sk          attributes
+//	schema marker   SYS         SCHEMA      v (N)
+//	checkpoint      P#<p>#K     K<name>     sv st src wm cur oe obs upd
+//
+// and three head attributes: rwv (N, the writer fence), pcs (SS, pending
+// checkpoints as "<version>:<name>") and gt (N, the gate token, +1 on
+// every fence, declare or activate change). The marker is one item read
+// beside the head in TouchPartition's BatchGetItem and never joins a
+// commit transaction (an item in a transaction conflicts with every other
+// transaction touching it, which would serialize all partitions). The
+// commit's head condition carries the fence and, when asked, the token.
+
+var _ store.SchemaStore = (*Store)(nil)
+
+const (
+	markerPK = "SYS"
+	markerSK = "SCHEMA"
+	mVersion = "v"
+
+	hFence   = "rwv"
+	hPending = "pcs"
+	hToken   = "gt"
+
+	kVersion  = "sv"
+	kState    = "st"
+	kSources  = "src"
+	kWater    = "wm"
+	kCursor   = "cur"
+	kEpoch    = "oe"
+	kObserved = "obs"
+	kUpdated  = "upd"
+)
+
+func checkpointPK(p string) string          { return PartitionPK(p) + "#K" }
+func checkpointSK(name string) string       { return "K" + name }
+func pendingEntry(v int64, n string) string { return strconv.FormatInt(v, 10) + ":" + n }
+
+// parseGate reads the head's gate attributes; nil when it has none.
+func parseGate(item map[string]types.AttributeValue) *store.Gate {
+	fence, okF := getN(item, hFence)
+	token, okT := getN(item, hToken)
+	ss, okP := item[hPending].(*types.AttributeValueMemberSS)
+	if !okF && !okT && !okP {
+		return nil
+	}
+	g := &store.Gate{WriterFence: fence, Token: token}
+	if okP {
+		for _, e := range ss.Value {
+			vs, name, ok := strings.Cut(e, ":")
+			v, err := strconv.ParseInt(vs, 10, 64)
+			if ok && err == nil {
+				g.Pending = append(g.Pending, store.PendingCheckpoint{Name: name, SchemaVersion: v})
+			}
+		}
+		sort.Slice(g.Pending, func(i, j int) bool { return g.Pending[i].Name < g.Pending[j].Name })
+	}
+	return g
+}
+
+func withMarker(g *store.Gate, marker int64) *store.Gate {
+	if marker == 0 {
+		return g
+	}
+	if g == nil {
+		g = &store.Gate{}
+	}
+	g.StoredSchema = marker
+	return g
+}
+
+// readHeadAndMarker reads the head and the schema marker in one
+// consistent BatchGetItem: the serve gate's marker costs one read unit
+// and no round trip.
+func (s *Store) readHeadAndMarker(ctx context.Context, p string) (head, bool, int64, error) {
+	items, err := s.batchGet(ctx, "read partition head", []map[string]types.AttributeValue{
+		Key(headPK(p), headSK), Key(markerPK, markerSK),
+	})
+	if err != nil {
+		return head{}, false, 0, err
+	}
+	var (
+		h      head
+		ok     bool
+		marker int64
+	)
+	for _, it := range items {
+		pk, _ := getS(it, AttrPK)
+		if pk == markerPK {
+			marker, _ = getN(it, mVersion)
+			continue
+		}
+		if h, err = parseHead(it); err != nil {
+			return head{}, false, 0, err
+		}
+		ok = true
+	}
+	return h, ok, marker, nil
+}
+
+// ReadGate implements store.SchemaStore.
+func (s *Store) ReadGate(ctx context.Context, partition string) (store.Gate, error) {
+	if err := checkPartition(partition); err != nil {
+		return store.Gate{}, err
+	}
+	h, _, marker, err := s.readHeadAndMarker(ctx, partition)
+	if err != nil {
+		return store.Gate{}, err
+	}
+	if g := withMarker(h.Gate, marker); g != nil {
+		return *g, nil
+	}
+	return store.Gate{}, nil
+}
+
+// SchemaMarker implements store.SchemaStore.
+func (s *Store) SchemaMarker(ctx context.Context) (int64, error) {
+	item, err := s.getItem(ctx, "read schema marker", markerPK, markerSK, nil)
+	if err != nil {
+		return 0, err
+	}
+	v, _ := getN(item, mVersion)
+	return v, nil
+}
+
+// BumpSchemaMarker implements store.SchemaStore: one conditional update
+// that only ever raises v.
+func (s *Store) BumpSchemaMarker(ctx context.Context, v int64) (int64, error) {
+	item, err := s.updateItem(ctx, "bump schema marker", &dynamodb.UpdateItemInput{
+		Key:                       Key(markerPK, markerSK),
+		UpdateExpression:          aws.String("SET v = :v"),
+		ConditionExpression:       aws.String("attribute_not_exists(v) OR v < :v"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":v": N(v)},
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if isConditionFailed(err) {
+		old, _ := getN(conditionItem(err), mVersion)
+		return old, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	got, _ := getN(item, mVersion)
+	return got, nil
+}
+
+// RaiseWriterFence implements store.SchemaStore.
+func (s *Store) RaiseWriterFence(ctx context.Context, partition string, v int64) error {
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	_, err := s.updateItem(ctx, "raise writer fence", &dynamodb.UpdateItemInput{
+		Key:                       Key(headPK(partition), headSK),
+		UpdateExpression:          aws.String("SET rwv = :v ADD gt :one"),
+		ConditionExpression:       aws.String("attribute_exists(pk) AND (attribute_not_exists(rwv) OR rwv < :v)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":v": N(v), ":one": N(1)},
+	})
+	if isConditionFailed(err) {
+		if conditionItem(err) == nil {
+			return ErrUnknownPartition
+		}
+		return nil // already at or above v
+	}
+	return err
+}
+
+func parseCheckpoint(item map[string]types.AttributeValue) (*store.Checkpoint, error) {
+	sk, ok0 := getS(item, AttrSK)
+	c := &store.Checkpoint{}
+	var ok [7]bool
+	c.SchemaVersion, ok[0] = getN(item, kVersion)
+	var st string
+	st, ok[1] = getS(item, kState)
+	c.State = store.CheckpointState(st)
+	c.Watermark, ok[2] = getN(item, kWater)
+	c.Cursor, ok[3] = getS(item, kCursor)
+	c.OwnerEpoch, ok[4] = getN(item, kEpoch)
+	c.ObservedRows, ok[5] = getN(item, kObserved)
+	c.UpdatedAtMs, ok[6] = getN(item, kUpdated)
+	if !ok0 || len(sk) < 1 || slices.Contains(ok[:], false) {
+		return nil, fmt.Errorf("dynamostore: checkpoint item is malformed: %w", errCorrupt)
+	}
+	c.Name = sk[1:]
+	if l, isL := item[kSources].(*types.AttributeValueMemberL); isL {
+		for _, v := range l.Value {
+			if sv, isS := v.(*types.AttributeValueMemberS); isS {
+				c.Sources = append(c.Sources, sv.Value)
+			}
+		}
+	}
+	return c, nil
+}
+
+// GetCheckpoint implements store.SchemaStore.
+func (s *Store) GetCheckpoint(ctx context.Context, partition, name string) (*store.Checkpoint, error) {
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	item, err := s.getItem(ctx, "read checkpoint", checkpointPK(partition), checkpointSK(name), nil)
+	if err != nil || item == nil {
+		return nil, err
+	}
+	return parseCheckpoint(item)
+}
+
+// DeclareCheckpoint implements store.SchemaStore: one transaction puts
+// the checkpoint (if absent), adds it to the head's pending set and
+// raises the fence; the head condition pins what was read, so a
+// concurrent change retries.
+func (s *Store) DeclareCheckpoint(ctx context.Context, partition, name string, version int64, sources []string, nowMs int64) (*store.Checkpoint, error) {
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	if err := checkName("checkpoint", name); err != nil {
+		return nil, err
+	}
+	for range 8 {
+		existing, err := s.GetCheckpoint(ctx, partition, name)
+		if err != nil {
+			return nil, err
+		}
+		if existing != nil {
+			if err := s.RaiseWriterFence(ctx, partition, version); err != nil {
+				return nil, err
+			}
+			return existing, nil
+		}
+		h, ok, err := s.readHead(ctx, partition)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, ErrUnknownPartition
+		}
+		item := Key(checkpointPK(partition), checkpointSK(name))
+		src := make([]types.AttributeValue, len(sources))
+		for i, t := range sources {
+			src[i] = S(t)
+		}
+		item[kVersion], item[kState], item[kSources] = N(version), S(string(store.CheckpointDeclared)), &types.AttributeValueMemberL{Value: src}
+		item[kWater], item[kCursor], item[kEpoch], item[kObserved], item[kUpdated] = N(0), S(""), N(0), N(0), N(nowMs)
+		vals := map[string]types.AttributeValue{
+			":p": &types.AttributeValueMemberSS{Value: []string{pendingEntry(version, name)}}, ":one": N(1), ":v": N(version),
+		}
+		update, cond := "ADD pcs :p, gt :one", "attribute_exists(pk) AND "
+		if fence := fenceOf(h.Gate); fence < version {
+			update = "SET rwv = :v " + update
+			cond += "(attribute_not_exists(rwv) OR rwv < :v)"
+		} else {
+			cond += "rwv >= :v"
+		}
+		err = s.transact(ctx, "declare checkpoint", []txItem{
+			{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}}},
+			{size: 200, w: types.TransactWriteItem{Update: &types.Update{
+				TableName: s.table, Key: Key(headPK(partition), headSK),
+				UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
+			}}},
+		})
+		if codes, _ := cancelReasons(err); codes != nil {
+			continue // raced a declare or a fence change: read again
+		}
+		if err != nil {
+			return nil, wrap("declare checkpoint", err)
+		}
+		c, err := parseCheckpoint(item)
+		return c, err
+	}
+	return nil, errors.New("dynamostore: checkpoint declaration kept racing")
+}
+
+func fenceOf(g *store.Gate) int64 {
+	if g == nil {
+		return 0
+	}
+	return g.WriterFence
+}
+
+// ClaimCheckpoint implements store.SchemaStore: one conditional update
+// (ADD oe 1), so concurrent claims get distinct epochs.
+func (s *Store) ClaimCheckpoint(ctx context.Context, partition, name string, nowMs int64) (*store.Checkpoint, error) {
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	item, err := s.updateItem(ctx, "claim checkpoint", &dynamodb.UpdateItemInput{
+		Key:                       Key(checkpointPK(partition), checkpointSK(name)),
+		UpdateExpression:          aws.String("SET st = :b, upd = :now ADD oe :one"),
+		ConditionExpression:       aws.String("attribute_exists(pk) AND st <> :act"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":b": S(string(store.CheckpointBackfilling)), ":act": S(string(store.CheckpointActivated)), ":now": N(nowMs), ":one": N(1)},
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if isConditionFailed(err) {
+		if conditionItem(err) == nil {
+			return nil, store.ErrNotFound
+		}
+		return nil, store.ErrCheckpointActivated
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseCheckpoint(item)
+}
+
+// advanceUpdate is the checkpoint Update of an advance, alone or inside
+// a commit transaction.
+func (s *Store) advanceUpdate(p string, a *store.CheckpointAdvance, nowMs int64) *types.Update {
+	return &types.Update{
+		TableName:           s.table,
+		Key:                 Key(checkpointPK(p), checkpointSK(a.Name)),
+		UpdateExpression:    aws.String("SET wm = :wm, cur = :cur, upd = :now ADD obs :obs"),
+		ConditionExpression: aws.String("oe = :e AND st <> :act"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":wm": N(a.Watermark), ":cur": S(a.Cursor), ":now": N(nowMs), ":obs": N(a.Observed),
+			":e": N(a.Epoch), ":act": S(string(store.CheckpointActivated)),
+		},
+	}
+}
+
+// AdvanceCheckpoint implements store.SchemaStore.
+func (s *Store) AdvanceCheckpoint(ctx context.Context, partition string, a store.CheckpointAdvance, nowMs int64) (bool, error) {
+	if err := checkPartition(partition); err != nil {
+		return false, err
+	}
+	u := s.advanceUpdate(partition, &a, nowMs)
+	_, err := s.updateItem(ctx, "advance checkpoint", &dynamodb.UpdateItemInput{
+		Key: u.Key, UpdateExpression: u.UpdateExpression, ConditionExpression: u.ConditionExpression,
+		ExpressionAttributeValues: u.ExpressionAttributeValues,
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ActivateCheckpoint implements store.SchemaStore: read the checkpoint
+// and the head, scan the log above the watermark for source tables, then
+// one transaction activates it while the head is still where it was read
+// (a commit landing in between makes it read again: catch up, retry).
+func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, epoch, nowMs int64) (store.ActivationOutcome, error) {
+	if err := checkPartition(partition); err != nil {
+		return "", err
+	}
+	for range 16 {
+		c, err := s.GetCheckpoint(ctx, partition, name)
+		if err != nil {
+			return "", err
+		}
+		if c == nil {
+			return "", store.ErrNotFound
+		}
+		h, ok, err := s.readHead(ctx, partition)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return "", store.ErrNotFound
+		}
+		if fenceOf(h.Gate) < c.SchemaVersion {
+			return "", store.ErrFenceMissing
+		}
+		changed := false
+		err = s.ReadLog(ctx, partition, c.Watermark, h.MaxCommitSeq, func(cm *store.Commit) bool {
+			for _, ch := range cm.Changes {
+				if slices.Contains(c.Sources, ch.Table) {
+					changed = true
+					return false
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case changed:
+			return store.Stale, nil
+		case h.HorizonSeq > c.Watermark:
+			return store.Unverifiable, nil
+		case c.OwnerEpoch != epoch || c.State == store.CheckpointActivated:
+			return store.Stale, nil
+		}
+		err = s.transact(ctx, "activate checkpoint", []txItem{
+			{size: 200, w: types.TransactWriteItem{Update: &types.Update{
+				TableName: s.table, Key: Key(headPK(partition), headSK),
+				UpdateExpression:    aws.String("DELETE pcs :p ADD gt :one"),
+				ConditionExpression: aws.String("mx = :mx AND hz = :hz"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{
+					":p": &types.AttributeValueMemberSS{Value: []string{pendingEntry(c.SchemaVersion, name)}}, ":one": N(1),
+					":mx": N(h.MaxCommitSeq), ":hz": N(h.HorizonSeq),
+				},
+			}}},
+			{size: 200, w: types.TransactWriteItem{Update: &types.Update{
+				TableName: s.table, Key: Key(checkpointPK(partition), checkpointSK(name)),
+				UpdateExpression:    aws.String("SET st = :act, upd = :now"),
+				ConditionExpression: aws.String("oe = :e AND st <> :act"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{
+					":act": S(string(store.CheckpointActivated)), ":now": N(nowMs), ":e": N(epoch),
+				},
+			}}},
+		})
+		codes, _ := cancelReasons(err)
+		switch {
+		case err == nil:
+			return store.Activated, nil
+		case len(codes) == 2 && codes[1] == "ConditionalCheckFailed":
+			return store.Stale, nil // superseded or activated meanwhile
+		case codes != nil:
+			continue // the head moved: check the new commits too
+		}
+		return "", wrap("activate checkpoint", err)
+	}
+	return store.Stale, nil
+}

@@ -1,0 +1,381 @@
+// Package metrics is the one catalogue of the CloudWatch metrics the
+// functions publish, and the writer of their Embedded Metric Format (EMF)
+// directives.
+//
+// A metric is a numeric field of a JSON log line whose name is the metric
+// name; the line's "_aws" member tells CloudWatch Logs which fields to turn
+// into metrics, with which unit and dimensions. So the per-request log line
+// is itself the EMF document: one line per request, carrying both the
+// fields an operator queries in Logs Insights and the metrics alarms watch.
+//
+// Dimensions are low-cardinality only (function, route, outcome). The
+// partition, actor and client ids stay plain properties of the line:
+// as dimensions they would create one metric per tenant.
+//
+// template.yaml's alarms and dashboard name metrics from Catalogue; a test
+// (functions/template_test.go) fails when one is not in it.
+package metrics
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+)
+
+// DefaultNamespace is the CloudWatch namespace unless configured
+// (SYNC_METRICS_NAMESPACE, template parameter MetricsNamespace).
+const DefaultNamespace = "Syncular"
+
+// Unit is a CloudWatch metric unit.
+type Unit string
+
+// The units the catalogue uses.
+const (
+	Count        Unit = "Count"
+	Milliseconds Unit = "Milliseconds"
+	Bytes        Unit = "Bytes"
+)
+
+// Dimension names. Each is a string field of the log line.
+const (
+	// DimFunction is the function's short name (app.Function.Name).
+	DimFunction = "function"
+	// DimRoute is the endpoint family: sync, push, pull, segments, other.
+	DimRoute = "route"
+	// DimOutcome is "ok", or the §10 error code the request ended with
+	// (HTTP error or in-band ERROR frame).
+	DimOutcome = "outcome"
+)
+
+var (
+	byFunction         = [][]string{{DimFunction}}
+	byFunctionAndRoute = [][]string{{DimFunction}, {DimFunction, DimRoute, DimOutcome}}
+)
+
+// Metric is one catalogue entry.
+type Metric struct {
+	// Name is both the metric name and the log field carrying its value.
+	Name string
+	Unit Unit
+	// Dimensions are the dimension sets CloudWatch aggregates it by.
+	Dimensions [][]string
+	// Help is the one-line description (docs/OPERATIONS.md lists them).
+	Help string
+}
+
+// The catalogue. Request metrics come from every HTTP function's request
+// line; prune metrics from the scheduled prune function's run line.
+var (
+	Requests         = Metric{"requests", Count, byFunctionAndRoute, "Requests served, by route and outcome (ok or the §10 error code)."}
+	ServerErrors     = Metric{"serverErrors", Count, byFunction, "Requests answered with a 5xx status."}
+	RateLimited      = Metric{"rateLimited", Count, byFunction, "Requests that ended with sync.rate_limited (HTTP 429 or in-band)."}
+	SoftTimeouts     = Metric{"softTimeouts", Count, byFunction, "Requests stopped by the soft deadline before the function timeout."}
+	Duration         = Metric{"durationMs", Milliseconds, byFunction, "Time serving the request (engine and storage)."}
+	CommitsApplied   = Metric{"applied", Count, byFunction, "Pushed commits newly applied."}
+	CommitRacesLost  = Metric{"commitRacesLost", Count, byFunction, "Commit attempts that lost the race for the next commitSeq and were retried."}
+	CommitsSent      = Metric{"commitsSent", Count, byFunction, "COMMIT frames returned by pulls."}
+	RowsScanned      = Metric{"rowsScanned", Count, byFunction, "Rows read by bootstrap page builds."}
+	RowsDelivered    = Metric{"rowsDelivered", Count, byFunction, "Rows in the bootstrap pages sent (built or reused)."}
+	SegmentsBuilt    = Metric{"segmentsBuilt", Count, byFunction, "Bootstrap pages built from a row scan."}
+	SegmentsReused   = Metric{"segmentsReused", Count, byFunction, "Bootstrap pages answered with an existing segment publication (§5.1)."}
+	ResponseBytes    = Metric{"bytesOut", Bytes, byFunction, "Response body bytes before compression."}
+	DDBRoundTrips    = Metric{"ddbRoundTrips", Count, byFunction, "DynamoDB requests, retries included."}
+	ReadUnits        = Metric{"rcu", Count, byFunction, "DynamoDB read capacity units consumed."}
+	WriteUnits       = Metric{"wcu", Count, byFunction, "DynamoDB write capacity units consumed."}
+	PrunedPartitions = Metric{"prunedPartitions", Count, byFunction, "Partitions a prune run visited successfully."}
+	PrunedCommits    = Metric{"prunedCommits", Count, byFunction, "Commits a prune run deleted."}
+	PruneFailures    = Metric{"pruneFailures", Count, byFunction, "Partitions a prune run failed on, plus 1 when the registry could not be read."}
+	PruneIncomplete  = Metric{"pruneIncomplete", Count, byFunction, "1 when a prune run stopped at its deadline with partitions left (the next run resumes)."}
+	BlobsSwept       = Metric{"blobsSwept", Count, byFunction, "Orphaned blob objects a prune run deleted after finishing a pass (§5.9.2 sweep)."}
+)
+
+// Catalogue lists every metric the code emits.
+var Catalogue = []Metric{
+	Requests, ServerErrors, RateLimited, SoftTimeouts, Duration,
+	CommitsApplied, CommitRacesLost, CommitsSent, RowsScanned, RowsDelivered,
+	SegmentsBuilt, SegmentsReused, ResponseBytes, DDBRoundTrips, ReadUnits, WriteUnits,
+	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete, BlobsSwept,
+}
+
+// Lookup returns the catalogue entry named name.
+func Lookup(name string) (Metric, bool) {
+	for _, m := range Catalogue {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Metric{}, false
+}
+
+// EMF adds Embedded Metric Format directives to log lines.
+type EMF struct {
+	Namespace string
+	// Fixed are string fields the logger itself adds to every line
+	// (slog.Logger.With), e.g. {"function": "push"}: they can be
+	// dimensions although the line's own attributes lack them.
+	Fixed map[string]string
+	// Now is the clock of the directive's timestamp (nil: time.Now).
+	Now func() time.Time
+}
+
+// Annotate returns attrs plus the "_aws" member declaring every catalogue
+// metric present among attrs (a numeric attribute of that name). A metric
+// whose dimension fields are missing is left out, so the directive never
+// references a field the line lacks (CloudWatch rejects such documents).
+func (e *EMF) Annotate(attrs []slog.Attr) []slog.Attr {
+	if e == nil {
+		return attrs
+	}
+	fields := make(map[string]slog.Value, len(attrs)+len(e.Fixed))
+	for k, v := range e.Fixed {
+		fields[k] = slog.StringValue(v)
+	}
+	for _, a := range attrs {
+		fields[a.Key] = a.Value.Resolve()
+	}
+	type group struct {
+		dims    [][]string
+		metrics []map[string]string
+	}
+	var groups []*group
+	find := func(dims [][]string) *group {
+		for _, g := range groups {
+			if sameDims(g.dims, dims) {
+				return g
+			}
+		}
+		g := &group{dims: dims}
+		groups = append(groups, g)
+		return g
+	}
+	for _, m := range Catalogue {
+		v, ok := fields[m.Name]
+		if !ok || !numeric(v) {
+			continue
+		}
+		usable := true
+		for _, set := range m.Dimensions {
+			for _, d := range set {
+				if dv, ok := fields[d]; !ok || dv.Kind() != slog.KindString || dv.String() == "" {
+					usable = false
+				}
+			}
+		}
+		if !usable {
+			continue
+		}
+		g := find(m.Dimensions)
+		g.metrics = append(g.metrics, map[string]string{"Name": m.Name, "Unit": string(m.Unit)})
+	}
+	if len(groups) == 0 {
+		return attrs
+	}
+	directives := make([]any, 0, len(groups))
+	for _, g := range groups {
+		directives = append(directives, map[string]any{
+			"Namespace":  e.Namespace,
+			"Dimensions": g.dims,
+			"Metrics":    g.metrics,
+		})
+	}
+	now := time.Now
+	if e.Now != nil {
+		now = e.Now
+	}
+	return append(attrs, slog.Any("_aws", map[string]any{
+		"Timestamp":         now().UnixMilli(),
+		"CloudWatchMetrics": directives,
+	}))
+}
+
+func numeric(v slog.Value) bool {
+	switch v.Kind() {
+	case slog.KindInt64, slog.KindUint64, slog.KindFloat64:
+		return true
+	}
+	return false
+}
+
+func sameDims(a, b [][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) {
+			return false
+		}
+		for j := range a[i] {
+			if a[i][j] != b[i][j] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// RequestLine derives the per-request counters from a request line's
+// fields (status, outcome, deadlineExceeded) and adds the EMF directive:
+// requests = 1; serverErrors, rateLimited and softTimeouts 0 or 1, so
+// their sums and averages are counts and rates.
+func (e *EMF) RequestLine(attrs []slog.Attr) []slog.Attr {
+	var status int64
+	var outcome string
+	var deadline bool
+	for _, a := range attrs {
+		v := a.Value.Resolve()
+		switch a.Key {
+		case "status":
+			if v.Kind() == slog.KindInt64 {
+				status = v.Int64()
+			}
+		case DimOutcome:
+			outcome = v.String()
+		case "deadlineExceeded":
+			deadline = v.Kind() == slog.KindBool && v.Bool()
+		}
+	}
+	attrs = append(attrs,
+		slog.Int(Requests.Name, 1),
+		slog.Int(ServerErrors.Name, b2i(status >= 500)),
+		slog.Int(RateLimited.Name, b2i(outcome == string(syncerr.RateLimited))),
+		slog.Int(SoftTimeouts.Name, b2i(deadline)),
+	)
+	return e.Annotate(attrs)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Document is one decoded EMF log line.
+type Document map[string]any
+
+// Parse decodes line and checks it against the EMF specification and the
+// catalogue: a "_aws" member with a millisecond Timestamp and metric
+// directives, each naming a namespace, dimension sets whose fields are
+// non-empty strings of the line, and metrics whose fields are numbers of
+// the line, every one a catalogue metric with its catalogue unit and
+// dimensions. Properties that would explode cardinality (partition, actor,
+// clientId, requestId) are never dimensions. Tests use it on real output.
+func Parse(line []byte) (Document, error) {
+	var doc Document
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("metrics: not a JSON object: %w", err)
+	}
+	aws, ok := doc["_aws"].(map[string]any)
+	if !ok {
+		return nil, errors.New("metrics: no _aws object")
+	}
+	if ts, ok := aws["Timestamp"].(json.Number); !ok {
+		return nil, errors.New("metrics: _aws.Timestamp is not a number")
+	} else if ms, err := ts.Int64(); err != nil || ms < 1e12 {
+		return nil, fmt.Errorf("metrics: _aws.Timestamp %v is not epoch milliseconds", ts)
+	}
+	dirs, ok := aws["CloudWatchMetrics"].([]any)
+	if !ok || len(dirs) == 0 {
+		return nil, errors.New("metrics: _aws.CloudWatchMetrics is not a non-empty array")
+	}
+	for _, d := range dirs {
+		dir, ok := d.(map[string]any)
+		if !ok {
+			return nil, errors.New("metrics: a metric directive is not an object")
+		}
+		if ns, ok := dir["Namespace"].(string); !ok || ns == "" {
+			return nil, errors.New("metrics: directive without a Namespace")
+		}
+		sets, ok := dir["Dimensions"].([]any)
+		if !ok {
+			return nil, errors.New("metrics: directive Dimensions is not an array")
+		}
+		var dims [][]string
+		for _, s := range sets {
+			set, ok := s.([]any)
+			if !ok || len(set) > 30 {
+				return nil, errors.New("metrics: a dimension set is not an array of at most 30 names")
+			}
+			var names []string
+			for _, n := range set {
+				name, _ := n.(string)
+				if v, ok := doc[name].(string); !ok || v == "" {
+					return nil, fmt.Errorf("metrics: dimension %q is not a non-empty string field", name)
+				}
+				switch name {
+				case "partition", "actor", "clientId", "requestId":
+					return nil, fmt.Errorf("metrics: %q must stay a property, not a dimension", name)
+				}
+				names = append(names, name)
+			}
+			dims = append(dims, names)
+		}
+		ms, ok := dir["Metrics"].([]any)
+		if !ok || len(ms) == 0 || len(ms) > 100 {
+			return nil, errors.New("metrics: directive Metrics is not an array of 1 to 100 entries")
+		}
+		for _, m := range ms {
+			def, _ := m.(map[string]any)
+			name, _ := def["Name"].(string)
+			unit, _ := def["Unit"].(string)
+			cat, ok := Lookup(name)
+			if !ok {
+				return nil, fmt.Errorf("metrics: %q is not in the catalogue", name)
+			}
+			if unit != string(cat.Unit) || !sameDims(dims, cat.Dimensions) {
+				return nil, fmt.Errorf("metrics: %q declared with unit %q and dimensions %v, catalogue says %q and %v", name, unit, dims, cat.Unit, cat.Dimensions)
+			}
+			if _, ok := doc[name].(json.Number); !ok {
+				return nil, fmt.Errorf("metrics: field %q is not a number", name)
+			}
+		}
+	}
+	return doc, nil
+}
+
+// Declared returns the metric names the document's directives declare.
+func (d Document) Declared() []string {
+	var out []string
+	aws, _ := d["_aws"].(map[string]any)
+	dirs, _ := aws["CloudWatchMetrics"].([]any)
+	for _, x := range dirs {
+		dir, _ := x.(map[string]any)
+		ms, _ := dir["Metrics"].([]any)
+		for _, m := range ms {
+			def, _ := m.(map[string]any)
+			if n, ok := def["Name"].(string); ok {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// Namespace returns the namespace of the document's first directive.
+func (d Document) Namespace() string {
+	aws, _ := d["_aws"].(map[string]any)
+	dirs, _ := aws["CloudWatchMetrics"].([]any)
+	if len(dirs) == 0 {
+		return ""
+	}
+	dir, _ := dirs[0].(map[string]any)
+	ns, _ := dir["Namespace"].(string)
+	return ns
+}
+
+// Number returns the numeric field name (ok false when absent).
+func (d Document) Number(name string) (float64, bool) {
+	n, ok := d[name].(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := n.Float64()
+	return f, err == nil
+}
