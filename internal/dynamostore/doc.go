@@ -114,12 +114,13 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (Head+GetRows+Commit)       3    3   12
-//	push, 50 ops (large-commit path)       6   52  219
-//	push, 1 delete (tombstone Put)         3    3   12
-//	quiet pull (TouchPartition)            1    1    0
-//	incremental pull, 64 commits           1    6    0   (short window: the log)
-//	incremental pull, 1 of 1,001 commits   5    5    0   (scope index; make load)
+//	push, 1 op (Head+GetRows+Commit)       3    4   12
+//	push, 50 ops (large-commit path)       6   53  219
+//	push, 1 delete (tombstone Put)         3    4   12
+//	quiet pull (TouchPartition)            1    2    0   (head + schema marker)
+//	incremental pull, 64 commits           1    6    0   (store read: the log)
+//	incremental pull, 1 of 1,001 commits   6    8    0   (engine, scope index and
+//	                                                       serve-gate re-read; make load)
 //	bootstrap page, 1000 rows of a scope   2   61    0   (whatever the table's size)
 //	prune, per pruned commit               -  log  log + 1 per tombstone
 //

@@ -327,7 +327,11 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		return store.ErrGateMoved
 	}
 	if p.head.MaxCommitSeq != req.ExpectedMaxSeq {
-		return &store.HeadMovedError{Head: p.head}
+		// The current head with its gate, as Head reads it: the engine's
+		// retry commits against it without reading the head again.
+		h := p.head
+		h.Gate = p.gateLocked()
+		return &store.HeadMovedError{Head: h}
 	}
 	var adv *store.Checkpoint
 	if req.Advance != nil {
