@@ -147,3 +147,67 @@ func TestLogIndexBeforeFirstIndexedCommit(t *testing.T) {
 		t.Fatalf("commits of org a: %v, want 1 (unindexed, read from the log) and 3 (indexed), not 4", got)
 	}
 }
+
+// TestPruneDeletesLogIndex: Prune deletes a pruned commit's log-index
+// entries with its log items (a delete's commit included), and keeps
+// those of the retained commits.
+func TestPruneDeletesLogIndex(t *testing.T) {
+	c := testenv.DynamoDB(t).Client(t)
+	table := testenv.UniqueName(t, "pruneidx")
+	ctx := context.Background()
+	if err := CreateTable(ctx, c, table); err != nil {
+		t.Fatal(err)
+	}
+	s := New(c, table, Options{})
+	p := "tenant"
+	if _, err := s.TouchPartition(ctx, p, 1, "e"); err != nil {
+		t.Fatal(err)
+	}
+	scopes := wire.StoredScopes{{Key: "org", Value: "a"}}
+	var changes [][]store.Change
+	for seq := int64(1); seq <= 4; seq++ {
+		ch := store.Change{Table: "tasks", RowID: "r", Op: wire.OpUpsert, RowVersion: seq, Row: []byte("x"), Scopes: scopes}
+		w := store.RowWrite{Table: "tasks", Row: store.Row{RowID: "r", Version: seq, Payload: []byte("x"), Scopes: scopes}}
+		if seq == 3 { // a delete: its tombstone goes with commit 3's log
+			ch = store.Change{Table: "tasks", RowID: "r", Op: wire.OpDelete, Scopes: scopes}
+			w = store.RowWrite{Table: "tasks", Delete: true, Row: store.Row{RowID: "r", Scopes: scopes}}
+		}
+		req := &store.CommitRequest{ExpectedMaxSeq: seq - 1,
+			Commit:  store.Commit{Seq: seq, ClientID: "c", ClientCommitID: fmt.Sprint("k", seq), Changes: []store.Change{ch}},
+			Rows:    []store.RowWrite{w},
+			Outcome: store.Outcome{Applied: true, CommitSeq: seq}}
+		if err := s.Commit(ctx, p, req); err != nil {
+			t.Fatal(err)
+		}
+		changes = append(changes, req.Commit.Changes)
+	}
+	exists := func(seq int64) bool {
+		keys := logIndexKeys(p, changes[seq-1])
+		if len(keys) == 0 {
+			t.Fatalf("commit %d has no log-index entries", seq)
+		}
+		for _, k := range keys {
+			it, err := s.getItem(ctx, "test", k, seqSK(seq), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if it == nil {
+				return false
+			}
+		}
+		return true
+	}
+	for seq := int64(1); seq <= 4; seq++ {
+		if !exists(seq) {
+			t.Fatalf("log-index entries of commit %d missing before the prune", seq)
+		}
+	}
+	if _, err := s.Prune(ctx, p, 3); err != nil {
+		t.Fatal(err)
+	}
+	for seq := int64(1); seq <= 4; seq++ {
+		if got, want := exists(seq), seq > 3; got != want {
+			t.Errorf("log-index entries of commit %d present=%v after Prune(3), want %v", seq, got, want)
+		}
+	}
+}
