@@ -25,7 +25,7 @@ export PATH := $(TOOLS_BIN):$(PATH)
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
-.PHONY: all test lint unit tools fuzz bench run build clean \
+.PHONY: all test lint unit tools fuzz bench load run build clean \
 	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
 	build-MigrateHookFunction build-RealtimeFunction build-FanoutFunction
 
@@ -54,6 +54,11 @@ fuzz:
 ## bench: codec, engine and store benchmarks
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+
+## load: issue 11's scale measurements on DynamoDB Local (bounded, loopback;
+## SSP2_LOAD_ROWS rows, default 100000; SSP2_LOAD_SECONDS per writer count)
+load:
+	SSP2_LOAD=1 $(GO) test -count=1 -v -run '^TestLoad$$' -timeout 60m ./internal/dynamostore/
 
 ## run: the local runner on 127.0.0.1:8787
 run:

@@ -298,8 +298,8 @@ func TestTemplateOperations(t *testing.T) {
 	}
 	// The table, plus the blob sweep that follows a finished pass: S3
 	// access confined to the bucket's blobs/ prefix, nothing else.
-	if pol := get(pr, "Policies"); pol == nil || len(pol.Content) != 2 || !tableRef(get(pol.Content[0], "DynamoDBCrudPolicy", "TableName")) {
-		t.Error("PruneFunction: DynamoDBCrudPolicy on the sync table plus the blob-sweep statement, nothing more")
+	if pol := get(pr, "Policies"); pol == nil || len(pol.Content) != 2 || !tableItemStatement(pol.Content[0]) {
+		t.Error("PruneFunction: item actions (no Scan) on the sync table plus the blob-sweep statement, nothing more")
 	} else {
 		for _, st := range get(pol.Content[1], "Statement").Content {
 			res := get(st, "Resource")
@@ -358,8 +358,8 @@ func TestTemplateMigrateHook(t *testing.T) {
 		t.Errorf("%s: Timeout %s, want 900 (the backfill runs within it)", hook, to)
 	}
 	pols := get(p, "Policies")
-	if pols == nil || len(pols.Content) != 2 || !tableRef(get(pols.Content[0], "DynamoDBCrudPolicy", "TableName")) {
-		t.Fatalf("%s: Policies must be DynamoDBCrudPolicy on the sync table and one statement", hook)
+	if pols == nil || len(pols.Content) != 2 || !tableItemStatement(pols.Content[0]) {
+		t.Fatalf("%s: Policies must be item actions (no Scan) on the sync table and one statement", hook)
 	}
 	sts := get(pols.Content[1], "Statement")
 	if sts == nil || len(sts.Content) != 1 {

@@ -567,16 +567,21 @@ func TestTemplateEnvironment(t *testing.T) {
 }
 
 // Least privilege: push and pull write the table and segment objects; the
-// segment function only reads. No wildcard actions or resources.
+// segment function only reads. No wildcard actions or resources, and no
+// Scan: no request path reads the whole table (issue 11), so the
+// DynamoDB actions are listed rather than taken from a SAM policy
+// template (those include Scan), on the sync table's ARN only.
 func TestTemplatePolicies(t *testing.T) {
 	root := loadYAML(t)
-	wantDDB := map[string]string{"PushFunction": "DynamoDBCrudPolicy", "PullFunction": "DynamoDBCrudPolicy", "SegmentFunction": "DynamoDBReadPolicy", "BlobFunction": "DynamoDBReadPolicy"}
+	items := []string{"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem",
+		"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"}
+	reads := []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:Query"}
 	wantS3 := map[string][]string{
 		// Push: segments, plus the §5.9.6 blob check on blobs/.
-		"PushFunction":    {"s3:DeleteObject", "s3:GetObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "s3:PutObject"},
-		"BlobFunction":    {"s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-		"PullFunction":    {"s3:GetObject", "s3:ListBucket", "s3:PutObject"},
-		"SegmentFunction": {"s3:GetObject", "s3:ListBucket"},
+		"PushFunction":    append(slices.Clone(items), "s3:DeleteObject", "s3:GetObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject", "s3:PutObject"),
+		"BlobFunction":    append(slices.Clone(reads), "s3:DeleteObject", "s3:GetObject", "s3:ListBucket", "s3:PutObject"),
+		"PullFunction":    append(slices.Clone(items), "s3:GetObject", "s3:ListBucket", "s3:PutObject"),
+		"SegmentFunction": append(slices.Clone(reads), "s3:GetObject", "s3:ListBucket"),
 	}
 	for _, f := range app.Functions {
 		pols := get(root, "Resources", f.LogicalID, "Properties", "Policies")
@@ -603,20 +608,81 @@ func TestTemplatePolicies(t *testing.T) {
 					} else {
 						actions = append(actions, a.Value)
 					}
-					if r := get(st, "Resource"); scalar(r) == "*" {
+					r := get(st, "Resource")
+					if scalar(r) == "*" {
 						t.Errorf("%s: wildcard resource", f.LogicalID)
+					}
+					if a.Kind == yaml.SequenceNode && len(a.Content) > 0 && strings.HasPrefix(a.Content[0].Value, "dynamodb:") {
+						// !Sub [".../table/${T}", {T: the sync table}]
+						if r == nil || r.Tag != "!Sub" || r.Kind != yaml.SequenceNode || len(r.Content) != 2 ||
+							!strings.HasSuffix(r.Content[0].Value, ":table/${T}") || !tableRef(get(r.Content[1], "T")) {
+							t.Errorf("%s: DynamoDB statement not scoped to the sync table", f.LogicalID)
+						}
 					}
 				}
 			}
 		}
-		if !slices.Equal(templates, []string{wantDDB[f.LogicalID]}) {
-			t.Errorf("%s: policy templates %v, want [%s]", f.LogicalID, templates, wantDDB[f.LogicalID])
+		if len(templates) != 0 {
+			t.Errorf("%s: policy templates %v, want none", f.LogicalID, templates)
 		}
 		sort.Strings(actions)
 		if !slices.Equal(actions, wantS3[f.LogicalID]) {
-			t.Errorf("%s: S3 actions %v, want %v", f.LogicalID, actions, wantS3[f.LogicalID])
+			t.Errorf("%s: actions %v, want %v", f.LogicalID, actions, wantS3[f.LogicalID])
+		}
+		if slices.Contains(actions, "dynamodb:Scan") {
+			t.Errorf("%s: may Scan the table", f.LogicalID)
 		}
 	}
+	// The jobs (prune, migration hook, realtime, fanout) find partitions
+	// through the registry and items by key: their table access is the
+	// same listed item actions, never a SAM policy template.
+	for _, j := range app.Jobs {
+		pols := get(root, "Resources", j.LogicalID, "Properties", "Policies")
+		if pols == nil || pols.Kind != yaml.SequenceNode || len(pols.Content) == 0 || !tableItemStatement(pols.Content[0]) {
+			t.Errorf("%s: first policy must list item actions on the sync table", j.LogicalID)
+			continue
+		}
+		for _, p := range pols.Content {
+			for _, k := range keys(p) {
+				if k != "Statement" {
+					t.Errorf("%s: policy template %s, want listed actions", j.LogicalID, k)
+				}
+			}
+			for _, st := range get(p, "Statement").Content {
+				if a := get(st, "Action"); scalar(a) == "dynamodb:Scan" || (a.Kind == yaml.SequenceNode && slices.ContainsFunc(a.Content, func(x *yaml.Node) bool { return x.Value == "dynamodb:Scan" })) {
+					t.Errorf("%s: may Scan the table", j.LogicalID)
+				}
+			}
+		}
+	}
+}
+
+// tableItemStatement reports whether p is one statement allowing
+// DynamoDB's item actions (reads, writes, transactions' condition checks;
+// not Scan) on the sync table's ARN only.
+func tableItemStatement(p *yaml.Node) bool {
+	sts := get(p, "Statement")
+	if sts == nil || len(sts.Content) != 1 {
+		return false
+	}
+	st := sts.Content[0]
+	a := get(st, "Action")
+	if a == nil || a.Kind != yaml.SequenceNode {
+		return false
+	}
+	var acts []string
+	for _, x := range a.Content {
+		acts = append(acts, x.Value)
+	}
+	sort.Strings(acts)
+	want := []string{"dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:ConditionCheckItem", "dynamodb:DeleteItem",
+		"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"}
+	if !slices.Equal(acts, want) {
+		return false
+	}
+	r := get(st, "Resource")
+	return r != nil && r.Tag == "!Sub" && r.Kind == yaml.SequenceNode && len(r.Content) == 2 &&
+		strings.HasSuffix(r.Content[0].Value, ":table/${T}") && tableRef(get(r.Content[1], "T"))
 }
 
 // Each function has a log group with retention, named the way Lambda

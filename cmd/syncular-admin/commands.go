@@ -9,6 +9,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 )
@@ -181,6 +182,45 @@ func (a *admin) prune(ctx context.Context, sel selection) int {
 		fmt.Fprintf(a.out, "%s\t%d\t%d\t%d\n", quote(p), rep.OldHorizon, rep.NewHorizon, rep.Removed)
 	}
 	fmt.Fprintf(a.errw, "pruned %d of %d partition(s) in table %s, removed %d commit(s)\n", done, len(ps), a.cfg.TableName, removed)
+	return code
+}
+
+// backfillScopes writes the scope copies of partitions created before
+// scope-keyed reads (dynamostore.BackfillScopeIndex) for every table of
+// the schema's latest version.
+func (a *admin) backfillScopes(ctx context.Context, sel selection) int {
+	sch, err := schema.ReadFile(a.cfg.SchemaFile())
+	if err != nil {
+		a.fail("load schema %s (SYNC_SCHEMA_PATH): %v", a.cfg.SchemaFile(), err)
+		return exitUsage
+	}
+	var tables []string
+	for _, t := range sch.Versions[sch.Latest].Tables {
+		tables = append(tables, t.Name)
+	}
+	ps, err := a.targets(ctx, sel)
+	if err != nil {
+		a.fail("%v", err)
+		return exitFailure
+	}
+	fmt.Fprintln(a.out, "partition\trows\twritten\tskipped\tmarked")
+	code := exitOK
+	done := 0
+	for _, p := range ps {
+		if a.interrupted(ctx) {
+			code = exitFailure
+			break
+		}
+		rep, err := a.store.BackfillScopeIndex(ctx, p, tables)
+		if err != nil {
+			a.fail("partition %s: backfill: %v", quote(p), err)
+			code = exitFailure
+			continue
+		}
+		done++
+		fmt.Fprintf(a.out, "%s\t%d\t%d\t%d\t%t\n", quote(p), rep.Rows, rep.Written, rep.Skipped, rep.Marked)
+	}
+	fmt.Fprintf(a.errw, "backfilled %d of %d partition(s) in table %s\n", done, len(ps), a.cfg.TableName)
 	return code
 }
 

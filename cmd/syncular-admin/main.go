@@ -56,6 +56,13 @@ commands:
         Advance the pruning horizon as far as the SPEC §4.6 floors allow
         (newest 1000 commits, clients active in 14 days, 30-day age force)
         and delete the commits below it. Needs SYNC_SCHEMA_PATH.
+  backfill-scopes (-partition P | -all)
+        Move a partition created before scope-keyed reads to that layout,
+        online: write every live row's scope copies, then mark the
+        partition so bootstraps read only the requested scopes' rows.
+        Idempotent and resumable (run it again after an interruption).
+        Run it once every function writes copies. Needs SYNC_SCHEMA_PATH.
+
   register-partitions
         Add every partition that has a head to the partition registry
         (once, for tables written before the registry existed). The only
@@ -103,7 +110,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	case "partitions", "rotate-epoch", "prune", "register-partitions", "migrate", "sweep-blobs":
+	case "partitions", "rotate-epoch", "prune", "register-partitions", "migrate", "sweep-blobs", "backfill-scopes":
 	default:
 		fmt.Fprintf(stderr, "syncular-admin: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -167,6 +174,8 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		return a.partitions(ctx)
 	case "rotate-epoch":
 		return a.rotateEpoch(ctx, sel, yes)
+	case "backfill-scopes":
+		return a.backfillScopes(ctx, sel)
 	case "register-partitions":
 		return a.registerPartitions(ctx)
 	case "migrate":

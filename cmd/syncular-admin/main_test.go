@@ -468,3 +468,28 @@ func TestInterrupted(t *testing.T) {
 		t.Fatalf("%d partitions rotated, want 1", rotated)
 	}
 }
+
+// TestBackfillScopes: the command marks each partition after copying its
+// rows (dynamostore.TestScopeIndexBackfill covers the copies), reports an
+// unknown partition as a failure, and a rerun is a no-op.
+func TestBackfillScopes(t *testing.T) {
+	f := newFixture(t)
+	f.touch("a")
+	f.touch("b")
+	r := f.run("backfill-scopes", "-all")
+	if r.code != exitOK {
+		t.Fatalf("exit %d", r.code)
+	}
+	got := f.rows(r, "partition\trows\twritten\tskipped\tmarked")
+	for _, p := range []string{"a", "b"} {
+		if fmt.Sprint(got[p]) != "[0 0 0 true]" {
+			t.Errorf("partition %s: %v", p, got[p])
+		}
+	}
+	if r := f.run("backfill-scopes", "-partition", "nope"); r.code != exitFailure {
+		t.Errorf("unknown partition: exit %d, want %d", r.code, exitFailure)
+	}
+	if r := f.run("backfill-scopes", "-partition", "a"); r.code != exitOK {
+		t.Errorf("rerun: exit %d", r.code)
+	}
+}

@@ -150,6 +150,16 @@ func (j *journalStore) ScanRows(ctx context.Context, partition, table string, af
 	return j.cur().ScanRows(ctx, partition, table, after, hasAfter, fn)
 }
 
+// ScanScopedRows implements store.Store.
+func (j *journalStore) ScanScopedRows(ctx context.Context, partition, table, variable string, values []string, after *store.ScopeCursor, fn func(string, *store.Row) bool) error {
+	return j.cur().ScanScopedRows(ctx, partition, table, variable, values, after, fn)
+}
+
+// ReadLogScoped implements store.Store.
+func (j *journalStore) ReadLogScoped(ctx context.Context, partition, table, variable string, values []string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) (int64, error) {
+	return j.cur().ReadLogScoped(ctx, partition, table, variable, values, afterSeq, throughSeq, fn)
+}
+
 // ReadLog implements store.Store.
 func (j *journalStore) ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) error {
 	return j.cur().ReadLog(ctx, partition, afterSeq, throughSeq, fn)

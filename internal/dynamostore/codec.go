@@ -226,7 +226,7 @@ func rowsFromChanges(seq int64, changes []store.Change, cvs [][]byte) ([]store.R
 	out := make([]store.RowWrite, len(changes))
 	for i := range changes {
 		c := &changes[i]
-		w := store.RowWrite{Table: c.Table, Delete: c.Op == wire.OpDelete, Row: store.Row{RowID: c.RowID, CommitSeq: seq}}
+		w := store.RowWrite{Table: c.Table, Delete: c.Op == wire.OpDelete, Row: store.Row{RowID: c.RowID, Scopes: c.Scopes, CommitSeq: seq}}
 		if !w.Delete {
 			w.Row = store.Row{RowID: c.RowID, Version: c.RowVersion, Scopes: c.Scopes, Payload: c.Row, CommitSeq: seq}
 			if i < len(cvs) {
@@ -443,7 +443,7 @@ func decodeLogBody(b []byte, seq int64) (*logBody, error) {
 				w.Row.ColumnVersions = cv
 			}
 			if w.Delete {
-				w.Row = store.Row{RowID: w.Row.RowID, CommitSeq: seq}
+				w.Row = store.Row{RowID: w.Row.RowID, Scopes: w.Row.Scopes, CommitSeq: seq}
 			}
 			lb.rows = append(lb.rows, w)
 		}

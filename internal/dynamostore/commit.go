@@ -36,7 +36,7 @@ const (
 )
 
 // Row item attributes. A tombstone (§2.2 of the wire-3 spec) is the row
-// item itself reduced to key, rSeq and rDeleted, so a delete is one small
+// item itself reduced to key, rSeq, rDeleted and the deleted row's rScopes, so a delete is one small
 // Put under the same key and a recreate simply overwrites it. Items
 // written before column versions and tombstones existed have neither
 // rCV nor rDeleted and read as live rows with nil ColumnVersions.
@@ -82,6 +82,9 @@ func sameRows(a, b []store.RowWrite) bool {
 			return false
 		}
 		if x.Delete {
+			if !slices.Equal(x.Row.Scopes, y.Row.Scopes) {
+				return false
+			}
 			continue
 		}
 		if x.Row.Version != y.Row.Version || !bytes.Equal(x.Row.Payload, y.Row.Payload) ||
@@ -101,6 +104,9 @@ func rowItem(p string, seq int64, w *store.RowWrite) map[string]types.AttributeV
 	item := Key(rowPK(p, w.Table), rowSK(w.Row.RowID))
 	if w.Delete {
 		item[rSeq], item[rDeleted] = N(seq), BOOL(true)
+		if sc := encodeScopes(w.Row.Scopes); len(sc) > 0 {
+			item[rScopes] = B(sc)
+		}
 		return item
 	}
 	item[rVersion], item[rSeq] = N(w.Row.Version), N(seq)
@@ -123,7 +129,17 @@ func parseRow(item map[string]types.AttributeValue) (*store.Row, error) {
 		if dl, ok := getBool(item, rDeleted); !ok0 || len(sk) < 1 || !ok2 || !ok || !dl {
 			return nil, fmt.Errorf("dynamostore: tombstone item is malformed: %w", errCorrupt)
 		}
-		return &store.Row{RowID: sk[1:], Deleted: true, CommitSeq: cs}, nil
+		r := &store.Row{RowID: sk[1:], Deleted: true, CommitSeq: cs}
+		sc, ok := getB(item, rScopes) // absent on tombstones from before scopes were kept
+		if !ok {
+			return nil, fmt.Errorf("dynamostore: tombstone item is malformed: %w", errCorrupt)
+		}
+		scopes, err := decodeScopes(sc)
+		if err != nil {
+			return nil, err
+		}
+		r.Scopes = scopes
+		return r, nil
 	}
 	v, ok1 := getN(item, rVersion)
 	sc, ok3 := getB(item, rScopes)
@@ -220,11 +236,15 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		return err
 	}
 	rows := dedupeRows(req.Rows)
-	for i := range rows {
-		if err := checkRowKey(partition, &rows[i]); err != nil {
+	for i := range req.Rows {
+		if err := checkRowKey(partition, &req.Rows[i]); err != nil {
+			return err
+		}
+		if err := checkScopeKeys(&req.Rows[i]); err != nil {
 			return err
 		}
 	}
+	index := scopeIndexActions(s.table, partition, seq, req.Rows)
 	// The log carries what roll-forward needs to write the rows again:
 	// the changes plus each one's column versions, or explicit rows when
 	// the changes do not imply them.
@@ -263,6 +283,8 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	for _, it := range chunks {
 		items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: it, ConditionExpression: notExists}}, size: ItemSize(it)})
 	}
+	// The log's scope index (logindex.go) lands with the log itself.
+	items = append(items, logIndexActions(s.table, partition, seq, req.Commit.Changes)...)
 	// A backfill batch moves its checkpoint in the same transaction,
 	// conditioned on its owner epoch (store.CommitRequest.Advance).
 	advIdx := -1
@@ -292,10 +314,14 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		rowActs = append(rowActs, a)
 		rowBytes += a.size
 	}
+	for _, a := range index {
+		rowActs = append(rowActs, a)
+		rowBytes += a.size
+	}
 	inline := len(items)+len(rowActs) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
-	update := "SET mx = :n"
+	update := "SET mx = :n, li = if_not_exists(li, :n)"
 	if inline {
-		update = "SET mx = :n, ap = :n"
+		update = "SET mx = :n, ap = :n, li = if_not_exists(li, :n)"
 		items = append(items, rowActs...)
 	}
 	cond, vals := commitCondition(req)
@@ -323,7 +349,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			// The commit is durable in the log; any reader finishes the
 			// materialization if this one fails, so only the hook's error
 			// is reported.
-			if err := s.materialize(ctx, partition, seq, rows, refs); err == nil {
+			if err := s.materialize(ctx, partition, seq, rows, refs, index); err == nil {
 				_ = s.advanceApplied(ctx, partition, seq)
 			}
 			return nil
@@ -356,7 +382,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 				return err
 			}
 			if h.MaxCommitSeq != req.ExpectedMaxSeq {
-				return store.ErrHeadMoved
+				// The condition's ALL_OLD image is the current head: the
+				// engine's retry starts from it without reading it again.
+				return &store.HeadMovedError{Head: h.Head}
 			}
 			// The head is where the caller read it but its last commit is
 			// not materialized yet: finish it, then try again.
@@ -431,7 +459,7 @@ var errApplied = errors.New("dynamostore: commit already materialized")
 // roller can then write (a per-row commitSeq condition could not stop a
 // replayed upsert from resurrecting a row a later commit deleted).
 // Within one commit rows are deduplicated, so batches commute.
-func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []store.RowWrite, refs []store.RefWrite) error {
+func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []store.RowWrite, refs []store.RefWrite, index []txItem) error {
 	fence := txItem{size: 100, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName:                 s.table,
 		Key:                       Key(headPK(p), headSK),
@@ -471,6 +499,13 @@ func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []sto
 	// passed seq, exactly as for rows.
 	for i := range refs {
 		if err := add(refAction(s.table, p, &refs[i])); err != nil {
+			return err
+		}
+	}
+	// Scope copies (scopeindex.go) are unconditional puts and deletes of
+	// the commit's final state per copy: idempotent under the same fence.
+	for _, a := range index {
+		if err := add(a); err != nil {
 			return err
 		}
 	}
@@ -515,7 +550,7 @@ func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 		if err != nil {
 			return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 		}
-		err = s.materialize(ctx, p, seq, dedupeRows(rows), body.refs)
+		err = s.materialize(ctx, p, seq, dedupeRows(rows), body.refs, scopeIndexActions(s.table, p, seq, rows))
 		if errors.Is(err, errApplied) {
 			continue
 		}

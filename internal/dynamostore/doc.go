@@ -33,7 +33,8 @@
 //     column at the row's version), which is how rows written before
 //     column versions existed read.
 //   - A delete Puts a tombstone in place of the row: the key, cs (the
-//     deleting commit) and dl = true, nothing else. Recreating the row
+//     deleting commit), dl = true and the deleted row's scopes (sc), so
+//     a later upsert is authorized against them (§3.4). Recreating the row
 //     overwrites it like any upsert. GetRows returns it (Deleted), ScanRows
 //     reads and skips it.
 //   - The log body (format 2) carries each change's encoded column
@@ -65,6 +66,31 @@
 // Queries, 2 head checks, batched row reads and the log-first commit
 // (2,043 round trips and ≈ 3,012 RCU with one head read per parent).
 //
+// # Scope-keyed reads (issue 11)
+//
+// Every live row of a scoped table also lives once per stored scope
+// under a pk of its (table, variable, value) (scopeindex.go), written
+// and deleted in the same transaction as the row item (scope values are
+// immutable after insert, §3.4, so a copy never moves). A bootstrap page
+// Queries only the pks of the requested values (ScanScopedRows), so a
+// 1% scope of a table costs about 1% of the table's read units; the row
+// item, keyed by rowId, stays what a push reads (GetRows), so a push
+// still reads head and rows in one BatchGetItem. The copy costs one more
+// item per scope variable on every row write: a 1-op insert is 10 WCU
+// (was 8; 12 with the log index below), and a commit inlines at most
+// about 48 one-variable rows (each row is two actions of the
+// transaction's 100) before it takes the log-then-materialize path. Partitions created before the index read
+// the row items per value until syncular-admin backfills them
+// (BackfillScopeIndex, resumable and safe under traffic).
+//
+// # Log scope index (§3.1; issue 11)
+//
+// Each commit also writes, in its log transaction, one key-only entry per
+// (table, scope variable, value) it touches (a single "*" entry per table
+// past 16 of them), so an incremental pull of a long window reads the
+// entries of its values and then only those commits (logindex.go): +2 WCU
+// on a 1-op push. Prune deletes the entries with their commit.
+//
 // # Item sizes
 //
 //	head       ≈ 60 B + partition + logEpoch (kept far below 4 KB: 1 RCU)
@@ -75,7 +101,9 @@
 //	row        ≈ 20 B + partition + table + rowId + scopes + payload
 //	           + column versions (5 B for a full-row write)
 //	           (over 400 KB: store.ErrTooLarge)
-//	tombstone  ≈ 14 B + partition + table + rowId
+//	scope copy the row's size + variable + value (one per scope variable)
+//	log index  ≈ 30 B + partition + table + variable + value
+//	tombstone  ≈ 17 B + partition + table + rowId + scopes
 //	client     ≈ 50 B + partition + ids
 //	ref        ≈ 10 B + partition + table + column + parent id + row id
 //
@@ -86,12 +114,14 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (Head+GetRows+Commit)       3    4    8
-//	push, 50 ops                           3   52  128
-//	push, 1 delete (tombstone Put)         3    3    8
-//	quiet pull (TouchPartition)            1    2    0
-//	incremental pull, 100 commits          1    8    0
-//	bootstrap page, 1000 rows (ScanRows)   2   61    0
+//	push, 1 op (Head+GetRows+Commit)       3    4   12
+//	push, 50 ops (large-commit path)       6   53  219
+//	push, 1 delete (tombstone Put)         3    4   12
+//	quiet pull (TouchPartition)            1    2    0   (head + schema marker)
+//	incremental pull, 64 commits           1    6    0   (store read: the log)
+//	incremental pull, 1 of 1,001 commits   6    8    0   (engine, scope index and
+//	                                                       serve-gate re-read; make load)
+//	bootstrap page, 1000 rows of a scope   2   61    0   (whatever the table's size)
 //	prune, per pruned commit               -  log  log + 1 per tombstone
 //
 // Column versions cost nothing on a 1-op push (the items stay in the

@@ -14,6 +14,8 @@ import (
 //	commit log      P#<p>#L                             <seq:020d>[#<chunk:04d>]
 //	push outcome    P#<p>#O#<clientId>                  O<clientCommitId>
 //	row/tombstone   P#<p>#T#<table>                     R<rowId>
+//	scope copy      P#<p>#V#<table>#<variable>#<value>  R<rowId>   (scopeindex.go)
+//	log index       P#<p>#I#<table>#<variable>#<value>  <seq:020d> (logindex.go)
 //	client record   P#<p>#C                             C<clientId>
 //	reference index P#<p>#X#<table>#<column>#<parentId> R<childRowId>
 //	segment         SEG#<sha256 hex>                    OBJ | PUB#<context hash>

@@ -13,5 +13,19 @@ func TestParseCommitKeyInvertsLogKeys(t *testing.T) {
 		if _, _, ok := ParseCommitKey(clientPK(p), clientSK("x")); ok {
 			t.Fatalf("a client record of %q parsed as a commit", p)
 		}
+		// The realtime fanout sees every INSERT of the table stream: the
+		// log-index entries (sk a bare seq, like a first log chunk) and
+		// scope copies each commit writes must never parse as a commit,
+		// whatever their names (a '#L' in a name is escaped away).
+		for _, name := range []string{"L", "#L", "x#L", "", "%23L"} {
+			for _, pk := range []string{
+				logIndexPK(p, name, "v", name), logIndexPK(p, "t", name, "x"), logIndexPK(p, name, logIndexAny, ""),
+				scopePK(p, name, "v", name), rowPK(p, name),
+			} {
+				if _, _, ok := ParseCommitKey(pk, seqSK(42)); ok {
+					t.Fatalf("index key %q parsed as a commit", pk)
+				}
+			}
+		}
 	}
 }

@@ -406,6 +406,11 @@ func (s *Store) pruneLog(ctx context.Context, p string, target int64) (int, erro
 			if err != nil {
 				return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 			}
+			// The commit's log-index entries go with its log items; the
+			// horizon, already advanced, tells readers they may be gone.
+			for _, k := range logIndexKeys(p, lb.changes) {
+				keys = append(keys, Key(k, seqSK(seq)))
+			}
 			rows, err := lb.materialization(seq)
 			if err != nil {
 				return fmt.Errorf("dynamostore: log item %d: %w", seq, err)

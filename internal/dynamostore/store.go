@@ -92,6 +92,11 @@ const (
 type head struct {
 	store.Head
 	applied int64
+	// scoped: every live row has its scope copies (hScoped, scopeindex.go).
+	scoped bool
+	// indexFrom: the first commit with log-index entries (hLogIndexFrom,
+	// logindex.go); 0 when none yet.
+	indexFrom int64
 }
 
 func parseHead(item map[string]types.AttributeValue) (head, error) {
@@ -103,6 +108,8 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 	h.applied, ok[3] = getN(item, hApplied)
 	h.HorizonSeq, ok[4] = getN(item, hHorizon)
 	h.LastSeenAtMs, ok[5] = getN(item, hSeen)
+	h.scoped, _ = getBool(item, hScoped) // absent before the index existed
+	h.indexFrom, _ = getN(item, hLogIndexFrom)
 	for _, v := range ok {
 		if !v {
 			return h, fmt.Errorf("dynamostore: partition head item is malformed: %w", errCorrupt)
@@ -168,6 +175,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 			item := Key(headPK(partition), headSK)
 			item[hEpoch], item[hRequired], item[hMax], item[hApplied], item[hHorizon], item[hSeen] =
 				S(newEpoch), BOOL(false), N(0), N(0), N(0), N(nowMs)
+			item[hScoped] = BOOL(true) // a new partition indexes every row from its first commit
 			created := store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs}
 			if marker == 0 {
 				err = s.putItem(ctx, "create partition", item, "attribute_not_exists(pk)", nil)

@@ -90,11 +90,41 @@ type refKey struct{ table, column, parentID string }
 
 type outcomeKey struct{ clientID, clientCommitID string }
 
-// table pairs an id map (GetRows) with the ordered index (ScanRows).
+// table pairs an id map (GetRows) with the ordered index (ScanRows) and
+// one ordered index per stored scope (variable, value) (ScanScopedRows).
 // Tombstones live only in the id map, so a scan never meets them.
 type table struct {
-	byID  map[string]*rowEntry
-	order rowIndex
+	byID   map[string]*rowEntry
+	order  rowIndex
+	scoped map[scopeKey]*rowIndex
+}
+
+type scopeKey struct{ variable, value string }
+
+// index adds a live entry to the scope indexes of its stored scopes.
+func (t *table) index(e *rowEntry) {
+	for _, sc := range e.row.Scopes {
+		k := scopeKey{sc.Key, sc.Value}
+		x := t.scoped[k]
+		if x == nil {
+			x = &rowIndex{}
+			t.scoped[k] = x
+		}
+		x.insert(e)
+	}
+}
+
+// unindex removes a live entry from the scope indexes of its scopes.
+func (t *table) unindex(e *rowEntry) {
+	for _, sc := range e.row.Scopes {
+		k := scopeKey{sc.Key, sc.Value}
+		if x := t.scoped[k]; x != nil {
+			x.remove(e.row.RowID)
+			if len(x.blocks) == 0 {
+				delete(t.scoped, k)
+			}
+		}
+	}
 }
 
 // New returns an empty Store.
@@ -273,7 +303,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	rows := make([]*rowEntry, len(req.Rows))
 	for i := range req.Rows {
 		w := &req.Rows[i]
-		e := &rowEntry{row: store.Row{RowID: w.Row.RowID, Deleted: true}}
+		e := &rowEntry{row: store.Row{RowID: w.Row.RowID, Deleted: true, Scopes: cloneRow(&w.Row).Scopes}}
 		if !w.Delete {
 			e.row = cloneRow(&w.Row)
 			e.row.Deleted = false
@@ -297,7 +327,11 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		return store.ErrGateMoved
 	}
 	if p.head.MaxCommitSeq != req.ExpectedMaxSeq {
-		return store.ErrHeadMoved
+		// The current head with its gate, as Head reads it: the engine's
+		// retry commits against it without reading the head again.
+		h := p.head
+		h.Gate = p.gateLocked()
+		return &store.HeadMovedError{Head: h}
 	}
 	var adv *store.Checkpoint
 	if req.Advance != nil {
@@ -309,7 +343,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		w := &req.Rows[i]
 		t := p.tables[w.Table]
 		if t == nil {
-			t = &table{byID: make(map[string]*rowEntry)}
+			t = &table{byID: make(map[string]*rowEntry), scoped: make(map[scopeKey]*rowIndex)}
 			p.tables[w.Table] = t
 		}
 		id := w.Row.RowID
@@ -319,14 +353,25 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		case w.Delete:
 			if live {
 				t.order.remove(id)
+				t.unindex(old)
 			}
 			t.byID[id] = rows[i]
 			p.tombs = append(p.tombs, tombRef{w.Table, id, seq})
 		case live:
-			old.row = rows[i].row // the index shares the entry
+			// Scopes are immutable on a live row (§3.4); should a caller
+			// change them anyway, the scope indexes follow.
+			moved := !slices.Equal(old.row.Scopes, rows[i].row.Scopes)
+			if moved {
+				t.unindex(old)
+			}
+			old.row = rows[i].row // the indexes share the entry
+			if moved {
+				t.index(old)
+			}
 		default: // absent or a tombstone: the upsert replaces it
 			t.byID[id] = rows[i]
 			t.order.insert(rows[i])
+			t.index(rows[i])
 		}
 	}
 	for _, w := range req.RefWrites {
@@ -453,6 +498,81 @@ func (s *Store) ScanRows(ctx context.Context, partition, tableName string, after
 		}
 		after, hasAfter = batch[len(batch)-1].RowID, true
 	}
+}
+
+// ScanScopedRows implements store.Store: it walks the (variable, value)
+// indexes in value order, copying up to scanBatchRows rows per locked
+// step like ScanRows.
+func (s *Store) ScanScopedRows(ctx context.Context, partition, tableName, variable string, values []string, after *store.ScopeCursor, fn func(string, *store.Row) bool) error {
+	p := s.lookup(partition)
+	if p == nil {
+		return ctx.Err()
+	}
+	vals := slices.Clone(values)
+	slices.Sort(vals)
+	vals = slices.Compact(vals)
+	var batch []*store.Row
+	for _, v := range vals {
+		from, exclusive := "", false
+		if after != nil {
+			if v < after.Value {
+				continue
+			}
+			if v == after.Value {
+				from, exclusive = after.RowID, true
+			}
+		}
+		for {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			batch = batch[:0]
+			p.mu.RLock()
+			if t := p.tables[tableName]; t != nil {
+				if x := t.scoped[scopeKey{variable, v}]; x != nil {
+					x.ascend(from, exclusive, func(e *rowEntry) bool {
+						r := cloneRow(&e.row)
+						batch = append(batch, &r)
+						return len(batch) < scanBatchRows
+					})
+				}
+			}
+			p.mu.RUnlock()
+			for _, r := range batch {
+				if !fn(v, r) {
+					return nil
+				}
+			}
+			if len(batch) < scanBatchRows {
+				break
+			}
+			from, exclusive = batch[len(batch)-1].RowID, true
+		}
+	}
+	return nil
+}
+
+// ReadLogScoped implements store.Store by filtering the log: memory
+// holds it anyway, so no index is kept.
+func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable string, values []string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) (int64, error) {
+	err := s.walkLog(ctx, partition, afterSeq, throughSeq, true, func(c *store.Commit) bool {
+		for _, ch := range c.Changes {
+			if ch.Table != table {
+				continue
+			}
+			for _, sc := range ch.Scopes {
+				if sc.Key == variable && slices.Contains(values, sc.Value) {
+					return fn(c)
+				}
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	h, _, err := s.Head(ctx, partition)
+	return h.HorizonSeq, err
 }
 
 // ReadLog implements store.Store.

@@ -132,6 +132,21 @@ func (s *Segments) Find(ctx context.Context, key store.SegmentKey, nowMs int64) 
 	return bestID, best, matched, nil
 }
 
+// FindSized implements store.SizedFinder.
+func (s *Segments) FindSized(ctx context.Context, key store.SegmentKey, nowMs int64) (string, store.Publication, int64, bool, error) {
+	id, pub, ok, err := s.Find(ctx, key, nowMs)
+	if !ok || err != nil {
+		return id, pub, 0, ok, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var n int64
+	if seg := s.segs[id]; seg != nil {
+		n = int64(len(seg.body))
+	}
+	return id, pub, n, true, nil
+}
+
 // Lookup implements store.SegmentStore.
 func (s *Segments) Lookup(ctx context.Context, segmentID string) (*store.Segment, error) {
 	if err := ctx.Err(); err != nil {

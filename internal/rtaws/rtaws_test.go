@@ -88,6 +88,11 @@ func newEnv(t *testing.T) *env {
 	segs := memstore.NewSegments()
 	e := &env{db: db, table: table, mgmt: &mgmtServer{posts: map[string][][]byte{}, gone: map[string]bool{}}}
 	e.h = enginetest.New(t, st, segs, enginetest.Options{})
+	// Start at the wall clock: connection items carry a TTL from the
+	// engine's clock, and DynamoDB Local's TTL sweeper deletes items whose
+	// TTL is behind the machine's time (the harness's fixed start lies in
+	// the past), which removed connections in the middle of a test.
+	e.h.Clock.Advance(time.Now().UnixMilli() - e.h.Clock.Now())
 	e.h.Grants.Set("actor-a", engine.ScopeMap{"project_id": {"p1", "p2"}})
 	e.h.Grants.Set("actor-b", engine.ScopeMap{"project_id": {"p1"}})
 	e.h.Grants.Set("actor-d", engine.ScopeMap{"project_id": {"p2"}})

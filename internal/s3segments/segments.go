@@ -497,6 +497,7 @@ func (s *Segments) recordPublication(ctx context.Context, h string, st *segState
 		fitem := dynamostore.Key(findPK(merged.Partition), findSK(h, &merged))
 		pubAttrs(fitem, &merged)
 		fitem[aSeg], fitem[aGuard] = dynamostore.S(h), dynamostore.N(st.guardMs)
+		fitem[aLen] = dynamostore.N(st.byteLength) // FindSized: reuse without a Lookup
 		fitem[dynamostore.TTLAttribute] = item[dynamostore.TTLAttribute]
 		add(dtypes.TransactWriteItem{Put: &dtypes.Put{TableName: s.table, Item: fitem}}, fitem)
 	}
@@ -544,6 +545,15 @@ func (s *Segments) recordPublication(ctx context.Context, h string, st *segState
 // partition's lookup items for the key. Among live publications it
 // returns the one expiring last.
 func (s *Segments) Find(ctx context.Context, key store.SegmentKey, nowMs int64) (string, store.Publication, bool, error) {
+	id, pub, _, ok, err := s.FindSized(ctx, key, nowMs)
+	return id, pub, ok, err
+}
+
+// FindSized implements store.SizedFinder: Find, with the byte length the
+// lookup item records (0 for items written before it did), so a pull
+// reusing a page reads nothing whose cost grows with the segment's
+// publications in other partitions.
+func (s *Segments) FindSized(ctx context.Context, key store.SegmentKey, nowMs int64) (string, store.Publication, int64, bool, error) {
 	in := &dynamodb.QueryInput{
 		TableName:              s.table,
 		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :k)"),
@@ -556,6 +566,7 @@ func (s *Segments) Find(ctx context.Context, key store.SegmentKey, nowMs int64) 
 	var (
 		bestID  string
 		best    store.Publication
+		bestLen int64
 		matched bool
 	)
 	for {
@@ -569,7 +580,7 @@ func (s *Segments) Find(ctx context.Context, key store.SegmentKey, nowMs int64) 
 			return err
 		})
 		if err != nil {
-			return "", store.Publication{}, false, err
+			return "", store.Publication{}, 0, false, err
 		}
 		size := 0
 		for _, it := range out.Items {
@@ -586,6 +597,7 @@ func (s *Segments) Find(ctx context.Context, key store.SegmentKey, nowMs int64) 
 			id := "sha256:" + h
 			if !matched || p.ExpiresAtMs > best.ExpiresAtMs || (p.ExpiresAtMs == best.ExpiresAtMs && id < bestID) {
 				bestID, best, matched = id, p, true
+				bestLen, _ = num(it, aLen)
 			}
 		}
 		dynamostore.RecordEstimate(ctx, float64(max(1, (size+4095)/4096)), 0)
@@ -594,7 +606,7 @@ func (s *Segments) Find(ctx context.Context, key store.SegmentKey, nowMs int64) 
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
-	return bestID, best, matched, nil
+	return bestID, best, bestLen, matched, nil
 }
 
 // Lookup implements store.SegmentStore.

@@ -326,3 +326,47 @@ func TestPresignFields(t *testing.T) {
 		})
 	}
 }
+
+// TestFindCostFlat (issue 11 item 5): a pull reusing a page pays
+// FindSized, one Query of its own partition's lookup items, whose cost
+// does not grow with the publications other partitions hold on the same
+// bytes (an empty or identical page is shared by every tenant); Lookup,
+// which the reuse path no longer needs, grows with them.
+func TestFindCostFlat(t *testing.T) {
+	e := newEnv(t, s3segments.Options{})
+	ctx := context.Background()
+	body := []byte(strings.Repeat("identical page bytes ", 100))
+	sum := sha256.Sum256(body)
+	id := "sha256:" + hex.EncodeToString(sum[:])
+	now := time.Now().UnixMilli()
+	key := func(p string) store.SegmentKey {
+		return store.SegmentKey{Partition: p, LogEpoch: "e", Table: "tasks", SchemaVersion: 1, MediaType: wire.MediaRows, ScopeDigest: "d", AsOfCommitSeq: 7}
+	}
+	published := 0
+	var first float64
+	for _, n := range []int{1, 30, 150} {
+		for ; published < n; published++ {
+			pub := store.Publication{SegmentKey: key("tenant-" + strconv.Itoa(published)), RowCount: 0, CreatedAtMs: now, ExpiresAtMs: now + time.Hour.Milliseconds()}
+			if err := e.segs.Put(ctx, id, body, pub, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mctx, c := dynamostore.WithCapacity(ctx)
+		gotID, _, size, ok, err := e.segs.FindSized(mctx, key("tenant-0"), now)
+		if err != nil || !ok || gotID != id || size != int64(len(body)) {
+			t.Fatalf("FindSized: %s %d %v %v", gotID, size, ok, err)
+		}
+		find := c.Snapshot()
+		lctx, lc := dynamostore.WithCapacity(ctx)
+		if _, err := e.segs.Lookup(lctx, id); err != nil {
+			t.Fatal(err)
+		}
+		look := lc.Snapshot()
+		t.Logf("%4d publications of the same bytes: FindSized %d round trip(s) %.1f RCU; Lookup %d round trip(s) %.1f RCU", n, find.RoundTrips, find.EstRCU, look.RoundTrips, look.EstRCU)
+		if n == 1 {
+			first = find.EstRCU
+		} else if find.EstRCU != first || find.RoundTrips != 1 {
+			t.Errorf("%d publications: FindSized costs %.1f RCU in %d round trips, with 1 it cost %.1f in 1", n, find.EstRCU, find.RoundTrips, first)
+		}
+	}
+}

@@ -5,6 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -60,7 +64,13 @@ func (ps *pullState) bootstrap(ctx context.Context, p *subPlan, tok bootstrapTok
 		asOf = tok.AsOfCommitSeq
 		resumed = true
 		if tok.RowCursor != nil {
-			cursor = wire.Some(*tok.RowCursor)
+			// A cursor this server did not write (or one of the row-order
+			// cursors of before scope-keyed reads) restarts this
+			// bootstrap's pages at the pin: the pages are upserts, so
+			// re-sending rows is safe, skipping them would not be.
+			if _, ok := parseRowCursor(*tok.RowCursor); ok {
+				cursor = wire.Some(*tok.RowCursor)
+			}
 		}
 	}
 	// SUB_START goes out with the first segment frame (pullState.write):
@@ -73,6 +83,9 @@ func (ps *pullState) bootstrap(ctx context.Context, p *subPlan, tok bootstrapTok
 	digest := scopeDigest(p.effective)
 	complete := false
 	for page := 0; page < ps.lim.snapshotPages; page++ {
+		if ps.outOfTime(ctx, ps.sentData) {
+			break // the token resumes at cursor
+		}
 		next, done, stop, err := ps.page(ctx, p, asOf, digest, cursor)
 		if err != nil {
 			return 0, false, err
@@ -128,8 +141,23 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 		AsOfCommitSeq: asOf, RowCursor: cursor,
 	}
 	if canExternal {
-		// §5.1 build once, reuse while unexpired.
-		id, pub, ok, err := e.segs.Find(ctx, key, rs.now)
+		// §5.1 build once, reuse while unexpired. A store that knows the
+		// segment's size with the publication saves the Lookup, whose
+		// cost grows with the segment's publications in every partition.
+		var id string
+		var pub store.Publication
+		var ok bool
+		var err error
+		size := int64(-1)
+		if sf, isSized := e.segs.(store.SizedFinder); isSized {
+			var n int64
+			id, pub, n, ok, err = sf.FindSized(ctx, key, rs.now)
+			if n > 0 {
+				size = n
+			}
+		} else {
+			id, pub, ok, err = e.segs.Find(ctx, key, rs.now)
+		}
 		if err != nil {
 			return next, false, false, storeErr(err, "find segment")
 		}
@@ -140,7 +168,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 		fits := pub.RowCount == int64(ps.lim.snapshotRows) ||
 			(!pub.NextRowCursor.Present && pub.RowCount <= int64(ps.lim.snapshotRows))
 		if ok && fits && (!canInline || pub.RowCount > 0) {
-			if err := ps.sendRef(ctx, id, pub, digest, -1); err != nil {
+			if err := ps.sendRef(ctx, id, pub, digest, size); err != nil {
 				return next, false, false, err
 			}
 			rs.report.SegmentsReused++
@@ -214,10 +242,52 @@ func (ps *pullState) sendRef(ctx context.Context, id string, pub store.Publicati
 	return nil
 }
 
+// rowCursor is the position of a bootstrap page (§4.7 rowCursor, opaque
+// to clients): the (scope value, rowId) of the last row sent, in the
+// order of Store.ScanScopedRows over the key variable (keyVariable).
+// Text form: "s" + decimal byte length of the value + ":" + value +
+// rowId, which is unambiguous whatever either contains.
+func formatRowCursor(c store.ScopeCursor) string {
+	return "s" + strconv.Itoa(len(c.Value)) + ":" + c.Value + c.RowID
+}
+
+func parseRowCursor(s string) (*store.ScopeCursor, bool) {
+	rest, ok := strings.CutPrefix(s, "s")
+	if !ok {
+		return nil, false
+	}
+	n, rest, ok := strings.Cut(rest, ":")
+	if !ok {
+		return nil, false
+	}
+	l, err := strconv.Atoi(n)
+	if err != nil || l < 0 || l > len(rest) || strconv.Itoa(l) != n {
+		return nil, false
+	}
+	return &store.ScopeCursor{Value: rest[:l], RowID: rest[l:]}, true
+}
+
+// keyVariable is the scope variable a bootstrap reads by: the first
+// effective key in canonical (UTF-16) order. Effective keys are the
+// subscription's requested keys (§3.2 rule 5), so every page of one
+// bootstrap uses the same variable. The other keys filter in memory.
+func keyVariable(eff ScopeMap) string {
+	var best string
+	first := true
+	for k := range eff {
+		if first || canonjson.CompareUTF16(k, best) < 0 {
+			best, first = k, false
+		}
+	}
+	return best
+}
+
 // buildPage encodes the next page of rows matching the effective scopes:
 // at most snapshotRows rows and about SegmentMaxBytes bytes. Rows are
 // stored row-codec encoded, so for a same-version client the segment is
-// a byte copy of stored payloads.
+// a byte copy of stored payloads. Rows are read by the values of one
+// effective variable (Store.ScanScopedRows: only the rows of those
+// values, not the table), and the other effective keys filter them.
 func (ps *pullState) buildPage(ctx context.Context, p *subPlan, cursor wire.Opt[string]) (body []byte, rows int, last string, more bool, err error) {
 	e := ps.e
 	rs := ps.rs
@@ -229,9 +299,23 @@ func (ps *pullState) buildPage(ctx context.Context, p *subPlan, cursor wire.Opt[
 	}
 	budget := e.limits.SegmentMaxBytes - 64
 	var scanErr error
-	err = e.store.ScanRows(ctx, rs.auth.Partition, p.table.Name, cursor.Value, cursor.Present, func(r *store.Row) bool {
+	var after *store.ScopeCursor
+	if cursor.Present {
+		after, _ = parseRowCursor(cursor.Value) // validated when the token was read
+	}
+	variable := keyVariable(p.effective)
+	scanned := 0
+	err = e.store.ScanScopedRows(ctx, rs.auth.Partition, p.table.Name, variable, p.effective[variable], after, func(value string, r *store.Row) bool {
+		if scanned >= e.limits.MaxRowsScannedPerPage {
+			// Work budget: the page ends at the last row read, which
+			// the next page resumes after (a short page, perhaps empty).
+			more = true
+			return false
+		}
+		scanned++
 		rs.report.RowsScanned++
 		if !matchesScopes(r.Scopes, p.effective) {
+			last = formatRowCursor(store.ScopeCursor{Value: value, RowID: r.RowID})
 			return true
 		}
 		if rows >= ps.lim.snapshotRows || (rows > 0 && buf.Len()+len(r.Payload)+16 > budget) {
@@ -247,7 +331,7 @@ func (ps *pullState) buildPage(ctx context.Context, p *subPlan, cursor wire.Opt[
 			return false
 		}
 		rows++
-		last = r.RowID
+		last = formatRowCursor(store.ScopeCursor{Value: value, RowID: r.RowID})
 		return true
 	})
 	if err != nil {

@@ -101,6 +101,28 @@ type Limits struct {
 	// references append to one commit (§6.11 CASCADE and SET NULL);
 	// past it the commit is rejected with reason cascade_limit.
 	MaxCascadeOperationsPerCommit int
+	// Work budgets (issue 11). MaxSubscriptions caps the subscriptions of
+	// one request and MaxScopeValues the scope values they request in
+	// total (each value is a storage query of a bootstrap page); past
+	// either the request is refused with sync.invalid_request before any
+	// storage read.
+	MaxSubscriptions int
+	MaxScopeValues   int
+	// RequestTimeout bounds one sync request: its context ends after it,
+	// so a request stuck in storage ends with an SSP2 error (and a log
+	// line) rather than the function's own timeout. Keep it under the
+	// gateway's limit (API Gateway: 29 s).
+	RequestTimeout time.Duration
+	// DeadlineReserve: a pull stops adding pages and commits once less
+	// than this is left before the request's deadline (its context's,
+	// or RequestTimeout), and returns what it has with resumable state,
+	// as when the byte budget ends it.
+	DeadlineReserve time.Duration
+	// MaxRowsScannedPerPage bounds the stored rows one bootstrap page
+	// reads (rows read by one scope variable and then filtered out by
+	// another count too); the page then ends early with a cursor past the
+	// rows read, so every page's work is bounded whatever the filter.
+	MaxRowsScannedPerPage int
 	// MaxBlobBytes caps one blob (§5.9.3 blob.too_large), checked on
 	// the declared length, the streamed bytes and at grant issuance.
 	MaxBlobBytes int64
@@ -124,6 +146,11 @@ const (
 	DefaultMinRetainedCommits    = 1000
 	// DefaultMaxCascadeOperations is the §6.11 reference default.
 	DefaultMaxCascadeOperations = 1000
+	DefaultMaxSubscriptions     = 100
+	DefaultMaxScopeValues       = 1000
+	DefaultRequestTimeout       = 25 * time.Second
+	DefaultDeadlineReserve      = 3 * time.Second
+	DefaultMaxRowsScanned       = 20000
 	// DefaultMaxBlobBytes is the §5.9.3 host size cap.
 	DefaultMaxBlobBytes = 64 << 20
 	// DefaultBlobOrphanGrace is the §5.9.2 default grace period.
@@ -154,6 +181,21 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxCommitBytes <= 0 {
 		l.MaxCommitBytes = limits.MaxCommitBytes
+	}
+	if l.MaxSubscriptions <= 0 {
+		l.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if l.MaxScopeValues <= 0 {
+		l.MaxScopeValues = DefaultMaxScopeValues
+	}
+	if l.RequestTimeout <= 0 {
+		l.RequestTimeout = DefaultRequestTimeout
+	}
+	if l.DeadlineReserve <= 0 {
+		l.DeadlineReserve = DefaultDeadlineReserve
+	}
+	if l.MaxRowsScannedPerPage <= 0 {
+		l.MaxRowsScannedPerPage = DefaultMaxRowsScanned
 	}
 	if l.MaxRowBytes <= 0 {
 		l.MaxRowBytes = limits.MaxRowBytes

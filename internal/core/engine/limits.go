@@ -30,6 +30,20 @@ func (e *Engine) checkRequestLimits(auth Auth, req *wire.Request) error {
 		// §10.2 resetClientId: the client picks a new, shorter id.
 		return syncerr.New(syncerr.InvalidClientID, "clientId is %d bytes; at most %d are accepted (§1.5)", n, limits.MaxClientIDBytes)
 	}
+	// Work budgets (issue 11): the subscriptions and scope values one
+	// request may make the server read for.
+	if n := len(req.Subscriptions); n > e.limits.MaxSubscriptions {
+		return syncerr.New(syncerr.InvalidRequest, "the request has %d subscriptions; at most %d are served per request", n, e.limits.MaxSubscriptions)
+	}
+	values := 0
+	for i := range req.Subscriptions {
+		for _, sc := range req.Subscriptions[i].Scopes {
+			values += len(sc.Values)
+		}
+	}
+	if values > e.limits.MaxScopeValues {
+		return syncerr.New(syncerr.InvalidRequest, "the request's subscriptions name %d scope values; at most %d are served per request", values, e.limits.MaxScopeValues)
+	}
 	for i := range req.Subscriptions {
 		s := &req.Subscriptions[i]
 		if len(s.Table) > limits.MaxTableNameBytes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
@@ -170,6 +171,17 @@ func (ps *pullState) overBudget(n int) bool {
 	return ps.sentData && ps.cw.n+int64(n) > int64(ps.e.limits.ResponseBudgetBytes)
 }
 
+// outOfTime reports whether the request's deadline is closer than the
+// reserve (issue 11 work budget). Like overBudget it never stops a
+// response before its first data frame, so every pull makes progress.
+func (ps *pullState) outOfTime(ctx context.Context, sentData bool) bool {
+	if !sentData {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < ps.e.limits.DeadlineReserve
+}
+
 // section produces SUB_START … SUB_END for one subscription.
 func (ps *pullState) section(ctx context.Context, p *subPlan) (int64, bool, error) {
 	sub := p.sub
@@ -235,16 +247,53 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	pendingBytes := len(startBytes)
 	sentData := ps.sentData
 	var werr error
-	err = ps.log.each(ctx, sub.Cursor, func(c *store.Commit) bool {
+	// A long window is read through the log's scope index (§3.1): only
+	// the commits touching the subscription's values of its key variable,
+	// not the window. Commits come then with gaps, so the read's horizon
+	// (read after the index) replaces the contiguity check, and a stop
+	// before commit c leaves the cursor at c−1 (nothing in between
+	// concerns this subscription).
+	scoped := ps.maxSeq-sub.Cursor > scopedLogMinWindow
+	each := func(fn func(*store.Commit) bool) error { return ps.log.each(ctx, sub.Cursor, fn) }
+	if scoped {
+		each = func(fn func(*store.Commit) bool) error {
+			variable := keyVariable(p.effective)
+			hz, err := ps.e.store.ReadLogScoped(ctx, ps.rs.auth.Partition, p.table.Name, variable, p.effective[variable], sub.Cursor, ps.maxSeq, fn)
+			if err != nil {
+				return storeErr(err, "read the log by scope")
+			}
+			if hz > sub.Cursor {
+				gap = true // pruning reached the window: decided below (§4.6)
+			}
+			return nil
+		}
+	}
+	err = each(func(c *store.Commit) bool {
+		if scoped {
+			if c.Seq <= sub.Cursor || c.Seq > ps.maxSeq || c.Seq < expect {
+				return true
+			}
+			expect = c.Seq
+		}
 		if c.Seq != expect {
 			gap = true
 			return false
 		}
 		expect++
+		stopAt := func() {
+			if scoped {
+				next = c.Seq - 1
+			}
+		}
 		frame := commitFrame(c, sub.Table, p.effective)
 		if frame == nil {
 			next = c.Seq // nothing for this subscription: the cursor still advances
 			return true
+		}
+		if ps.outOfTime(ctx, sentData) {
+			exhausted = false
+			stopAt()
+			return false
 		}
 		if werr = ps.forClientVersion(frame, p.table); werr != nil {
 			return false
@@ -252,11 +301,13 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 		n := len(frame.Changes)
 		if delivered > 0 && delivered+n > ps.lim.commits {
 			exhausted = false
+			stopAt()
 			return false
 		}
 		size := frameSize(frame)
 		if sentData && ps.cw.n+int64(pendingBytes+size) > int64(ps.e.limits.ResponseBudgetBytes) {
 			exhausted = false
+			stopAt()
 			return false
 		}
 		frames = append(frames, frame)
@@ -272,7 +323,7 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	if err != nil {
 		return 0, false, err
 	}
-	if exhausted && !gap && next < ps.maxSeq && expect <= ps.maxSeq {
+	if !scoped && exhausted && !gap && next < ps.maxSeq && expect <= ps.maxSeq {
 		gap = true // the read ended before maxSeq
 	}
 	if gap {
@@ -288,7 +339,12 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 			}
 			return sub.Cursor, false, ps.write(&wire.SubEnd{NextCursor: sub.Cursor})
 		}
-		return 0, false, syncerr.New(syncerr.StorageStaleRead, "the commit log read missed commit %d of the window (%d, %d]", expect, sub.Cursor, ps.maxSeq)
+		if !scoped {
+			return 0, false, syncerr.New(syncerr.StorageStaleRead, "the commit log read missed commit %d of the window (%d, %d]", expect, sub.Cursor, ps.maxSeq)
+		}
+		// Scoped: the read's horizon was past the cursor but the head's
+		// no longer is (a restore?): nothing missing can be proven, so
+		// the read stands.
 	}
 	if err := ps.write(start); err != nil {
 		return 0, false, err
@@ -305,6 +361,12 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	}
 	return next, true, ps.write(&wire.SubEnd{NextCursor: next})
 }
+
+// scopedLogMinWindow is the window length from which an incremental
+// section reads the log through its scope index (two round trips: the
+// index, then the commits it lists) rather than the whole window (one
+// Query of 100 log items per round trip).
+const scopedLogMinWindow = 64
 
 // forClientVersion re-encodes a frame's rows (stored for the latest
 // schema version) for the request's version (§2.4: rows always travel in

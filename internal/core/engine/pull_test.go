@@ -353,10 +353,19 @@ func TestPullBootstrapTriggers(t *testing.T) {
 		}
 	}
 	// A token pinned exactly at the horizon still resumes.
-	atHorizon := fmt.Sprintf(`{"asOfCommitSeq":%d,"tables":["tasks"],"tableIndex":0,"rowCursor":"t1"}`, hz)
+	// (The row cursor is this server's (scope value, rowId) form: after
+	// row t1 under project_id p1.)
+	atHorizon := fmt.Sprintf(`{"asOfCommitSeq":%d,"tables":["tasks"],"tableIndex":0,"rowCursor":"s2:p1t1"}`, hz)
 	sec = resumed(hz, atHorizon)
-	if sec.Refs[0].AsOfCommitSeq != hz || !sec.Refs[0].RowCursor.Present || sec.Refs[0].RowCursor.Value != "t1" {
+	if sec.Refs[0].AsOfCommitSeq != hz || !sec.Refs[0].RowCursor.Present || sec.Refs[0].RowCursor.Value != "s2:p1t1" {
 		t.Fatalf("resume at the horizon: %+v", sec.Refs[0])
+	}
+	// A cursor this server never writes (a plain rowId, as written before
+	// scope-keyed reads) restarts the pages at the pin, never skips rows.
+	legacy := fmt.Sprintf(`{"asOfCommitSeq":%d,"tables":["tasks"],"tableIndex":0,"rowCursor":"t1"}`, hz)
+	sec = resumed(hz, legacy)
+	if sec.Refs[0].AsOfCommitSeq != hz || sec.Refs[0].RowCursor.Present {
+		t.Fatalf("resume with a foreign cursor: %+v", sec.Refs[0])
 	}
 }
 

@@ -460,7 +460,7 @@ func (p *refPass) stillChild(child *schema.Table, ref *schema.Reference, r *stor
 // the child's stored scopes (§6.11, §2.2).
 func (p *refPass) appendDelete(child *schema.Table, row *store.Row) {
 	p.ev.changes = append(p.ev.changes, store.Change{Table: child.Name, RowID: row.RowID, Op: wire.OpDelete, Scopes: row.Scopes})
-	p.ev.rows = append(p.ev.rows, store.RowWrite{Table: child.Name, Delete: true, Row: store.Row{RowID: row.RowID}})
+	p.ev.rows = append(p.ev.rows, store.RowWrite{Table: child.Name, Delete: true, Row: store.Row{RowID: row.RowID, Scopes: row.Scopes}})
 	p.final[rowKey{child.Name, row.RowID}] = nil
 }
 

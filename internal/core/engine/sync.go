@@ -132,6 +132,11 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // (syncerr.ForWire): a version-2 client never receives a code added by
 // version 3.
 func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
+	// Work budget (issue 11): the request ends by RequestTimeout at the
+	// latest; storage calls past it fail with the context's error, which
+	// storeErr answers as a retryable sync.internal_error.
+	ctx, cancel := context.WithTimeout(ctx, e.limits.RequestTimeout)
+	defer cancel()
 	var rep *Report
 	var err error
 	if e.gates != nil {

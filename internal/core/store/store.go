@@ -40,6 +40,16 @@ var (
 	ErrTooLarge = errors.New("store: item too large")
 )
 
+// HeadMovedError is ErrHeadMoved (errors.Is) carrying the head the
+// failed commit condition saw, when the backend returned it, so the
+// engine's retry needs no separate head read.
+type HeadMovedError struct{ Head Head }
+
+func (e *HeadMovedError) Error() string { return ErrHeadMoved.Error() }
+
+// Is makes errors.Is(err, ErrHeadMoved) hold.
+func (e *HeadMovedError) Is(target error) bool { return target == ErrHeadMoved }
+
 // Head is the partition registry entry and log head (§2.1, §4.6).
 type Head struct {
 	// LogEpoch identifies the continuity of the log (§2.1), non-empty.
@@ -68,9 +78,11 @@ type Row struct {
 	RowID string
 	// Deleted marks a tombstone: the row was deleted by commit CommitSeq.
 	// Only GetRows returns tombstones (ScanRows never does); a tombstone
-	// has no Payload, Scopes or ColumnVersions, and Version 0. Writing an
-	// upsert replaces it; Prune removes tombstones with CommitSeq at or
-	// below the horizon.
+	// keeps the deleted row's Scopes (those of the delete's RowWrite, so
+	// a later upsert is authorized against them, §3.4) and has no Payload
+	// or ColumnVersions, and Version 0. A tombstone written before
+	// tombstones kept scopes has none. Writing an upsert replaces it;
+	// Prune removes tombstones with CommitSeq at or below the horizon.
 	Deleted bool
 	// Version is server_version (§2.2): 1 on insert, +1 per applied upsert.
 	Version int64
@@ -127,7 +139,8 @@ type Outcome struct {
 }
 
 // RowWrite is the materialization of one change into the row table.
-// A Delete replaces the row with a tombstone at the commit's seq.
+// A Delete replaces the row with a tombstone at the commit's seq; its
+// Row carries RowID and the deleted row's stored Scopes.
 type RowWrite struct {
 	Table  string
 	Delete bool
@@ -201,6 +214,13 @@ type RefWrite struct {
 	Remove bool
 }
 
+// ScopeCursor is a position of ScanScopedRows: the row RowID found
+// under scope value Value.
+type ScopeCursor struct {
+	Value string
+	RowID string
+}
+
 // Client is the per-(partition, clientId) record (§1.5 actor binding,
 // §4.5 retention watermark).
 type Client struct {
@@ -241,8 +261,9 @@ type Store interface {
 	PutRejection(ctx context.Context, partition, clientID, clientCommitID string, o Outcome, w WriterCheck) error
 	// Commit appends req.Commit as commitSeq ExpectedMaxSeq+1 together with
 	// its row writes and applied outcome, all or nothing (§6.4). It returns
-	// ErrHeadMoved on a lost race and ErrOutcomeExists when the idempotency
-	// key already has an outcome.
+	// ErrHeadMoved on a lost race (a *HeadMovedError with the current head
+	// when the backend has it at no extra cost) and ErrOutcomeExists when
+	// the idempotency key already has an outcome.
 	Commit(ctx context.Context, partition string, req *CommitRequest) error
 
 	// GetRows returns the current rows for rowIDs of table (absent rows are
@@ -256,10 +277,33 @@ type Store interface {
 	// at least the head read before the scan. Tombstones are never passed
 	// to fn.
 	ScanRows(ctx context.Context, partition, table string, after string, hasAfter bool, fn func(*Row) bool) error
+	// ScanScopedRows calls fn for the live rows of table whose stored
+	// scope variable has one of values (§3.2 read rule, one variable), in
+	// ascending (value, rowId) byte order: values ascending, and within
+	// a value rowIds ascending, starting strictly after `after` when it is
+	// non-nil, until fn returns false or the values end. fn receives the
+	// value the row was found under. Consistent read, like ScanRows. A
+	// backend keys rows by their scope values so this reads only the
+	// matching rows (a bootstrap's cost follows what the client may see,
+	// not the table). Scope values are immutable after insert (§3.4): an
+	// upsert of a live row carries the row's stored Scopes, and a row
+	// changes scopes only by a delete (whose RowWrite carries the old
+	// scopes) followed by an insert.
+	ScanScopedRows(ctx context.Context, partition, table, variable string, values []string, after *ScopeCursor, fn func(value string, r *Row) bool) error
 	// ReadLog calls fn for commits with afterSeq < Seq ≤ throughSeq, oldest
 	// first, until fn returns false. Commits at or below the horizon may be
 	// missing.
 	ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*Commit) bool) error
+
+	// ReadLogScoped is the §3.1 inverted-index read of the log: it calls
+	// fn, oldest first, for the commits with afterSeq < Seq ≤ throughSeq
+	// that have a change of table whose stored scope variable holds one of
+	// values, until fn returns false. It may pass further commits (fn
+	// filters changes anyway) but never misses one above the returned
+	// horizon, which it reads after the index: when horizon > afterSeq,
+	// commits of the window may be pruned and the caller must not treat
+	// the read as complete (§4.6).
+	ReadLogScoped(ctx context.Context, partition, table, variable string, values []string, afterSeq, throughSeq int64, fn func(*Commit) bool) (horizon int64, err error)
 
 	// GetClient returns the client record, nil when none.
 	GetClient(ctx context.Context, partition, clientID string) (*Client, error)
@@ -350,6 +394,14 @@ type SegmentStore interface {
 	Lookup(ctx context.Context, segmentID string) (*Segment, error)
 	// Open streams the segment bytes, or ErrNotFound.
 	Open(ctx context.Context, segmentID string) (io.ReadCloser, error)
+}
+
+// SizedFinder is implemented by segment stores whose Find also knows the
+// segment's byte length, so reusing a publication needs no Lookup (whose
+// cost grows with the segment's publications in every partition).
+type SizedFinder interface {
+	// FindSized is Find plus the segment's byte length (0: unknown).
+	FindSized(ctx context.Context, key SegmentKey, nowMs int64) (segmentID string, pub Publication, byteLength int64, ok bool, err error)
 }
 
 // Presigner issues delegated download URLs for segment objects (§5.4).

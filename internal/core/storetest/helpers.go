@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -254,14 +255,16 @@ func checkRow(t *testing.T, got *store.Row, want store.Row) {
 }
 
 // checkTombstone asserts got is the tombstone of id left by commit seq:
-// flagged, with no payload, scopes or column versions.
-func checkTombstone(t *testing.T, got *store.Row, id string, seq int64) {
+// flagged, keeping the deleted row's scopes (kv "k=v" pairs), with no
+// payload or column versions.
+func checkTombstone(t *testing.T, got *store.Row, id string, seq int64, scopes ...string) {
 	t.Helper()
 	if got == nil {
 		t.Fatalf("tombstone %q missing", id)
 	}
-	if !got.Deleted || got.RowID != id || got.CommitSeq != seq || len(got.Payload) != 0 || len(got.Scopes) != 0 || got.ColumnVersions != nil {
-		t.Errorf("tombstone %q: got %+v, want Deleted, CommitSeq %d, no payload, scopes or column versions", id, *got, seq)
+	if !got.Deleted || got.RowID != id || got.CommitSeq != seq || len(got.Payload) != 0 || got.ColumnVersions != nil || got.Version != 0 ||
+		!slices.Equal(got.Scopes, scopeList(scopes...)) {
+		t.Errorf("tombstone %q: got %+v, want Deleted, CommitSeq %d, scopes %v, no payload or column versions", id, *got, seq, scopes)
 	}
 }
 

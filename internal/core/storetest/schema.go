@@ -30,6 +30,7 @@ func RunSchemaStore(t *testing.T, newStore func(t *testing.T) SchemaBackend) {
 		{"Fence/RacingWriterFenced", testFenceRace},
 		{"Fence/NewPartitionStartsAtMarker", testFenceNewPartition},
 		{"Gate/TokenFencesCommit", testGateToken},
+		{"Gate/HeadMovedCarriesGate", testHeadMovedGate},
 		{"Fence/RefusesOlderRejection", testFenceRejection},
 		{"Gate/TokenFencesRejection", testGateTokenRejection},
 		{"Checkpoint/DeclareClaimAdvance", testCheckpointLifecycle},
@@ -256,6 +257,31 @@ func testGateToken(t *testing.T, e *schemaT) {
 	}
 	req.GateToken = e.gate().Token
 	e.commit(req)
+}
+
+// testHeadMovedGate: the head a lost race returns (store.HeadMovedError)
+// carries the partition's gate as Head reads it, so an engine that
+// retries from it without reading the head commits on the current token
+// and fence rather than failing once more on ErrGateMoved.
+func testHeadMovedGate(t *testing.T, e *schemaT) {
+	e.touch()
+	e.fence(1)
+	e.declare("proj", 1, "t")
+	tok := e.gate().Token
+	stale := e.versioned(1, upsert("t", "b", 1, "y"))
+	req := e.versioned(1, upsert("t", "a", 1, "x"))
+	req.CheckGate, req.GateToken = true, tok
+	e.commit(req)
+	stale.Commit.ClientCommitID = "stale"
+	stale.CheckGate, stale.GateToken = true, tok
+	err := e.s.Commit(e.ctx, e.p, stale)
+	var hm *store.HeadMovedError
+	if !errors.As(err, &hm) {
+		t.Fatalf("commit behind the head: %v, want a HeadMovedError", err)
+	}
+	if g := hm.Head.Gate; g == nil || g.Token != tok || g.WriterFence != 1 || hm.Head.MaxCommitSeq != 1 {
+		t.Fatalf("HeadMovedError head %+v gate %+v, want maxCommitSeq 1, token %d, fence 1", hm.Head, g, tok)
+	}
 }
 
 // outcomeOf reads the recorded outcome of (client-a, id).

@@ -32,6 +32,7 @@ func RunSegmentStore(t *testing.T, newSegs func(t *testing.T) store.SegmentStore
 		{"Publications/ExpiredPrunedOnPut", testSegPruneOnPut},
 		{"Find/IgnoresExpired", testSegFindExpired},
 		{"Find/ExactKey", testSegFindExactKey},
+		{"Find/Sized", testSegFindSized},
 		{"Lookup/UnknownNotFound", testSegUnknown},
 	}
 	for _, tc := range tests {
@@ -387,5 +388,30 @@ func testSegUnknown(t *testing.T, e *segmentsT) {
 	}
 	if gotID, _, ok := e.find(e.key(), baseMs); ok {
 		t.Errorf("Find with nothing published returned %q", gotID)
+	}
+}
+
+// testSegFindSized: a store that implements store.SizedFinder answers as
+// Find does, plus the segment's byte length, whatever other partitions
+// published the same bytes.
+func testSegFindSized(t *testing.T, e *segmentsT) {
+	sf, ok := e.s.(store.SizedFinder)
+	if !ok {
+		t.Skip("not a store.SizedFinder")
+	}
+	body := e.body(1234)
+	id := segmentID(body)
+	k := e.key()
+	pub := publication(k, wire.Some("next"), 10, baseMs, baseMs+10_000)
+	e.put(id, body, pub, baseMs)
+	other := k
+	other.Partition = e.p + "-other"
+	e.put(id, body, publication(other, wire.Some("next"), 10, baseMs, baseMs+20_000), baseMs)
+	gotID, got, n, found, err := sf.FindSized(e.ctx, k, baseMs+1)
+	if err != nil || !found || gotID != id || got != pub || n != int64(len(body)) {
+		t.Fatalf("FindSized = %s %+v %d %v %v; want %s %+v %d", gotID, got, n, found, err, id, pub, len(body))
+	}
+	if _, _, _, found, err := sf.FindSized(e.ctx, k, baseMs+10_000); err != nil || found {
+		t.Fatalf("FindSized of an expired publication: found=%v err=%v", found, err)
 	}
 }

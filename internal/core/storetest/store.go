@@ -58,6 +58,9 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ScanRows/AfterExclusive", testScanAfter},
 		{"ScanRows/EarlyStop", testScanEarlyStop},
 		{"ScanRows/TablesSeparate", testScanTablesSeparate},
+		{"ScanScopedRows/OrderAndFilter", testScopedOrderAndFilter},
+		{"ScanScopedRows/FollowsWrites", testScopedFollowsWrites},
+		{"ReadLogScoped/Index", testLogScoped},
 		{"ReadLog/Window", testReadLogWindow},
 		{"ReadLog/EarlyStop", testReadLogEarlyStop},
 		{"Clients/PutGetList", testClients},
@@ -77,6 +80,7 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Tombstones/UpsertReplaces", testTombstoneUpsertReplaces},
 		{"Tombstones/DeleteAgainMovesSeq", testTombstoneDeleteAgain},
 		{"Tombstones/ManyInOneCommit", testTombstonesMany},
+		{"Tombstones/KeepScopes", testTombstoneKeepsScopes},
 		{"Prune/RemovesTombstones", testPruneTombstones},
 		{"Prune/TombstonesOfLargeCommit", testPruneTombstonesLarge},
 		{"CommitTimes/AfterSeq", testCommitTimes},
@@ -243,6 +247,12 @@ func testCommitHeadMoved(t *testing.T, e *partitionT) {
 		if !errors.Is(err, store.ErrHeadMoved) {
 			t.Fatalf("Commit with ExpectedMaxSeq %d on head 1: %v, want ErrHeadMoved", expected, err)
 		}
+		// A head returned with the lost race is the head as it is, so the
+		// engine can retry from it without reading it again.
+		var hm *store.HeadMovedError
+		if errors.As(err, &hm) && (hm.Head.MaxCommitSeq != 1 || hm.Head.LogEpoch != e.head().LogEpoch) {
+			t.Errorf("HeadMovedError carries head %+v, want maxCommitSeq 1 and the partition's epoch", hm.Head)
+		}
 	}
 	if h := e.head(); h.MaxCommitSeq != 1 {
 		t.Errorf("MaxCommitSeq %d after failed commits, want 1", h.MaxCommitSeq)
@@ -318,7 +328,7 @@ func testCommitRowsMaterialized(t *testing.T, e *partitionT) {
 	if rows["b"] != nil && rows["b"].CommitSeq != 2 {
 		t.Errorf("row b CommitSeq %d, want 2", rows["b"].CommitSeq)
 	}
-	checkTombstone(t, rows["c"], "c", 2)
+	checkTombstone(t, rows["c"], "c", 2, "org=o1", "team=t1")
 	scanned := e.scan("tasks", "", false)
 	if got := rowIDs(scanned); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("ScanRows ids %v, want [a b]", got)

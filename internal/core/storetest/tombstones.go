@@ -122,7 +122,7 @@ func testTombstoneGetRowsOnly(t *testing.T, e *partitionT) {
 	if len(got) != 4 {
 		t.Errorf("GetRows returned %d entries, want 4 (a, c and two tombstones)", len(got))
 	}
-	checkTombstone(t, got["b"], "b", 2)
+	checkTombstone(t, got["b"], "b", 2, "org=o1")
 	checkTombstone(t, got["never"], "never", 3)
 	if r := got["a"]; r == nil || r.Deleted {
 		t.Errorf("live row a: %+v", r)
@@ -158,7 +158,7 @@ func testTombstoneUpsertReplaces(t *testing.T, e *partitionT) {
 	e.touch()
 	e.commitNext(upsert("tasks", "r", 1, "r1", "org=o1"))
 	e.commitNext(del("tasks", "r", "org=o1"))
-	checkTombstone(t, e.rows("tasks", "r")["r"], "r", 2)
+	checkTombstone(t, e.rows("tasks", "r")["r"], "r", 2, "org=o1")
 	c := e.commitNext(withCV(upsert("tasks", "r", 1, "again", "org=o2"), 1, 1, 1))
 	got := e.rows("tasks", "r")["r"]
 	checkRow(t, got, c.Rows[0].Row)
@@ -196,7 +196,7 @@ func testTombstonesMany(t *testing.T, e *partitionT) {
 	var live []string
 	for i, id := range ids {
 		if i%2 == 0 {
-			checkTombstone(t, got[id], id, 2)
+			checkTombstone(t, got[id], id, 2, "org=o1")
 			continue
 		}
 		live = append(live, id)
@@ -291,7 +291,7 @@ func testPruneTombstonesLarge(t *testing.T, e *partitionT) {
 		t.Errorf("after Prune(2) %d entries left, want the 70 tombstones of commit 3", len(got))
 	}
 	for _, id := range ids[150:] {
-		checkTombstone(t, got[id], id, 3)
+		checkTombstone(t, got[id], id, 3, "org=o1")
 	}
 	if _, err := e.s.Prune(e.ctx, e.p, 3); err != nil {
 		t.Fatal(err)
@@ -308,4 +308,41 @@ func keys(m map[string]*store.Row) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// testTombstoneKeepsScopes: a tombstone keeps the deleted row's stored
+// scopes (every variable, canonical order), through a commit whose rows
+// derive from its changes, one whose rows are explicit (they differ from
+// the changes), and the large-commit path, so the engine can authorize a
+// later upsert against them (§3.4) before it answers sync.row_deleted.
+func testTombstoneKeepsScopes(t *testing.T, e *partitionT) {
+	e.touch()
+	var ins, dels []store.RowWrite
+	for i := range 150 {
+		id := fmt.Sprintf("m%03d", i)
+		ins = append(ins, upsert("tasks", id, 1, "p", "org=o1", "proj=p"+id))
+		dels = append(dels, del("tasks", id, "org=o1", "proj=p"+id))
+	}
+	e.commitNext(append(ins, upsert("tasks", "a", 1, "a1", "org=o1", "proj=x"), upsert("tasks", "b", 1, "b1", "org=o2"))...)
+	e.commitNext(del("tasks", "a", "org=o1", "proj=x"))
+	checkTombstone(t, e.rows("tasks", "a")["a"], "a", 2, "org=o1", "proj=x")
+
+	// Explicit rows: the change of b logs an upsert-then-delete pair the
+	// rows collapse into one tombstone.
+	req := commitReq(2, "c1", "explicit", upsert("tasks", "b", 2, "b2", "org=o2"), del("tasks", "b", "org=o2"))
+	req.Rows = req.Rows[1:]
+	e.commit(req)
+	checkTombstone(t, e.rows("tasks", "b")["b"], "b", 3, "org=o2")
+
+	e.commitNext(dels...) // large commit: materialized after the log
+	got := e.rows("tasks", func() []string {
+		var ids []string
+		for _, w := range dels {
+			ids = append(ids, w.Row.RowID)
+		}
+		return ids
+	}()...)
+	for _, w := range dels {
+		checkTombstone(t, got[w.Row.RowID], w.Row.RowID, 4, "org=o1", "proj=p"+w.Row.RowID)
+	}
 }

@@ -487,6 +487,27 @@ var tombstoneScenarios = []pushRuleScenario{
 		rejected(t, b.Push("late-based", Upsert("tasks", "t1", b.Task("t1", "p1", "too late", false), 1)), 0, wire.OpError, syncerr.RowMissing)
 		wantAbsent(t, h, "tasks", "t1")
 	}},
+	// §3.4 before §6.2: the tombstone keeps the deleted row's scopes and
+	// an upsert is authorized against them first, so an actor without
+	// that scope learns only sync.forbidden, never that the rowId exists
+	// (was deleted) in another scope.
+	{name: "tombstone-authorized-before-row-deleted", run: func(t *testing.T, h *Harness) {
+		a, b := seeded(t, h)
+		applied(t, a.Push("del", Delete("tasks", "t1")))
+		if s := h.StoredRow("tenant", "tasks", "t1"); s == nil || !s.Deleted || scopeText(s.Scopes) != "project_id=p1;" {
+			t.Fatalf("tombstone %+v, want one keeping project_id=p1", s.Row)
+		}
+		h.Grants.Set("mallory", engine.ScopeMap{"project_id": {"p9"}})
+		m := h.ClientV3("tenant", "mallory", "client-m")
+		rejected(t, m.Push("probe-full", Upsert("tasks", "t1", m.Task("t1", "p9", "mine", false), -1)), 0, wire.OpError, syncerr.Forbidden)
+		rejected(t, m.Push("probe-patch", Upsert("tasks", "t1", m.Patch("tasks", Cols{"id": S("t1"), "title": S("x")}), -1)), 0, wire.OpError, syncerr.Forbidden)
+		// An actor allowed the deleted row's scope still sees the delete win.
+		rejected(t, b.Push("late", Upsert("tasks", "t1", b.Patch("tasks", Cols{"id": S("t1"), "title": S("too late")}), -1)), 0, wire.OpError, syncerr.RowDeleted)
+		// Within one commit the staged tombstone keeps the scopes too.
+		applied(t, a.Push("again", Upsert("tasks", "t2", a.Task("t2", "p1", "x", false), -1)))
+		rejected(t, a.Push("del-then-upsert", Delete("tasks", "t2"), Upsert("tasks", "t2", a.Patch("tasks", Cols{"id": S("t2"), "title": S("y")}), -1)), 1, wire.OpError, syncerr.RowDeleted)
+		wantAbsent(t, h, "tasks", "t1")
+	}},
 	// B.20, delete-precedence/explicit-insert-recreates.
 	{name: "explicit-insert-recreates", run: func(t *testing.T, h *Harness) {
 		a, _ := seeded(t, h)

@@ -1,0 +1,287 @@
+package dynamostore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+)
+
+// The log's scope index (SPEC §3.1 inverted index; issue 11 item 2).
+// Every commit writes, in its log transaction, one key-only item per
+// (table, scope variable, value) its changes touch:
+//
+//	pk P#<p>#I#<table>#<variable>#<value key>   sk <seq:020d>
+//
+// (<value key> as for scope copies, scopeindex.go). A commit touching
+// more than logIndexMaxKeys of them writes one item per table under the
+// variable "*" instead, which every scoped read of that table includes.
+// An incremental pull then Queries the entries of its values in its
+// window and reads only those commits' log items (ReadLogScoped), not
+// every commit of the window.
+//
+// The head's hLogIndexFrom is the first commit written with index
+// entries (set by the first such commit); a window starting below it is
+// read from the log directly up to that commit. Prune deletes a pruned
+// commit's entries with its log items; a reader that finds an entry whose
+// log item is gone, or a horizon past its window, lets the engine decide
+// (§4.6) — the horizon is read after the entries, and it advances before
+// any delete.
+
+const (
+	hLogIndexFrom   = "li" // N first commitSeq with log-index entries
+	logIndexMaxKeys = 16
+	logIndexAny     = "*"
+)
+
+func logIndexPK(p, table, variable, value string) string {
+	base := PartitionPK(p) + "#I#" + esc(table) + "#" + esc(variable) + "#"
+	if variable == logIndexAny {
+		return base
+	}
+	if k := base + "=" + esc(value); len(k) <= maxPKBytes {
+		return k
+	}
+	sum := sha256.Sum256([]byte(value))
+	return base + "H" + hex.EncodeToString(sum[:])
+}
+
+// logIndexKeys returns the index pks of a commit's changes, deduplicated,
+// in first-seen order.
+func logIndexKeys(p string, changes []store.Change) []string {
+	var keys []string
+	seen := map[string]bool{}
+	tables := map[string]bool{}
+	var tableOrder []string
+	for i := range changes {
+		c := &changes[i]
+		if !tables[c.Table] && len(c.Scopes) > 0 {
+			tables[c.Table] = true
+			tableOrder = append(tableOrder, c.Table)
+		}
+		for _, sc := range c.Scopes {
+			k := logIndexPK(p, c.Table, sc.Key, sc.Value)
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	if len(keys) <= logIndexMaxKeys {
+		return keys
+	}
+	keys = keys[:0]
+	for _, t := range tableOrder {
+		keys = append(keys, logIndexPK(p, t, logIndexAny, ""))
+	}
+	return keys
+}
+
+func logIndexActions(tbl *string, p string, seq int64, changes []store.Change) []txItem {
+	keys := logIndexKeys(p, changes)
+	out := make([]txItem, len(keys))
+	for i, k := range keys {
+		item := Key(k, seqSK(seq))
+		out[i] = txItem{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{TableName: tbl, Item: item}}}
+	}
+	return out
+}
+
+// ReadLogScoped implements store.Store: the index entries of each value
+// (and the table's "*" entries) in the window, 8 Queries in flight; then
+// the listed commits' first log items in BatchGetItems, the head riding
+// in the first, and any further chunks by Query.
+func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable string, values []string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) (int64, error) {
+	if err := checkPartition(partition); err != nil {
+		return 0, err
+	}
+	afterSeq = max(afterSeq, 0)
+	if throughSeq <= afterSeq {
+		h, _, err := s.readHead(ctx, partition)
+		return h.HorizonSeq, err
+	}
+	pks := []string{logIndexPK(partition, table, logIndexAny, "")}
+	for _, v := range values {
+		if validKeyPart(v) {
+			pks = append(pks, logIndexPK(partition, table, variable, v))
+		}
+	}
+	slices.Sort(pks)
+	pks = slices.Compact(pks)
+	seqs, err := s.indexedSeqs(ctx, pks, afterSeq, throughSeq)
+	if err != nil {
+		return 0, err
+	}
+	// Head and the listed commits' first items.
+	headKey := Key(headPK(partition), headSK)
+	keys := []map[string]types.AttributeValue{headKey}
+	for _, seq := range seqs {
+		keys = append(keys, Key(logPK(partition), seqSK(seq)))
+	}
+	var h *head
+	firsts := map[int64]map[string]types.AttributeValue{}
+	for start := 0; start < len(keys); start += batchGetMax {
+		items, err := s.batchGet(ctx, "read indexed commits", keys[start:min(len(keys), start+batchGetMax)])
+		if err != nil {
+			return 0, err
+		}
+		for _, it := range items {
+			sk, _ := getS(it, AttrSK)
+			if sk == headSK {
+				hh, err := parseHead(it)
+				if err != nil {
+					return 0, err
+				}
+				h = &hh
+				continue
+			}
+			if seq, chunk, ok := parseLogSK(sk); ok && chunk == 0 {
+				firsts[seq] = it
+			}
+		}
+	}
+	if h == nil {
+		return 0, nil // unknown partition: no log
+	}
+	// A window reaching below the first indexed commit reads that part
+	// from the log itself.
+	from := afterSeq
+	if idx, ok := h.logIndexFrom(); !ok || idx > afterSeq+1 {
+		upto := throughSeq
+		if ok {
+			upto = min(throughSeq, idx-1)
+		}
+		stop := false
+		var derr error
+		err := s.readLog(ctx, partition, afterSeq, upto, func(c *store.Commit, _ *logBody, err error) bool {
+			if err != nil {
+				derr = err
+				return false
+			}
+			if !fn(c) {
+				stop = true
+				return false
+			}
+			return true
+		})
+		if err == nil {
+			err = derr
+		}
+		if err != nil || stop {
+			return h.HorizonSeq, err
+		}
+		from = upto
+	}
+	for _, seq := range seqs {
+		if seq <= from {
+			continue
+		}
+		it := firsts[seq]
+		if it == nil {
+			continue // pruned meanwhile: the horizon tells the caller
+		}
+		c, err := s.decodeIndexed(ctx, partition, seq, it)
+		if err != nil {
+			return 0, err
+		}
+		if c == nil {
+			continue
+		}
+		if !fn(c) {
+			break
+		}
+	}
+	return h.HorizonSeq, nil
+}
+
+// logIndexFrom returns the first indexed seq recorded on the head.
+func (h head) logIndexFrom() (int64, bool) { return h.indexFrom, h.indexFrom > 0 }
+
+// indexedSeqs queries the entries of pks in (after, through], merged and
+// sorted.
+func (s *Store) indexedSeqs(ctx context.Context, pks []string, after, through int64) ([]int64, error) {
+	var (
+		mu    sync.Mutex
+		seqs  []int64
+		first error
+		wg    sync.WaitGroup
+	)
+	sem := make(chan struct{}, 8)
+	for _, pk := range pks {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			var local []int64
+			err := s.query(ctx, "read log index", &dynamodb.QueryInput{
+				KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :lo AND :hi"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{
+					":pk": S(pk), ":lo": S(seqSK(after + 1)), ":hi": S(seqSK(through)),
+				},
+			}, func(items []map[string]types.AttributeValue) bool {
+				for _, it := range items {
+					sk, _ := getS(it, AttrSK)
+					if seq, chunk, ok := parseLogSK(sk); ok && chunk == 0 {
+						local = append(local, seq)
+					}
+				}
+				return true
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			seqs = append(seqs, local...)
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	slices.Sort(seqs)
+	return slices.Compact(seqs), nil
+}
+
+// decodeIndexed decodes commit seq from its first log item, reading its
+// further chunks when it has any; nil when a chunk is gone (pruned).
+func (s *Store) decodeIndexed(ctx context.Context, p string, seq int64, first map[string]types.AttributeValue) (*store.Commit, error) {
+	n, _ := getN(first, lChunks)
+	if n <= 1 {
+		var c *store.Commit
+		var derr error
+		// One item: decode it the way readLog does.
+		created, ok1 := getN(first, lCreated)
+		actor, ok2 := getS(first, lActor)
+		client, ok3 := getS(first, lClient)
+		cc, ok4 := getS(first, lCommit)
+		data, _ := getB(first, lData)
+		if !ok1 || !ok2 || !ok3 || !ok4 || n < 1 {
+			return nil, fmt.Errorf("dynamostore: log item %d is malformed: %w", seq, errCorrupt)
+		}
+		lb, err := decodeLogBody(data, seq)
+		if err != nil {
+			derr = fmt.Errorf("dynamostore: log item %d: %w", seq, err)
+		} else {
+			c = &store.Commit{Seq: seq, CreatedAtMs: created, ActorID: actor, ClientID: client, ClientCommitID: cc, Changes: lb.changes}
+		}
+		return c, derr
+	}
+	var c *store.Commit
+	var derr error
+	err := s.readLog(ctx, p, seq-1, seq, func(cc *store.Commit, _ *logBody, err error) bool {
+		c, derr = cc, err
+		return false
+	})
+	if err == nil {
+		err = derr
+	}
+	return c, err
+}
