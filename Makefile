@@ -25,7 +25,7 @@ export PATH := $(TOOLS_BIN):$(PATH)
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
-.PHONY: all test lint unit tools fuzz bench run build clean \
+.PHONY: all test lint unit tools fuzz bench load run build clean \
 	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction
 
 all: build
@@ -53,6 +53,12 @@ fuzz:
 ## bench: codec, engine and store benchmarks
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+
+## load: a fresh local runner under cmd/syncular-load (LOAD_ARGS, e.g.
+## LOAD_ARGS="-mix quiet-pull -vus 10,50,100 -runs 3"; loopback only)
+LOAD_ARGS ?= -mix push-pull -vus 10,50,100 -duration 10s
+load:
+	./scripts/load.sh $(LOAD_ARGS)
 
 ## run: the local runner on 127.0.0.1:8787
 run:

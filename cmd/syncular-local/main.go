@@ -61,6 +61,7 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&o.bucket, "bucket", "syncular-local", "S3 bucket with -s3-endpoint")
 	fs.BoolVar(&o.create, "create", false, "create the table and bucket first")
 	cors := fs.String("cors-origins", "*", "comma-separated browser origins allowed by CORS (\"*\" for any, empty for none)")
+	pprofAddr := fs.String("pprof", "", "serve net/http/pprof (CPU, heap, allocs, mutex, block profiles) on this loopback address, e.g. 127.0.0.1:6060")
 	printPull := fs.Bool("print-pull", false, "write a minimal SSP2 pull request body to stdout and exit")
 	render := fs.Bool("render", false, "read an SSP2 message (or a JSON error) on stdin and print its debug rendering")
 	if err := fs.Parse(args); err != nil {
@@ -124,6 +125,14 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
     curl -sS %s/sync -H 'Authorization: Bearer %s' -H 'Content-Type: application/vnd.syncular.sync.v2' --data-binary @%s | go run ./cmd/syncular-local -render
 Ctrl-C stops.
 `, o.schemaPath, rn.backend, base, token, o.actor, o.partition, scopesJSON, base, token, shellQuote(pullFile))
+
+	if *pprofAddr != "" {
+		stopPprof, err := servePprof(*pprofAddr, stdout)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 
 	srv := &http.Server{Handler: rn, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
