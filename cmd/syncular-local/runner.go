@@ -52,6 +52,7 @@ type options struct {
 	bucket         string
 	create         bool
 	corsOrigins    []string
+	jsonEvents     bool
 }
 
 // corsAllows reports whether origin may call the runner ("*" allows all).
@@ -78,6 +79,9 @@ type runner struct {
 	corsOrigins []string
 	// memBlobs is the in-memory blob store whose URLs point at the runner.
 	memBlobs *memblobs.Store
+	// jsonEvents sends every request through Invoke as the JSON document
+	// the Lambda runtime delivers (-json-events) instead of InvokeV2.
+	jsonEvents bool
 }
 
 // maxRequestBytes is the largest body the deployed function can receive
@@ -172,7 +176,7 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		memBlobs = memblobs.New(memblobs.Options{Key: derive(secret, "blob-urls")})
 		deps.Blobs, deps.BlobPresigner, deps.BlobURLs = memBlobs, memBlobs, memBlobs
 	}
-	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins, memBlobs: memBlobs}
+	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins, memBlobs: memBlobs, jsonEvents: o.jsonEvents}
 	for _, fn := range app.Functions {
 		d := deps
 		d.Logger = logger.With("function", fn.Name)
@@ -204,8 +208,9 @@ func derive(secret []byte, purpose string) []byte {
 }
 
 // ServeHTTP routes like API Gateway (unknown route → 404), then invokes the
-// function's handler with the JSON event, exactly as the Lambda runtime
-// hands it over.
+// function's handler with the API Gateway v2 event: as a typed value
+// (InvokeV2), or with -json-events as the JSON document exactly as the
+// Lambda runtime hands it over (Invoke).
 func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// CORS like the deployed HTTP API's CorsConfiguration (template.yaml),
 	// so a browser client on another local origin can sync.
@@ -238,6 +243,12 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev := lambdahttp.EventFromHTTP(r, body, r.Method+" "+r.URL.Path, reqID)
+	if !rn.jsonEvents {
+		// The typed event through the same conversion and handler; only
+		// the JSON encoding of event and response document is skipped.
+		_ = lambdahttp.WriteResponse(w, rn.handlers[fn.Name].InvokeV2(r.Context(), &ev))
+		return
+	}
 	payload, err := json.Marshal(ev)
 	if err != nil {
 		writeErr(w, syncerr.Internal(err))
