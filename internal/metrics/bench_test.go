@@ -1,9 +1,11 @@
 package metrics
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 )
 
@@ -29,5 +31,17 @@ func BenchmarkRequestLine(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		logger.LogAttrs(ctx, slog.LevelInfo, "request", e.RequestLine(requestAttrs())...)
+	}
+}
+
+// In a text log (the local runner) the directive is the declared metric
+// names, a bare token the handler does not quote.
+func TestRequestLineText(t *testing.T) {
+	var buf bytes.Buffer
+	e := &EMF{Namespace: "N", Fixed: map[string]string{DimFunction: "pull"}}
+	slog.New(slog.NewTextHandler(&buf, nil)).LogAttrs(context.Background(), slog.LevelInfo, "request", e.RequestLine(requestAttrs())...)
+	line := buf.String()
+	if !strings.Contains(line, " _aws=requests,serverErrors,rateLimited,softTimeouts,durationMs,") || strings.Contains(line, "CloudWatchMetrics") {
+		t.Fatalf("text line: %s", line)
 	}
 }

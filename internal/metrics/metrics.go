@@ -184,16 +184,24 @@ func (e *EMF) Annotate(attrs []slog.Attr) []slog.Attr {
 	if e.Now != nil {
 		now = e.Now
 	}
-	return append(attrs, slog.Any("_aws", directive{ts: now().UnixMilli(), metrics: e.directives(declared)}))
+	d := e.directives(declared)
+	return append(attrs, slog.Any("_aws", directive{ts: now().UnixMilli(), metrics: d.json, names: d.names}))
 }
 
-// directives returns the JSON of the CloudWatchMetrics array declaring the
-// catalogue metrics of the set bits of declared, built once per set.
-func (e *EMF) directives(declared uint64) []byte {
+// cachedDirective is the JSON of a CloudWatchMetrics array and the
+// comma-separated names of the metrics it declares.
+type cachedDirective struct {
+	json, names []byte
+}
+
+// directives returns the CloudWatchMetrics array declaring the catalogue
+// metrics of the set bits of declared, built once per set.
+func (e *EMF) directives(declared uint64) cachedDirective {
 	key := directiveKey{e.Namespace, declared}
-	if b, ok := directiveCache.Load(key); ok {
-		return b.([]byte)
+	if d, ok := directiveCache.Load(key); ok {
+		return d.(cachedDirective)
 	}
+	var names []byte
 	type group struct {
 		dims    [][]string
 		metrics []map[string]string
@@ -211,6 +219,10 @@ func (e *EMF) directives(declared uint64) []byte {
 	}
 	for i, m := range Catalogue {
 		if declared&(1<<i) != 0 {
+			if len(names) > 0 {
+				names = append(names, ',')
+			}
+			names = append(names, m.Name...)
 			g := find(m.Dimensions)
 			g.metrics = append(g.metrics, map[string]string{"Name": m.Name, "Unit": string(m.Unit)})
 		}
@@ -229,8 +241,9 @@ func (e *EMF) directives(declared uint64) []byte {
 	}
 	// Namespaces are configuration and the sets a subset of a 20-metric
 	// catalogue the code declares in a handful of combinations: bounded.
-	directiveCache.Store(key, b)
-	return b
+	d := cachedDirective{json: b, names: names}
+	directiveCache.Store(key, d)
+	return d
 }
 
 type directiveKey struct {
@@ -238,7 +251,7 @@ type directiveKey struct {
 	declared  uint64
 }
 
-var directiveCache sync.Map // directiveKey → []byte
+var directiveCache sync.Map // directiveKey → cachedDirective
 
 // directive is the "_aws" member's value: {"CloudWatchMetrics":[…],
 // "Timestamp":ms}, written from the cached metrics JSON. It marshals as
@@ -247,6 +260,7 @@ var directiveCache sync.Map // directiveKey → []byte
 type directive struct {
 	ts      int64
 	metrics []byte
+	names   []byte
 }
 
 func (d directive) MarshalJSON() ([]byte, error) {
@@ -258,7 +272,10 @@ func (d directive) MarshalJSON() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-func (d directive) MarshalText() ([]byte, error) { return d.MarshalJSON() }
+// MarshalText is the directive in a text log (the local runner's):
+// CloudWatch never reads it, so instead of JSON that a text handler
+// would quote and escape it lists the declared metric names.
+func (d directive) MarshalText() ([]byte, error) { return d.names, nil }
 
 // metricIndex and dimIndex number the catalogue's metrics (bit positions
 // of a declared set) and the dimension names they use.
