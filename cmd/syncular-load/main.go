@@ -18,6 +18,11 @@
 //	            bootstraps it from scratch as a fresh client, page by page,
 //	            over and over
 //
+// A round answered with a retryable in-band error (sync.rate_limited when
+// pushes contend for one partition's log) is counted in the "retry"
+// column and the user goes on, as a client would; any other error ends
+// the run.
+//
 // make load runs it against a freshly started runner (scripts/load.sh).
 package main
 
@@ -150,7 +155,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "mix %s, %s per round, server pid %d, url %s\n", o.mix, o.duration, o.pid, o.base)
-	fmt.Fprintf(stdout, "%-5s %-4s %9s %9s %8s %8s %8s %8s %11s %9s %9s %s\n", "run", "vus", "requests", "ops/s", "p50ms", "p95ms", "p99ms", "maxms", "cpu/req µs", "rssMB", "hwmMB", "load")
+	fmt.Fprintf(stdout, "%-5s %-4s %9s %6s %9s %8s %8s %8s %8s %11s %9s %9s %s\n", "run", "vus", "requests", "retry", "ops/s", "p50ms", "p95ms", "p99ms", "maxms", "cpu/req µs", "rssMB", "hwmMB", "load")
 	for r := 1; r <= o.runs; r++ {
 		for _, n := range o.vus {
 			if ctx.Err() != nil {
@@ -194,6 +199,7 @@ type loader struct {
 
 type result struct {
 	requests  int
+	retried   int // rounds answered with a retryable in-band error
 	wall      time.Duration
 	lat       []time.Duration
 	cpu       time.Duration // server CPU during the round, -1 unknown
@@ -213,12 +219,12 @@ func (r *result) line(run, vus int) string {
 	}
 	cpu, rss, hwm := "-", "-", "-"
 	if r.cpu >= 0 && r.requests > 0 {
-		cpu = fmt.Sprintf("%.1f", float64(r.cpu.Microseconds())/float64(r.requests))
+		cpu = fmt.Sprintf("%.1f", float64(r.cpu.Microseconds())/float64(r.requests+r.retried))
 	}
 	if r.rss > 0 {
 		rss, hwm = fmt.Sprintf("%.1f", float64(r.rss)/(1<<20)), fmt.Sprintf("%.1f", float64(r.hwm)/(1<<20))
 	}
-	return fmt.Sprintf("%-5d %-4d %9d %9.0f %8s %8s %8s %8s %11s %9s %9s %s→%s", run, vus, r.requests,
+	return fmt.Sprintf("%-5d %-4d %9d %6d %9.0f %8s %8s %8s %8s %11s %9s %9s %s→%s", run, vus, r.requests, r.retried,
 		float64(r.requests)/r.wall.Seconds(), pct(0.50), pct(0.95), pct(0.99), pct(1), cpu, rss, hwm, r.loadStart, r.loadEnd)
 }
 
@@ -245,7 +251,7 @@ func (l *loader) round(ctx context.Context, n int) (*result, error) {
 	cpu0, cpuOK := procCPU(l.o.pid)
 	rctx, cancel := context.WithTimeout(ctx, l.o.duration)
 	defer cancel()
-	var budget atomic.Int64
+	var budget, retried atomic.Int64
 	budget.Store(int64(l.o.maxRequests))
 	lats := make([][]time.Duration, n)
 	errs := make([]error, n)
@@ -258,6 +264,10 @@ func (l *loader) round(ctx context.Context, n int) (*result, error) {
 			for rctx.Err() == nil && budget.Add(-1) >= 0 {
 				t0 := time.Now()
 				if err := l.step(rctx, u); err != nil {
+					if _, ok := err.(*retryableError); ok {
+						retried.Add(1)
+						continue
+					}
 					if rctx.Err() == nil {
 						errs[i] = err
 						cancel()
@@ -282,6 +292,7 @@ func (l *loader) round(ctx context.Context, n int) (*result, error) {
 		res.lat = append(res.lat, s...)
 	}
 	res.requests = len(res.lat)
+	res.retried = int(retried.Load())
 	slices.Sort(res.lat)
 	return res, nil
 }
@@ -475,11 +486,20 @@ func (l *loader) send(ctx context.Context, u *vu, frames ...wire.Frame) (*wire.M
 	}
 	for _, f := range m.Frames {
 		if e, ok := f.(*wire.ErrorFrame); ok {
-			return nil, fmt.Errorf("in-band error %s: %s", e.Code, e.Message)
+			err := fmt.Errorf("in-band error %s: %s", e.Code, e.Message)
+			if e.Retryable {
+				err = &retryableError{err}
+			}
+			return nil, err
 		}
 	}
 	return m, nil
 }
+
+// retryableError is an in-band error the client is told to retry (e.g.
+// sync.rate_limited when pushes contend for the partition's log): a
+// client would retry the round, so the round counts it and goes on.
+type retryableError struct{ error }
 
 var zstdDecoders = sync.Pool{New: func() any {
 	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
