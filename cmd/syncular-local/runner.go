@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -228,7 +229,7 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	reqID := newRequestID()
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+	body, err := readBody(r)
 	if err != nil {
 		writeErr(w, syncerr.New(syncerr.InvalidRequest, "read body: %v", err))
 		return
@@ -265,6 +266,17 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = lambdahttp.WriteV2Response(w, &resp)
+}
+
+// readBody reads at most maxRequestBytes+1 bytes of the body, into one
+// buffer when the request declares its length.
+func readBody(r *http.Request) ([]byte, error) {
+	var b bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= maxRequestBytes {
+		b.Grow(int(n) + bytes.MinRead)
+	}
+	_, err := b.ReadFrom(io.LimitReader(r.Body, maxRequestBytes+1))
+	return b.Bytes(), err
 }
 
 func writeErr(w http.ResponseWriter, err error) {

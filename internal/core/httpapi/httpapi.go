@@ -117,7 +117,10 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 	resp, rep, partition, actor := h.route(ctx, r)
 	resp = h.capResponse(ctx, r, resp)
 	if h.Logger != nil {
-		attrs := []slog.Attr{
+		// Sized for the whole line, the metrics' additions included, so
+		// it is allocated once.
+		attrs := make([]slog.Attr, 0, 48)
+		attrs = append(attrs,
 			slog.String("requestId", r.RequestID),
 			slog.String("method", r.Method),
 			slog.String("path", r.Path),
@@ -126,7 +129,7 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 			slog.String("partition", partition),
 			slog.String("actor", actor),
 			slog.Float64("durationMs", float64(now().Sub(start).Microseconds())/1000),
-		}
+		)
 		if rep != nil {
 			attrs = append(attrs,
 				slog.String("clientId", rep.ClientID),
@@ -361,11 +364,13 @@ func (h *Handler) requestBody(r *Request) ([]byte, error) {
 	if max <= 0 {
 		max = DefaultMaxBodyBytes
 	}
-	tooLarge := syncerr.New(syncerr.InvalidRequest, "request body exceeds %d bytes", max).WithStatus(http.StatusRequestEntityTooLarge)
+	tooLarge := func() error {
+		return syncerr.New(syncerr.InvalidRequest, "request body exceeds %d bytes", max).WithStatus(http.StatusRequestEntityTooLarge)
+	}
 	switch ce := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); ce {
 	case "", "identity":
 		if len(r.Body) > max {
-			return nil, tooLarge
+			return nil, tooLarge()
 		}
 		return r.Body, nil
 	case "gzip":
@@ -378,7 +383,7 @@ func (h *Handler) requestBody(r *Request) ([]byte, error) {
 			return nil, syncerr.New(syncerr.InvalidRequest, "request body is not valid gzip: %v", err)
 		}
 		if len(b) > max {
-			return nil, tooLarge
+			return nil, tooLarge()
 		}
 		return b, nil
 	default:
