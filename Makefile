@@ -25,7 +25,7 @@ export PATH := $(TOOLS_BIN):$(PATH)
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
-.PHONY: all test lint unit tools fuzz bench load run build clean \
+.PHONY: all test lint unit tools fuzz bench load load-dynamodb run build clean \
 	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
 	build-MigrateHookFunction build-RealtimeFunction build-FanoutFunction
 
@@ -55,9 +55,15 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 
-## load: issue 11's scale measurements on DynamoDB Local (bounded, loopback;
-## SSP2_LOAD_ROWS rows, default 100000; SSP2_LOAD_SECONDS per writer count)
+## load: a fresh local runner under cmd/syncular-load (LOAD_ARGS, e.g.
+## LOAD_ARGS="-mix quiet-pull -vus 10,50,100 -runs 3"; loopback only)
+LOAD_ARGS ?= -mix push-pull -vus 10,50,100 -duration 10s
 load:
+	./scripts/load.sh $(LOAD_ARGS)
+
+## load-dynamodb: issue 11's scale measurements on DynamoDB Local (bounded, loopback;
+## SSP2_LOAD_ROWS rows, default 100000; SSP2_LOAD_SECONDS per writer count)
+load-dynamodb:
 	SSP2_LOAD=1 $(GO) test -count=1 -v -run '^TestLoad$$' -timeout 60m ./internal/dynamostore/
 
 ## run: the local runner on 127.0.0.1:8787

@@ -59,8 +59,10 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "use this S3 endpoint (path-style) for segments instead of memory")
 	fs.StringVar(&o.table, "table", "syncular-local", "DynamoDB table with -dynamodb-endpoint")
 	fs.StringVar(&o.bucket, "bucket", "syncular-local", "S3 bucket with -s3-endpoint")
+	fs.BoolVar(&o.jsonEvents, "json-events", false, "pass each request to its function as the JSON event document the Lambda runtime delivers, and parse the JSON response document (slower; the default hands over the same event as a typed value)")
 	fs.BoolVar(&o.create, "create", false, "create the table and bucket first")
 	cors := fs.String("cors-origins", "*", "comma-separated browser origins allowed by CORS (\"*\" for any, empty for none)")
+	pprofAddr := fs.String("pprof", "", "serve net/http/pprof (CPU, heap, allocs, mutex, block profiles) on this loopback address, e.g. 127.0.0.1:6060")
 	printPull := fs.Bool("print-pull", false, "write a minimal SSP2 pull request body to stdout and exit")
 	render := fs.Bool("render", false, "read an SSP2 message (or a JSON error) on stdin and print its debug rendering")
 	if err := fs.Parse(args); err != nil {
@@ -124,6 +126,14 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
     curl -sS %s/sync -H 'Authorization: Bearer %s' -H 'Content-Type: application/vnd.syncular.sync.v2' --data-binary @%s | go run ./cmd/syncular-local -render
 Ctrl-C stops.
 `, o.schemaPath, rn.backend, base, token, o.actor, o.partition, scopesJSON, base, token, shellQuote(pullFile))
+
+	if *pprofAddr != "" {
+		stopPprof, err := servePprof(*pprofAddr, stdout)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 
 	srv := &http.Server{Handler: rn, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -56,6 +57,7 @@ type options struct {
 	bucket         string
 	create         bool
 	corsOrigins    []string
+	jsonEvents     bool
 }
 
 // corsAllows reports whether origin may call the runner ("*" allows all).
@@ -88,6 +90,9 @@ type runner struct {
 	poller *rtaws.Poller
 	// memBlobs is the in-memory blob store whose URLs point at the runner.
 	memBlobs *memblobs.Store
+	// jsonEvents sends every request through Invoke as the JSON document
+	// the Lambda runtime delivers (-json-events) instead of InvokeV2.
+	jsonEvents bool
 }
 
 // maxRequestBytes is the largest body the deployed function can receive
@@ -183,7 +188,7 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		memBlobs = memblobs.New(memblobs.Options{Key: derive(secret, "blob-urls")})
 		deps.Blobs, deps.BlobPresigner, deps.BlobURLs = memBlobs, memBlobs, memBlobs
 	}
-	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins, memBlobs: memBlobs}
+	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins, memBlobs: memBlobs, jsonEvents: o.jsonEvents}
 	// §8: without a table stream, every function's engine hands its
 	// commits to the realtime hub in-process, so connected sockets get
 	// deltas without polling. With one, the stream drives the hub as it
@@ -277,8 +282,9 @@ func derive(secret []byte, purpose string) []byte {
 }
 
 // ServeHTTP routes like API Gateway (unknown route → 404), then invokes the
-// function's handler with the JSON event, exactly as the Lambda runtime
-// hands it over.
+// function's handler with the API Gateway v2 event: as a typed value
+// (InvokeV2), or with -json-events as the JSON document exactly as the
+// Lambda runtime hands it over (Invoke).
 func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// CORS like the deployed HTTP API's CorsConfiguration (template.yaml),
 	// so a browser client on another local origin can sync.
@@ -300,7 +306,7 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reqID := newRequestID()
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+	body, err := readBody(r)
 	if err != nil {
 		writeErr(w, syncerr.New(syncerr.InvalidRequest, "read body: %v", err))
 		return
@@ -315,6 +321,12 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev := lambdahttp.EventFromHTTP(r, body, r.Method+" "+r.URL.Path, reqID)
+	if !rn.jsonEvents {
+		// The typed event through the same conversion and handler; only
+		// the JSON encoding of event and response document is skipped.
+		_ = lambdahttp.WriteResponse(w, rn.handlers[fn.Name].InvokeV2(r.Context(), &ev))
+		return
+	}
 	payload, err := json.Marshal(ev)
 	if err != nil {
 		writeErr(w, syncerr.Internal(err))
@@ -331,6 +343,17 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = lambdahttp.WriteV2Response(w, &resp)
+}
+
+// readBody reads at most maxRequestBytes+1 bytes of the body, into one
+// buffer when the request declares its length.
+func readBody(r *http.Request) ([]byte, error) {
+	var b bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= maxRequestBytes {
+		b.Grow(int(n) + bytes.MinRead)
+	}
+	_, err := b.ReadFrom(io.LimitReader(r.Body, maxRequestBytes+1))
+	return b.Bytes(), err
 }
 
 func writeErr(w http.ResponseWriter, err error) {

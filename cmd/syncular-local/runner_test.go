@@ -96,8 +96,20 @@ func noDecompress() *http.Client {
 	return &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 30 * time.Second}
 }
 
+// The flow runs twice: with the typed event handed to InvokeV2 (the
+// default) and with the JSON documents of the Lambda runtime (-json-events).
 func TestRunnerFlow(t *testing.T) {
-	rn, srv := startRunner(t, testOptions())
+	for _, jsonEvents := range []bool{false, true} {
+		t.Run(fmt.Sprintf("json-events=%v", jsonEvents), func(t *testing.T) {
+			o := testOptions()
+			o.jsonEvents = jsonEvents
+			runnerFlow(t, o)
+		})
+	}
+}
+
+func runnerFlow(t *testing.T, o options) {
+	rn, srv := startRunner(t, o)
 	c := noDecompress()
 	d := &apptest.Deployment{
 		Schema: rn.schema,

@@ -117,6 +117,7 @@ func FromEnv(ctx context.Context, fn Function, logger *slog.Logger) (*lambdahttp
 // error and retries on the next invoke), then serve.
 func Main(fn Function) {
 	start := time.Now()
+	limit, gcPercent, tuned := tuneGC(os.Getenv)
 	level := slog.LevelInfo
 	_ = level.UnmarshalText([]byte(os.Getenv("SYNC_LOG_LEVEL"))) // config validates it properly
 	logger := NewLogger(os.Stdout, level, fn)
@@ -127,6 +128,6 @@ func Main(fn Function) {
 		logger.Error("init failed", "error", err.Error())
 		os.Exit(1)
 	}
-	logger.Debug("init done", "initMs", float64(time.Since(start).Microseconds())/1000)
+	logger.Debug("init done", "initMs", float64(time.Since(start).Microseconds())/1000, "gcTuned", tuned, "memoryLimit", limit, "gcPercent", gcPercent)
 	lambda.Start(h)
 }

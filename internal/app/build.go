@@ -170,7 +170,8 @@ func Authenticator(cfg *config.Config) (auth.Authenticator, error) {
 }
 
 // NewLogger returns the JSON logger of a function (stdout in Lambda, where
-// CloudWatch picks every line up).
+// CloudWatch picks every line up); metrics.NewJSONHandler writes the same
+// lines as slog's JSON handler, the request line's EMF directive cheaper.
 func NewLogger(w io.Writer, level slog.Level, fn Function) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})).With("function", fn.Name)
+	return slog.New(metrics.NewJSONHandler(w, &slog.HandlerOptions{Level: level})).With("function", fn.Name)
 }

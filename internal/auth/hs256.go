@@ -24,6 +24,9 @@ type HS256 struct {
 	Leeway time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	// cache holds successful verifications until their exp (cache.go).
+	cache tokenCache
 }
 
 // Authenticate verifies the bearer token and maps its claims. Errors name
@@ -36,15 +39,21 @@ func (h *HS256) Authenticate(_ context.Context, cr Credentials) (engine.Auth, Cl
 	if !ok {
 		return engine.Auth{}, nil, errors.New("the Authorization header is not a Bearer token")
 	}
+	now := time.Now
+	if h.Now != nil {
+		now = h.Now
+	}
+	t := now()
+	if e, ok := h.cache.get(tok, t); ok {
+		return e.auth, e.claims, nil
+	}
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithJSONNumber(),
 		jwt.WithLeeway(h.Leeway),
 	}
-	if h.Now != nil {
-		opts = append(opts, jwt.WithTimeFunc(h.Now))
-	}
+	opts = append(opts, jwt.WithTimeFunc(func() time.Time { return t }))
 	if h.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(h.Issuer))
 	}
@@ -68,6 +77,9 @@ func (h *HS256) Authenticate(_ context.Context, cr Credentials) (engine.Auth, Cl
 	au, err := h.Mapping.Map(c)
 	if err != nil {
 		return engine.Auth{}, nil, err
+	}
+	if exp, err := mc.GetExpirationTime(); err == nil && exp != nil {
+		h.cache.put(tok, cachedToken{auth: au, claims: c, exp: exp.Time}, t)
 	}
 	return au, c, nil
 }

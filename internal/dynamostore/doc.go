@@ -120,7 +120,7 @@
 //	quiet pull (TouchPartition)            1    2    0   (head + schema marker)
 //	incremental pull, 64 commits           1    6    0   (store read: the log)
 //	incremental pull, 1 of 1,001 commits   6    8    0   (engine, scope index and
-//	                                                       serve-gate re-read; make load)
+//	                                                       serve-gate re-read; make load-dynamodb)
 //	bootstrap page, 1000 rows of a scope   2   61    0   (whatever the table's size)
 //	prune, per pruned commit               -  log  log + 1 per tombstone
 //

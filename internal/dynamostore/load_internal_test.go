@@ -23,7 +23,7 @@ import (
 )
 
 // TestLoad reproduces issue 11's measurements against DynamoDB Local
-// with the real engine (make load; skipped unless SSP2_LOAD is set).
+// with the real engine (make load-dynamodb; skipped unless SSP2_LOAD is set).
 // Round trips and capacity are exact counts of what was sent (capacity
 // estimated from item sizes by the AWS rules); times are indicative of
 // DynamoDB Local on this machine, not of AWS. Bounded: SSP2_LOAD_ROWS
@@ -31,7 +31,7 @@ import (
 // (default 2).
 func TestLoad(t *testing.T) {
 	if os.Getenv("SSP2_LOAD") == "" {
-		t.Skip("load measurements: set SSP2_LOAD=1 (make load)")
+		t.Skip("load measurements: set SSP2_LOAD=1 (make load-dynamodb)")
 	}
 	rows := envInt("SSP2_LOAD_ROWS", 100_000)
 	secs := envInt("SSP2_LOAD_SECONDS", 2)

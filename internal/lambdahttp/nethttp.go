@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 )
 
 // EventFromHTTP builds the HTTP API v2 event API Gateway would send for r
@@ -108,6 +110,30 @@ func WriteV2Response(w http.ResponseWriter, resp *events.APIGatewayV2HTTPRespons
 	}
 	w.WriteHeader(status)
 	_, err := w.Write(b)
+	return err
+}
+
+// WriteResponse writes resp to w as API Gateway delivers a v2 response
+// document: each header once, repeated values joined with ", " (the v2
+// document has no multi-value headers), status 200 when unset.
+func WriteResponse(w http.ResponseWriter, resp *httpapi.Response) error {
+	wh := w.Header()
+	for k, vs := range resp.Header {
+		switch len(vs) {
+		case 0:
+			wh.Set(k, "")
+		case 1:
+			wh.Set(k, vs[0])
+		default:
+			wh.Set(k, strings.Join(vs, ", "))
+		}
+	}
+	status := resp.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.WriteHeader(status)
+	_, err := w.Write(resp.Body)
 	return err
 }
 

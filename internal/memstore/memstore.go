@@ -586,8 +586,12 @@ func (s *Store) CommitTimes(ctx context.Context, partition string, afterSeq int6
 }
 
 // walkLog calls fn for commits with afterSeq < Seq ≤ throughSeq (no upper
-// bound when throughSeq < 0), in batches copied under the read lock; full
-// copies only when the caller sees the changes.
+// bound when throughSeq < 0), in batches; full copies only when the caller
+// sees the changes. A commit in the log is never modified once appended
+// (Commit appends a private copy; pruning drops whole entries), so the
+// read lock is held only to collect a batch of pointers and the copies
+// are made after it is released: a pull copying many commits must not
+// keep a committing writer — and, behind it, every other reader — waiting.
 func (s *Store) walkLog(ctx context.Context, partition string, afterSeq, throughSeq int64, full bool, fn func(*store.Commit) bool) error {
 	p := s.lookup(partition)
 	if p == nil {
@@ -608,16 +612,16 @@ func (s *Store) walkLog(ctx context.Context, partition string, afterSeq, through
 				if throughSeq >= 0 && c.Seq > throughSeq {
 					break
 				}
-				if full {
-					c = copyCommit(c)
-				} else {
-					c = &store.Commit{Seq: c.Seq, CreatedAtMs: c.CreatedAtMs}
-				}
 				batch = append(batch, c)
 			}
 		}
 		p.mu.RUnlock()
 		for _, c := range batch {
+			if full {
+				c = copyCommit(c)
+			} else {
+				c = &store.Commit{Seq: c.Seq, CreatedAtMs: c.CreatedAtMs}
+			}
 			if !fn(c) {
 				return nil
 			}

@@ -22,6 +22,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
@@ -127,17 +129,80 @@ type EMF struct {
 // metric present among attrs (a numeric attribute of that name). A metric
 // whose dimension fields are missing is left out, so the directive never
 // references a field the line lacks (CloudWatch rejects such documents).
+//
+// The directive depends only on which catalogue metrics are declared, so
+// its JSON is built once per such set and reused (the per-request line
+// is on every function's hot path); only the timestamp is per line.
 func (e *EMF) Annotate(attrs []slog.Attr) []slog.Attr {
 	if e == nil {
 		return attrs
 	}
-	fields := make(map[string]slog.Value, len(attrs)+len(e.Fixed))
+	// Last value wins, as in a JSON object with repeated members: the
+	// fixed fields first, then the line's own attributes.
+	var present uint64
+	var dims [maxDims]slog.Value
 	for k, v := range e.Fixed {
-		fields[k] = slog.StringValue(v)
+		if d, ok := dimIndex[k]; ok {
+			dims[d] = slog.StringValue(v)
+		}
+		if i, ok := metricIndex[k]; ok {
+			present &^= 1 << i // a string is never a metric value
+		}
 	}
 	for _, a := range attrs {
-		fields[a.Key] = a.Value.Resolve()
+		if d, ok := dimIndex[a.Key]; ok {
+			dims[d] = a.Value.Resolve()
+		}
+		if i, ok := metricIndex[a.Key]; ok {
+			if numeric(a.Value.Resolve()) {
+				present |= 1 << i
+			} else {
+				present &^= 1 << i
+			}
+		}
 	}
+	var declared uint64
+	for i, m := range Catalogue {
+		if present&(1<<i) == 0 {
+			continue
+		}
+		usable := true
+		for _, set := range m.Dimensions {
+			for _, d := range set {
+				if dv := dims[dimIndex[d]]; dv.Kind() != slog.KindString || dv.String() == "" {
+					usable = false
+				}
+			}
+		}
+		if usable {
+			declared |= 1 << i
+		}
+	}
+	if declared == 0 {
+		return attrs
+	}
+	now := time.Now
+	if e.Now != nil {
+		now = e.Now
+	}
+	d := e.directives(declared)
+	return append(attrs, slog.Any("_aws", directive{ts: now().UnixMilli(), metrics: d.json, names: d.names}))
+}
+
+// cachedDirective is the JSON of a CloudWatchMetrics array and the
+// comma-separated names of the metrics it declares.
+type cachedDirective struct {
+	json, names []byte
+}
+
+// directives returns the CloudWatchMetrics array declaring the catalogue
+// metrics of the set bits of declared, built once per set.
+func (e *EMF) directives(declared uint64) cachedDirective {
+	key := directiveKey{e.Namespace, declared}
+	if d, ok := directiveCache.Load(key); ok {
+		return d.(cachedDirective)
+	}
+	var names []byte
 	type group struct {
 		dims    [][]string
 		metrics []map[string]string
@@ -153,44 +218,92 @@ func (e *EMF) Annotate(attrs []slog.Attr) []slog.Attr {
 		groups = append(groups, g)
 		return g
 	}
-	for _, m := range Catalogue {
-		v, ok := fields[m.Name]
-		if !ok || !numeric(v) {
-			continue
-		}
-		usable := true
-		for _, set := range m.Dimensions {
-			for _, d := range set {
-				if dv, ok := fields[d]; !ok || dv.Kind() != slog.KindString || dv.String() == "" {
-					usable = false
-				}
+	for i, m := range Catalogue {
+		if declared&(1<<i) != 0 {
+			if len(names) > 0 {
+				names = append(names, ',')
 			}
+			names = append(names, m.Name...)
+			g := find(m.Dimensions)
+			g.metrics = append(g.metrics, map[string]string{"Name": m.Name, "Unit": string(m.Unit)})
 		}
-		if !usable {
-			continue
-		}
-		g := find(m.Dimensions)
-		g.metrics = append(g.metrics, map[string]string{"Name": m.Name, "Unit": string(m.Unit)})
 	}
-	if len(groups) == 0 {
-		return attrs
-	}
-	directives := make([]any, 0, len(groups))
+	list := make([]any, 0, len(groups))
 	for _, g := range groups {
-		directives = append(directives, map[string]any{
+		list = append(list, map[string]any{
 			"Namespace":  e.Namespace,
 			"Dimensions": g.dims,
 			"Metrics":    g.metrics,
 		})
 	}
-	now := time.Now
-	if e.Now != nil {
-		now = e.Now
+	b, err := json.Marshal(list)
+	if err != nil {
+		panic(fmt.Sprintf("metrics: directive: %v", err)) // strings and string slices only
 	}
-	return append(attrs, slog.Any("_aws", map[string]any{
-		"Timestamp":         now().UnixMilli(),
-		"CloudWatchMetrics": directives,
-	}))
+	// Namespaces are configuration and the sets a subset of a 20-metric
+	// catalogue the code declares in a handful of combinations: bounded.
+	d := cachedDirective{json: b, names: names}
+	directiveCache.Store(key, d)
+	return d
+}
+
+type directiveKey struct {
+	namespace string
+	declared  uint64
+}
+
+var directiveCache sync.Map // directiveKey → cachedDirective
+
+// directive is the "_aws" member's value: {"CloudWatchMetrics":[…],
+// "Timestamp":ms}, written from the cached metrics JSON. It marshals as
+// JSON for the Lambda functions' JSON handler and as the same text for a
+// text handler (the local runner).
+type directive struct {
+	ts      int64
+	metrics []byte
+	names   []byte
+}
+
+func (d directive) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, len(d.metrics)+48)
+	b = append(b, `{"CloudWatchMetrics":`...)
+	b = append(b, d.metrics...)
+	b = append(b, `,"Timestamp":`...)
+	b = strconv.AppendInt(b, d.ts, 10)
+	return append(b, '}'), nil
+}
+
+// MarshalText is the directive in a text log (the local runner's):
+// CloudWatch never reads it, so instead of JSON that a text handler
+// would quote and escape it lists the declared metric names.
+func (d directive) MarshalText() ([]byte, error) { return d.names, nil }
+
+// metricIndex and dimIndex number the catalogue's metrics (bit positions
+// of a declared set) and the dimension names they use.
+var (
+	metricIndex = map[string]int{}
+	dimIndex    = map[string]int{}
+)
+
+const maxDims = 8
+
+func init() {
+	if len(Catalogue) > 64 {
+		panic("metrics: more than 64 catalogue metrics")
+	}
+	for i, m := range Catalogue {
+		metricIndex[m.Name] = i
+		for _, set := range m.Dimensions {
+			for _, d := range set {
+				if _, ok := dimIndex[d]; !ok {
+					dimIndex[d] = len(dimIndex)
+				}
+			}
+		}
+	}
+	if len(dimIndex) > maxDims {
+		panic("metrics: more dimension names than maxDims")
+	}
 }
 
 func numeric(v slog.Value) bool {

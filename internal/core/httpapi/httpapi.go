@@ -117,7 +117,10 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 	resp, rep, partition, actor := h.route(ctx, r)
 	resp = h.capResponse(ctx, r, resp)
 	if h.Logger != nil {
-		attrs := []slog.Attr{
+		// Sized for the whole line, the metrics' additions included, so
+		// it is allocated once.
+		attrs := make([]slog.Attr, 0, 48)
+		attrs = append(attrs,
 			slog.String("requestId", r.RequestID),
 			slog.String("method", r.Method),
 			slog.String("path", r.Path),
@@ -126,7 +129,7 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 			slog.String("partition", partition),
 			slog.String("actor", actor),
 			slog.Float64("durationMs", float64(now().Sub(start).Microseconds())/1000),
-		}
+		)
 		if rep != nil {
 			attrs = append(attrs,
 				slog.String("clientId", rep.ClientID),
@@ -274,18 +277,15 @@ func (h *Handler) sync(ctx context.Context, r *Request, mode engine.Mode) (*Resp
 		return errorResponse(err), nil, r.Auth.Partition, r.Auth.ActorID
 	}
 	enc := negotiate(r.Header.Get("Accept-Encoding"))
-	var buf bytes.Buffer
-	w, closeW := compressor(&buf, enc)
+	plain := getBuffer()
+	defer putBuffer(plain)
 	segBase := ""
 	if r.BaseURL != "" {
 		segBase = strings.TrimRight(r.BaseURL, "/") + h.Mount + "/segments"
 	}
-	rep, err := h.Engine.HandleSync(ctx, *r.Auth, body, engine.SyncOptions{Mode: mode, SegmentBaseURL: segBase}, w)
+	rep, err := h.Engine.HandleSync(ctx, *r.Auth, body, engine.SyncOptions{Mode: mode, SegmentBaseURL: segBase}, plain)
 	if err != nil && (rep == nil || rep.BytesOut == 0) {
 		return errorResponse(err), rep, r.Auth.Partition, r.Auth.ActorID
-	}
-	if cerr := closeW(); cerr != nil && err == nil {
-		err = cerr
 	}
 	if err != nil {
 		// Bytes went out and the stream broke: the body is truncated, which
@@ -298,10 +298,64 @@ func (h *Handler) sync(ctx context.Context, r *Request, mode engine.Mode) (*Resp
 	hdr.Set("Content-Type", ContentType)
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("Vary", "Accept-Encoding")
+	out, enc := encodeBody(plain.Bytes(), enc)
 	if enc != "" {
 		hdr.Set("Content-Encoding", enc)
 	}
-	return &Response{Status: http.StatusOK, Header: hdr, Body: buf.Bytes()}, rep, r.Auth.Partition, r.Auth.ActorID
+	return &Response{Status: http.StatusOK, Header: hdr, Body: out}, rep, r.Auth.Partition, r.Auth.ActorID
+}
+
+// MinCompressBytes is the smallest response body that is compressed: a
+// quiet pull or a push acknowledgement is a few hundred bytes, which a
+// compressor barely shrinks (frame and table overhead) at a CPU cost
+// larger than building the response. §1.3 lets the server choose the
+// coding per response; Vary: Accept-Encoding is sent either way.
+const MinCompressBytes = 1024
+
+// encodeBody returns a fresh copy of plain in the negotiated coding, or
+// as is (coding "") when it is below MinCompressBytes or compression
+// fails.
+func encodeBody(plain []byte, enc string) ([]byte, string) {
+	if enc == "" || len(plain) < MinCompressBytes {
+		return bytes.Clone(plain), ""
+	}
+	switch enc {
+	case "zstd":
+		zw := zstdPool.Get().(*zstd.Encoder)
+		out := zw.EncodeAll(plain, make([]byte, 0, len(plain)/2+64))
+		zstdPool.Put(zw)
+		return out, enc
+	case "gzip":
+		var out bytes.Buffer
+		out.Grow(len(plain)/2 + 64)
+		gw := gzipPool.Get().(*gzip.Writer)
+		gw.Reset(&out)
+		_, werr := gw.Write(plain)
+		cerr := gw.Close()
+		gw.Reset(io.Discard)
+		gzipPool.Put(gw)
+		if werr == nil && cerr == nil {
+			return out.Bytes(), enc
+		}
+	}
+	return bytes.Clone(plain), ""
+}
+
+// bufferPool holds the uncompressed response buffers; buffers grown past
+// maxPooledBuffer (a large bootstrap page) are left to the collector so
+// the pool never pins megabytes between requests.
+var bufferPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBuffer = 64 << 10
+
+func getBuffer() *bytes.Buffer { return bufferPool.Get().(*bytes.Buffer) }
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() > maxPooledBuffer {
+		return
+	}
+	b.Reset()
+	bufferPool.Put(b)
 }
 
 // requestBody applies Content-Encoding (gzip accepted, §1.3) and the size cap.
@@ -310,11 +364,13 @@ func (h *Handler) requestBody(r *Request) ([]byte, error) {
 	if max <= 0 {
 		max = DefaultMaxBodyBytes
 	}
-	tooLarge := syncerr.New(syncerr.InvalidRequest, "request body exceeds %d bytes", max).WithStatus(http.StatusRequestEntityTooLarge)
+	tooLarge := func() error {
+		return syncerr.New(syncerr.InvalidRequest, "request body exceeds %d bytes", max).WithStatus(http.StatusRequestEntityTooLarge)
+	}
 	switch ce := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); ce {
 	case "", "identity":
 		if len(r.Body) > max {
-			return nil, tooLarge
+			return nil, tooLarge()
 		}
 		return r.Body, nil
 	case "gzip":
@@ -327,7 +383,7 @@ func (h *Handler) requestBody(r *Request) ([]byte, error) {
 			return nil, syncerr.New(syncerr.InvalidRequest, "request body is not valid gzip: %v", err)
 		}
 		if len(b) > max {
-			return nil, tooLarge
+			return nil, tooLarge()
 		}
 		return b, nil
 	default:

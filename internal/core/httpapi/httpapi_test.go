@@ -5,9 +5,11 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -27,7 +29,7 @@ type fixture struct {
 	client *enginetest.Client
 }
 
-func newFixture(t *testing.T, limits engine.Limits) *fixture {
+func newFixture(t testing.TB, limits engine.Limits) *fixture {
 	h := enginetest.New(t, memstore.New(), memstore.NewSegments(), enginetest.Options{Limits: limits, SignedURLs: engine.SignedURLsNative})
 	h.Grants.Set("alice", engine.ScopeMap{"project_id": {"p1"}})
 	return &fixture{
@@ -37,7 +39,7 @@ func newFixture(t *testing.T, limits engine.Limits) *fixture {
 	}
 }
 
-func (f *fixture) pullBody(t *testing.T, accept uint8) []byte {
+func (f *fixture) pullBody(t testing.TB, accept uint8) []byte {
 	t.Helper()
 	m := f.client.Request(nil, &wire.PullHeader{Accept: accept}, []wire.Subscription{{
 		ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1,
@@ -117,9 +119,27 @@ func TestGzipRequestAndEncodedResponses(t *testing.T) {
 	zw.Write(body)
 	zw.Close()
 
+	// A response below MinCompressBytes goes out as is whatever the
+	// client accepts (§1.3 leaves the choice to the server), still with
+	// Vary: Accept-Encoding.
+	for _, accept := range []string{"zstd, gzip", "gzip", ""} {
+		r := f.do("POST", "/api/sync", map[string]string{"Content-Type": httpapi.ContentType, "Accept-Encoding": accept}, body)
+		if r.Status != 200 || len(r.Body) >= httpapi.MinCompressBytes || r.Header.Get("Content-Encoding") != "" || r.Header.Get("Vary") != "Accept-Encoding" {
+			t.Fatalf("small response, accept %q: %d, %d bytes, %v", accept, r.Status, len(r.Body), r.Header)
+		}
+		if _, err := wire.Decode(r.Body); err != nil {
+			t.Fatalf("small response, accept %q: %v", accept, err)
+		}
+	}
+	// Rows enough for a bootstrap page above the threshold.
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("t%02d", i)
+		f.client.Push("c"+id, enginetest.Upsert("tasks", id, f.client.Task(id, "p1", strings.Repeat("a task title ", 8), false), 0))
+	}
+
 	plain := f.do("POST", "/api/sync", map[string]string{"Content-Type": httpapi.ContentType}, body)
-	if plain.Status != 200 || plain.Header.Get("Content-Encoding") != "" {
-		t.Fatalf("plain: %d %v", plain.Status, plain.Header)
+	if plain.Status != 200 || plain.Header.Get("Content-Encoding") != "" || len(plain.Body) < httpapi.MinCompressBytes {
+		t.Fatalf("plain: %d %v, %d bytes", plain.Status, plain.Header, len(plain.Body))
 	}
 	for _, tc := range []struct{ accept, want string }{{"gzip", "gzip"}, {"zstd, gzip", "zstd"}, {"gzip;q=1, zstd;q=0", "gzip"}, {"br", ""}} {
 		r := f.do("POST", "/api/sync", map[string]string{"Content-Type": httpapi.ContentType, "Content-Encoding": "gzip", "Accept-Encoding": tc.accept}, gz.Bytes())

@@ -98,9 +98,15 @@ func NewEncoder(w io.Writer, table string, schemaVersion int32, cols []rowcodec.
 	if err := e.write(hdr); err != nil {
 		return nil, err
 	}
-	e.block = make([]byte, 0, min(opts.BlockBytes, DefaultBlockBytes)+8)
+	// The block grows by append up to BlockBytes: preallocating the
+	// full 256 KiB cost every bootstrap page that much garbage, though
+	// most pages (an empty or small scope) hold a few hundred bytes.
+	e.block = make([]byte, 0, min(opts.BlockBytes, initialBlockBytes)+8)
 	return e, nil
 }
+
+// initialBlockBytes is the block buffer's starting capacity.
+const initialBlockBytes = 4 << 10
 
 func appendStr(b []byte, s string) []byte {
 	b = le.AppendUint32(b, uint32(len(s)))
