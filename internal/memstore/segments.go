@@ -16,8 +16,8 @@ import (
 type Segments struct {
 	mu   sync.RWMutex
 	segs map[string]*segment
-	// byKey indexes segment ids by the SegmentKeys of their recorded
-	// publications so Find does not scan every segment.
+	// byKey indexes segment ids by the pinless SegmentKeys (see unpinned)
+	// of their recorded publications so Find does not scan every segment.
 	byKey map[store.SegmentKey]map[string]struct{}
 }
 
@@ -40,6 +40,23 @@ func NewSegments() *Segments {
 // key that cut the page identically.
 func sameContext(a, b *store.Publication) bool {
 	return a.SegmentKey == b.SegmentKey && a.NextRowCursor == b.NextRowCursor && a.RowCount == b.RowCount
+}
+
+var _ store.LatestFinder = (*Segments)(nil)
+
+// unpinned is k without its pin: the index key of Find and FindLatest.
+func unpinned(k store.SegmentKey) store.SegmentKey {
+	k.AsOfCommitSeq = 0
+	return k
+}
+
+// newer orders publications of one context: highest pin, then latest
+// expiry.
+func newer(a, b *store.Publication) bool {
+	if a.AsOfCommitSeq != b.AsOfCommitSeq {
+		return a.AsOfCommitSeq > b.AsOfCommitSeq
+	}
+	return a.ExpiresAtMs > b.ExpiresAtMs
 }
 
 // Put implements store.SegmentStore. A collision records nothing.
@@ -84,22 +101,44 @@ func (s *Segments) Put(ctx context.Context, segmentID string, body []byte, pub s
 		gone = append(gone, p.SegmentKey)
 		return true
 	})
+	// Keep at most store.MaxPubsPerContext publications per context apart
+	// from the pin: the newest ones.
+	slices.SortStableFunc(seg.pubs, func(a, b store.Publication) int {
+		switch {
+		case newer(&a, &b):
+			return -1
+		case newer(&b, &a):
+			return 1
+		}
+		return 0
+	})
+	kept := map[store.SegmentKey]int{}
+	seg.pubs = slices.DeleteFunc(seg.pubs, func(p store.Publication) bool {
+		u := unpinned(p.SegmentKey)
+		kept[u]++
+		if kept[u] <= store.MaxPubsPerContext {
+			return false
+		}
+		gone = append(gone, p.SegmentKey)
+		return true
+	})
 	for _, p := range seg.pubs {
-		ids := s.byKey[p.SegmentKey]
+		ids := s.byKey[unpinned(p.SegmentKey)]
 		if ids == nil {
 			ids = make(map[string]struct{})
-			s.byKey[p.SegmentKey] = ids
+			s.byKey[unpinned(p.SegmentKey)] = ids
 		}
 		ids[segmentID] = struct{}{}
 	}
 	for _, k := range gone {
-		if slices.ContainsFunc(seg.pubs, func(p store.Publication) bool { return p.SegmentKey == k }) {
+		u := unpinned(k)
+		if slices.ContainsFunc(seg.pubs, func(p store.Publication) bool { return unpinned(p.SegmentKey) == u }) {
 			continue
 		}
-		if ids := s.byKey[k]; ids != nil {
+		if ids := s.byKey[u]; ids != nil {
 			delete(ids, segmentID)
 			if len(ids) == 0 {
-				delete(s.byKey, k)
+				delete(s.byKey, u)
 			}
 		}
 	}
@@ -109,8 +148,23 @@ func (s *Segments) Put(ctx context.Context, segmentID string, body []byte, pub s
 // Find implements store.SegmentStore. Among several live publications it
 // returns the one that expires last, so callers get the longest lease.
 func (s *Segments) Find(ctx context.Context, key store.SegmentKey, nowMs int64) (string, store.Publication, bool, error) {
+	id, pub, _, ok, err := s.find(ctx, key, key.AsOfCommitSeq, key.AsOfCommitSeq, nowMs)
+	return id, pub, ok, err
+}
+
+// FindSized implements store.SizedFinder.
+func (s *Segments) FindSized(ctx context.Context, key store.SegmentKey, nowMs int64) (string, store.Publication, int64, bool, error) {
+	return s.find(ctx, key, key.AsOfCommitSeq, key.AsOfCommitSeq, nowMs)
+}
+
+// FindLatest implements store.LatestFinder.
+func (s *Segments) FindLatest(ctx context.Context, key store.SegmentKey, minAsOf, maxAsOf, nowMs int64) (string, store.Publication, int64, bool, error) {
+	return s.find(ctx, key, minAsOf, maxAsOf, nowMs)
+}
+
+func (s *Segments) find(ctx context.Context, key store.SegmentKey, minAsOf, maxAsOf, nowMs int64) (string, store.Publication, int64, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return "", store.Publication{}, false, err
+		return "", store.Publication{}, 0, false, err
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -119,32 +173,21 @@ func (s *Segments) Find(ctx context.Context, key store.SegmentKey, nowMs int64) 
 		best    store.Publication
 		matched bool
 	)
-	for id := range s.byKey[key] {
+	u := unpinned(key)
+	for id := range s.byKey[u] {
 		for _, p := range s.segs[id].pubs {
-			if p.SegmentKey != key || p.ExpiresAtMs <= nowMs {
+			if unpinned(p.SegmentKey) != u || p.AsOfCommitSeq < minAsOf || p.AsOfCommitSeq > maxAsOf || p.ExpiresAtMs <= nowMs {
 				continue
 			}
-			if !matched || p.ExpiresAtMs > best.ExpiresAtMs || (p.ExpiresAtMs == best.ExpiresAtMs && id < bestID) {
+			if !matched || newer(&p, &best) || (!newer(&best, &p) && id < bestID) {
 				bestID, best, matched = id, p, true
 			}
 		}
 	}
-	return bestID, best, matched, nil
-}
-
-// FindSized implements store.SizedFinder.
-func (s *Segments) FindSized(ctx context.Context, key store.SegmentKey, nowMs int64) (string, store.Publication, int64, bool, error) {
-	id, pub, ok, err := s.Find(ctx, key, nowMs)
-	if !ok || err != nil {
-		return id, pub, 0, ok, err
+	if !matched {
+		return "", store.Publication{}, 0, false, nil
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var n int64
-	if seg := s.segs[id]; seg != nil {
-		n = int64(len(seg.body))
-	}
-	return id, pub, n, true, nil
+	return bestID, best, int64(len(s.segs[bestID].body)), true, nil
 }
 
 // Lookup implements store.SegmentStore.

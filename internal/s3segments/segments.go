@@ -23,6 +23,7 @@ package s3segments
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -31,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,8 +140,13 @@ func hexOf(segmentID string) (string, bool) {
 // DynamoDB items (see dynamostore's key table):
 //
 //	SEG#<hex>   OBJ                 bl byteLength, gu object-guaranteed-until ms, ttl
-//	SEG#<hex>   PUB#<ctx hash>      one publication (all SegmentKey fields, nc, rn, cr, ex), ttl
-//	P#<p>#SF    <key hash>#<hex>#<ctx hash>   the Find index of that publication, + gu, ttl
+//	SEG#<hex>   PUB#<part hash>#<ctx hash>   one publication (all SegmentKey fields, nc, rn, cr, ex), ttl
+//	P#<p>#SF    <unpinned key hash>#<pin, 19 digits>#<hex>#<ctx hash>   the Find index of that publication, + gu, bl, ttl
+//
+// A segment's publications are grouped by partition so a Put reads and
+// prunes only its own partition's (no cost coupling between tenants that
+// publish identical bytes), and the Find index orders a context's
+// publications by pin so FindLatest reads the newest first.
 //
 // The publication context (SegmentKey + NextRowCursor + RowCount) is
 // hashed into the sort keys: its fields are unbounded (partition names,
@@ -193,16 +200,33 @@ func keyHash(k *store.SegmentKey) string {
 		strconv.Itoa(int(k.MediaType)), k.ScopeDigest, strconv.FormatInt(k.AsOfCommitSeq, 10), optField(k.RowCursor))
 }
 
+// unpinnedHash is keyHash without the pin: the context FindLatest and
+// the per-context bound group by.
+func unpinnedHash(k *store.SegmentKey) string {
+	return fieldHash(k.Partition, k.LogEpoch, k.Table, strconv.Itoa(int(k.SchemaVersion)),
+		strconv.Itoa(int(k.MediaType)), k.ScopeDigest, optField(k.RowCursor))
+}
+
+// pinField renders a pin so sort keys order by it (pins are ≥ 0).
+func pinField(asOf int64) string { return fmt.Sprintf("%019d", max(asOf, 0)) }
+
+// findPrefix is the Find index prefix of key's context at one pin.
+func findPrefix(k *store.SegmentKey, asOf int64) string {
+	return unpinnedHash(k) + "#" + pinField(asOf) + "#"
+}
+
+func pubPrefix(partition string) string { return "PUB#" + fieldHash(partition) + "#" }
+
 // ctxHash identifies a publication context: the build-once key plus how
 // the page was cut (§5.1); equal contexts merge lifetimes.
 func ctxHash(p *store.Publication) string {
 	return fieldHash(keyHash(&p.SegmentKey), optField(p.NextRowCursor), strconv.FormatInt(p.RowCount, 10))
 }
 
-func pubSK(p *store.Publication) string { return "PUB#" + ctxHash(p) }
+func pubSK(p *store.Publication) string { return pubPrefix(p.Partition) + ctxHash(p) }
 
 func findSK(h string, p *store.Publication) string {
-	return keyHash(&p.SegmentKey) + "#" + h + "#" + ctxHash(p)
+	return findPrefix(&p.SegmentKey, p.AsOfCommitSeq) + h + "#" + ctxHash(p)
 }
 
 func pubAttrs(item map[string]dtypes.AttributeValue, p *store.Publication) {
@@ -276,7 +300,10 @@ type segState struct {
 	pubs       map[string]store.Publication
 }
 
-func (s *Segments) readSegment(ctx context.Context, h string) (*segState, error) {
+// readSegment reads the segment's OBJ item and its publications: all of
+// them, or with partition set only that partition's (then OBJ comes from
+// a second request, so the read does not grow with other tenants').
+func (s *Segments) readSegment(ctx context.Context, h string, partition *string) (*segState, error) {
 	st := &segState{pubs: map[string]store.Publication{}}
 	in := &dynamodb.QueryInput{
 		TableName:                 s.table,
@@ -284,6 +311,13 @@ func (s *Segments) readSegment(ctx context.Context, h string) (*segState, error)
 		ExpressionAttributeValues: map[string]dtypes.AttributeValue{":pk": dynamostore.S(segPK(h))},
 		ConsistentRead:            aws.Bool(true),
 		ReturnConsumedCapacity:    dtypes.ReturnConsumedCapacityTotal,
+	}
+	if partition != nil {
+		in.KeyConditionExpression = aws.String("pk = :pk AND begins_with(sk, :sk)")
+		in.ExpressionAttributeValues[":sk"] = dynamostore.S(pubPrefix(*partition))
+		if err := s.readObj(ctx, h, st); err != nil {
+			return nil, err
+		}
 	}
 	for {
 		var out *dynamodb.QueryOutput
@@ -320,6 +354,34 @@ func (s *Segments) readSegment(ctx context.Context, h string) (*segState, error)
 	}
 }
 
+// readObj reads the OBJ item into st (absent: st unchanged).
+func (s *Segments) readObj(ctx context.Context, h string, st *segState) error {
+	var out *dynamodb.GetItemOutput
+	err := dynamostore.Call(ctx, s.opts.Retry, "read segment object", func(ctx context.Context) error {
+		o, err := s.ddb.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName:              s.table,
+			Key:                    dynamostore.Key(segPK(h), objSK),
+			ConsistentRead:         aws.Bool(true),
+			ReturnConsumedCapacity: dtypes.ReturnConsumedCapacityTotal,
+		}, dynamostore.NoSDKRetry)
+		if o != nil && o.ConsumedCapacity != nil {
+			dynamostore.RecordConsumed(ctx, false, *o.ConsumedCapacity)
+		}
+		out = o
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	dynamostore.RecordEstimate(ctx, 1, 0)
+	if len(out.Item) > 0 {
+		st.hasObj = true
+		st.byteLength, _ = num(out.Item, aLen)
+		st.guardMs, _ = num(out.Item, aGuard)
+	}
+	return nil
+}
+
 // Put implements store.SegmentStore.
 func (s *Segments) Put(ctx context.Context, segmentID string, body []byte, pub store.Publication, nowMs int64) error {
 	h, ok := hexOf(segmentID)
@@ -333,7 +395,7 @@ func (s *Segments) Put(ctx context.Context, segmentID string, body []byte, pub s
 	}
 	need := pub.ExpiresAtMs + MaxURLTTL.Milliseconds() + s.opts.Margin.Milliseconds()
 	for attempt := 0; ; attempt++ {
-		st, err := s.readSegment(ctx, h)
+		st, err := s.readSegment(ctx, h, &pub.Partition)
 		if err != nil {
 			return err
 		}
@@ -501,16 +563,50 @@ func (s *Segments) recordPublication(ctx context.Context, h string, st *segState
 		fitem[dynamostore.TTLAttribute] = item[dynamostore.TTLAttribute]
 		add(dtypes.TransactWriteItem{Put: &dtypes.Put{TableName: s.table, Item: fitem}}, fitem)
 	}
-	// Prune what expired (§5.1 "pruned on write"), within the 100-action
-	// transaction limit; the rest goes with a later Put.
+	// Prune what expired (§5.1 "pruned on write") and, per context apart
+	// from the pin, all but the store.MaxPubsPerContext newest (counting
+	// the one just written), within the 100-action transaction limit; the
+	// rest goes with a later Put.
+	keep := map[string]bool{}
+	if live {
+		keep[sk] = true
+	}
+	byCtx := map[string][]string{}
 	for osk, p := range st.pubs {
-		if p.ExpiresAtMs > nowMs || (osk == sk && live) || len(acts) >= 98 {
+		if p.ExpiresAtMs > nowMs && osk != sk {
+			u := unpinnedHash(&p.SegmentKey)
+			byCtx[u] = append(byCtx[u], osk)
+		}
+	}
+	for u, sks := range byCtx {
+		slices.SortFunc(sks, func(a, b string) int {
+			pa, pb := st.pubs[a], st.pubs[b]
+			if c := cmp.Compare(pb.AsOfCommitSeq, pa.AsOfCommitSeq); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(pb.ExpiresAtMs, pa.ExpiresAtMs); c != 0 {
+				return c
+			}
+			return strings.Compare(a, b)
+		})
+		room := store.MaxPubsPerContext
+		if live && u == unpinnedHash(&merged.SegmentKey) {
+			room-- // the publication just written is the newest write
+		}
+		for i, osk := range sks {
+			if i < room {
+				keep[osk] = true
+			}
+		}
+	}
+	for osk, p := range st.pubs {
+		if keep[osk] || len(acts) >= 98 {
 			continue
 		}
 		k := dynamostore.Key(segPK(h), osk)
 		add(dtypes.TransactWriteItem{Delete: &dtypes.Delete{
 			TableName: s.table, Key: k,
-			ConditionExpression:       aws.String("ex = :ex"),
+			ConditionExpression:       aws.String("attribute_not_exists(pk) OR ex = :ex"),
 			ExpressionAttributeValues: map[string]dtypes.AttributeValue{":ex": dynamostore.N(p.ExpiresAtMs)},
 		}}, k)
 		fk := dynamostore.Key(findPK(p.Partition), findSK(h, &p))
@@ -542,24 +638,45 @@ func (s *Segments) recordPublication(ctx context.Context, h string, st *segState
 }
 
 // Find implements store.SegmentStore: one consistent Query of the
-// partition's lookup items for the key. Among live publications it
-// returns the one expiring last.
+// partition's lookup items for the key at its pin. Among live
+// publications it returns the one expiring last.
 func (s *Segments) Find(ctx context.Context, key store.SegmentKey, nowMs int64) (string, store.Publication, bool, error) {
 	id, pub, _, ok, err := s.FindSized(ctx, key, nowMs)
 	return id, pub, ok, err
 }
 
 // FindSized implements store.SizedFinder: Find, with the byte length the
-// lookup item records (0 for items written before it did), so a pull
-// reusing a page reads nothing whose cost grows with the segment's
-// publications in other partitions.
+// lookup item records, so a pull reusing a page reads nothing whose cost
+// grows with the segment's publications in other partitions.
 func (s *Segments) FindSized(ctx context.Context, key store.SegmentKey, nowMs int64) (string, store.Publication, int64, bool, error) {
+	return s.find(ctx, key, key.AsOfCommitSeq, key.AsOfCommitSeq, nowMs)
+}
+
+var _ store.LatestFinder = (*Segments)(nil)
+
+// FindLatest implements store.LatestFinder: one Query of the context's
+// lookup items in the pin range, newest pin first; it stops at the first
+// page holding a live publication. Puts keep at most
+// store.MaxPubsPerContext per context and segment, so the pages read do
+// not grow with how often the context was re-published.
+func (s *Segments) FindLatest(ctx context.Context, key store.SegmentKey, minAsOf, maxAsOf, nowMs int64) (string, store.Publication, int64, bool, error) {
+	return s.find(ctx, key, minAsOf, maxAsOf, nowMs)
+}
+
+func (s *Segments) find(ctx context.Context, key store.SegmentKey, minAsOf, maxAsOf, nowMs int64) (string, store.Publication, int64, bool, error) {
+	if minAsOf > maxAsOf {
+		return "", store.Publication{}, 0, false, nil
+	}
 	in := &dynamodb.QueryInput{
 		TableName:              s.table,
-		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :k)"),
+		KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :lo AND :hi"),
 		ExpressionAttributeValues: map[string]dtypes.AttributeValue{
-			":pk": dynamostore.S(findPK(key.Partition)), ":k": dynamostore.S(keyHash(&key) + "#"),
+			":pk": dynamostore.S(findPK(key.Partition)),
+			":lo": dynamostore.S(findPrefix(&key, minAsOf)),
+			// '~' sorts after every hex digit and '#'.
+			":hi": dynamostore.S(findPrefix(&key, maxAsOf) + "~"),
 		},
+		ScanIndexForward:       aws.Bool(false),
 		ConsistentRead:         aws.Bool(true),
 		ReturnConsumedCapacity: dtypes.ReturnConsumedCapacityTotal,
 	}
@@ -569,6 +686,7 @@ func (s *Segments) FindSized(ctx context.Context, key store.SegmentKey, nowMs in
 		bestLen int64
 		matched bool
 	)
+	u := unpinnedHash(&key)
 	for {
 		var out *dynamodb.QueryOutput
 		err := dynamostore.Call(ctx, s.opts.Retry, "find segment", func(ctx context.Context) error {
@@ -588,20 +706,26 @@ func (s *Segments) FindSized(ctx context.Context, key store.SegmentKey, nowMs in
 			p, ok := parsePub(it)
 			h, okh := str(it, aSeg)
 			guard, okg := num(it, aGuard)
-			if !ok || !okh || !okg || p.SegmentKey != key || p.ExpiresAtMs <= nowMs {
+			if !ok || !okh || !okg || unpinnedHash(&p.SegmentKey) != u || p.AsOfCommitSeq < minAsOf || p.AsOfCommitSeq > maxAsOf || p.ExpiresAtMs <= nowMs {
 				continue
 			}
 			if p.ExpiresAtMs+MaxURLTTL.Milliseconds() > guard {
 				continue // the object is not known to outlive it
 			}
+			q := p.SegmentKey
+			q.AsOfCommitSeq = key.AsOfCommitSeq
+			if q != key {
+				continue // a hash collision in the sort key: never serve it
+			}
 			id := "sha256:" + h
-			if !matched || p.ExpiresAtMs > best.ExpiresAtMs || (p.ExpiresAtMs == best.ExpiresAtMs && id < bestID) {
+			if !matched || p.AsOfCommitSeq > best.AsOfCommitSeq ||
+				(p.AsOfCommitSeq == best.AsOfCommitSeq && (p.ExpiresAtMs > best.ExpiresAtMs || (p.ExpiresAtMs == best.ExpiresAtMs && id < bestID))) {
 				bestID, best, matched = id, p, true
 				bestLen, _ = num(it, aLen)
 			}
 		}
 		dynamostore.RecordEstimate(ctx, float64(max(1, (size+4095)/4096)), 0)
-		if len(out.LastEvaluatedKey) == 0 {
+		if matched || len(out.LastEvaluatedKey) == 0 {
 			break
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
@@ -615,7 +739,7 @@ func (s *Segments) Lookup(ctx context.Context, segmentID string) (*store.Segment
 	if !ok {
 		return nil, store.ErrNotFound
 	}
-	st, err := s.readSegment(ctx, h)
+	st, err := s.readSegment(ctx, h, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -81,12 +81,29 @@ func (ps *pullState) bootstrap(ctx context.Context, p *subPlan, tok bootstrapTok
 	start := &wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: toWireScopes(p.effective), Bootstrap: true}
 	ps.pending = start
 	digest := scopeDigest(p.effective)
+	var pre *reuse
+	if !resumed {
+		// Issue 11 item 5: a fresh bootstrap may start at the pin of a live
+		// first page built earlier for the same context instead of at the
+		// head. The pin is at or above the horizon, so the commits after it
+		// are all still in the log: the rows as of that pin (every page of
+		// this bootstrap is labelled with it, like a resumed one) plus the
+		// incremental pull from SUB_END.nextCursor = pin converge (§4.7).
+		r, err := ps.findLatest(ctx, p, digest)
+		if err != nil {
+			return 0, false, err
+		}
+		if r != nil {
+			pre, asOf = r, r.pub.AsOfCommitSeq
+		}
+	}
 	complete := false
 	for page := 0; page < ps.lim.snapshotPages; page++ {
 		if ps.outOfTime(ctx, ps.sentData) {
 			break // the token resumes at cursor
 		}
-		next, done, stop, err := ps.page(ctx, p, asOf, digest, cursor)
+		next, done, stop, err := ps.page(ctx, p, asOf, digest, cursor, pre)
+		pre = nil
 		if err != nil {
 			return 0, false, err
 		}
@@ -127,18 +144,73 @@ func (ps *pullState) bootstrap(ctx context.Context, p *subPlan, tok bootstrapTok
 	return asOf, true, ps.write(end)
 }
 
+// reuse is a live publication found for a page before it is served.
+type reuse struct {
+	id   string
+	pub  store.Publication
+	size int64 // -1: unknown
+}
+
+// segKey is the publication context of a page (§5.1).
+func (ps *pullState) segKey(p *subPlan, asOf int64, digest string, cursor wire.Opt[string]) store.SegmentKey {
+	rs := ps.rs
+	return store.SegmentKey{
+		Partition: rs.auth.Partition, LogEpoch: rs.head.LogEpoch, Table: p.table.Name,
+		SchemaVersion: rs.schemaV.Number, MediaType: wire.MediaRows, ScopeDigest: digest,
+		AsOfCommitSeq: asOf, RowCursor: cursor,
+	}
+}
+
+// reusable reports whether a found publication may serve this request's
+// page. §4.2: pages hold up to limitSnapshotRows rows, and §5.1 shares a
+// build per page window: reuse only a publication this request's page
+// size could have cut (a full page, or a last page that fits), never a
+// larger page built for a client with a bigger limit; and an empty page
+// goes inline when the client takes inline rows.
+func (ps *pullState) reusable(pub *store.Publication) bool {
+	fits := pub.RowCount == int64(ps.lim.snapshotRows) ||
+		(!pub.NextRowCursor.Present && pub.RowCount <= int64(ps.lim.snapshotRows))
+	return fits && (ps.lim.accept&wire.AcceptInlineRows == 0 || pub.RowCount > 0)
+}
+
+// findLatest looks for a live first page of this bootstrap's context at
+// any pin in [horizon, head] (store.LatestFinder), or returns nil.
+func (ps *pullState) findLatest(ctx context.Context, p *subPlan, digest string) (*reuse, error) {
+	lf, ok := ps.e.segs.(store.LatestFinder)
+	if !ok || ps.lim.accept&wire.AcceptExternalRows == 0 || ps.horizon > ps.maxSeq {
+		return nil, nil
+	}
+	key := ps.segKey(p, ps.maxSeq, digest, wire.Opt[string]{})
+	id, pub, n, found, err := lf.FindLatest(ctx, key, max(ps.horizon, 0), ps.maxSeq, ps.rs.now)
+	if err != nil {
+		return nil, storeErr(err, "find segment")
+	}
+	if !found || !ps.reusable(&pub) {
+		return nil, nil
+	}
+	if n <= 0 {
+		n = -1
+	}
+	return &reuse{id: id, pub: pub, size: n}, nil
+}
+
 // page emits one rows page starting after cursor. done means the table is
 // exhausted; stop means the response budget ended the section here (the
-// page was not sent and cursor stays).
-func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest string, cursor wire.Opt[string]) (next wire.Opt[string], done, stop bool, err error) {
+// page was not sent and cursor stays). pre, when set, is a publication
+// already found for this page's key.
+func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest string, cursor wire.Opt[string], pre *reuse) (next wire.Opt[string], done, stop bool, err error) {
 	e := ps.e
 	rs := ps.rs
 	canInline := ps.lim.accept&wire.AcceptInlineRows != 0
 	canExternal := ps.lim.accept&wire.AcceptExternalRows != 0
-	key := store.SegmentKey{
-		Partition: rs.auth.Partition, LogEpoch: rs.head.LogEpoch, Table: p.table.Name,
-		SchemaVersion: rs.schemaV.Number, MediaType: wire.MediaRows, ScopeDigest: digest,
-		AsOfCommitSeq: asOf, RowCursor: cursor,
+	key := ps.segKey(p, asOf, digest, cursor)
+	if pre != nil && canExternal && pre.pub.SegmentKey == key {
+		if err := ps.sendRef(ctx, pre.id, pre.pub, digest, pre.size); err != nil {
+			return next, false, false, err
+		}
+		rs.report.SegmentsReused++
+		rs.report.RowsDelivered += int(pre.pub.RowCount)
+		return pre.pub.NextRowCursor, !pre.pub.NextRowCursor.Present, false, nil
 	}
 	if canExternal {
 		// §5.1 build once, reuse while unexpired. A store that knows the
@@ -161,13 +233,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 		if err != nil {
 			return next, false, false, storeErr(err, "find segment")
 		}
-		// §4.2: pages hold up to limitSnapshotRows rows, and §5.1 shares a
-		// build per page window: reuse only a publication this request's
-		// page size could have cut (a full page, or a last page that fits),
-		// never a larger page built for a client with a bigger limit.
-		fits := pub.RowCount == int64(ps.lim.snapshotRows) ||
-			(!pub.NextRowCursor.Present && pub.RowCount <= int64(ps.lim.snapshotRows))
-		if ok && fits && (!canInline || pub.RowCount > 0) {
+		if ok && ps.reusable(&pub) {
 			if err := ps.sendRef(ctx, id, pub, digest, size); err != nil {
 				return next, false, false, err
 			}

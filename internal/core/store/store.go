@@ -404,6 +404,24 @@ type SizedFinder interface {
 	FindSized(ctx context.Context, key SegmentKey, nowMs int64) (segmentID string, pub Publication, byteLength int64, ok bool, err error)
 }
 
+// MaxPubsPerContext bounds the publications a segment keeps for one
+// context apart from its pin (SegmentKey with AsOfCommitSeq ignored, plus
+// the page cut): a Put keeps the newest ones (highest pin, then latest
+// expiry) and prunes the rest, so a lookup's cost does not grow with how
+// often the same bytes were re-published at later pins.
+const MaxPubsPerContext = 4
+
+// LatestFinder is implemented by segment stores that can find a
+// publication of a context whatever its pin (issue 11 item 5). A bootstrap
+// may then start at that older pin instead of rebuilding at the head: the
+// rows as of the pin plus the commits after it converge (§4.7).
+type LatestFinder interface {
+	// FindLatest is FindSized with key.AsOfCommitSeq ignored: among live
+	// publications of key's context whose pin is in [minAsOf, maxAsOf]
+	// it returns one with the highest pin (ties: the latest expiry).
+	FindLatest(ctx context.Context, key SegmentKey, minAsOf, maxAsOf, nowMs int64) (segmentID string, pub Publication, byteLength int64, ok bool, err error)
+}
+
 // Presigner issues delegated download URLs for segment objects (§5.4).
 type Presigner interface {
 	// PresignGet returns a URL for segmentID valid until the returned

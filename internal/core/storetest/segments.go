@@ -33,6 +33,8 @@ func RunSegmentStore(t *testing.T, newSegs func(t *testing.T) store.SegmentStore
 		{"Find/IgnoresExpired", testSegFindExpired},
 		{"Find/ExactKey", testSegFindExactKey},
 		{"Find/Sized", testSegFindSized},
+		{"FindLatest/NewestPinInRange", testSegFindLatest},
+		{"Publications/BoundedPerContext", testSegBoundedPerContext},
 		{"Lookup/UnknownNotFound", testSegUnknown},
 	}
 	for _, tc := range tests {
@@ -413,5 +415,108 @@ func testSegFindSized(t *testing.T, e *segmentsT) {
 	}
 	if _, _, _, found, err := sf.FindSized(e.ctx, k, baseMs+10_000); err != nil || found {
 		t.Fatalf("FindSized of an expired publication: found=%v err=%v", found, err)
+	}
+}
+
+// FindLatest (issue 11 item 5) ignores the key's pin: among live
+// publications of the context with a pin in [min, max] it returns the
+// highest pin; expired ones, other partitions, other row cursors and
+// pins outside the range are never returned.
+func testSegFindLatest(t *testing.T, e *segmentsT) {
+	lf, ok := e.s.(store.LatestFinder)
+	if !ok {
+		t.Skip("not a store.LatestFinder")
+	}
+	k := e.key()
+	at := func(pin int64) store.SegmentKey { c := k; c.AsOfCommitSeq = pin; return c }
+	b10, b20 := e.body(100), e.body(200)
+	p10 := publication(at(10), wire.Opt[string]{}, 3, baseMs, baseMs+50_000)
+	p20 := publication(at(20), wire.Opt[string]{}, 3, baseMs, baseMs+10_000)
+	e.put(segmentID(b10), b10, p10, baseMs)
+	e.put(segmentID(b20), b20, p20, baseMs)
+	other := at(30)
+	other.Partition = e.p + "-other"
+	e.put(segmentID(b20), b20, publication(other, wire.Opt[string]{}, 3, baseMs, baseMs+50_000), baseMs)
+	paged := at(40)
+	paged.RowCursor = wire.Some("c")
+	e.put(segmentID(b20), b20, publication(paged, wire.Opt[string]{}, 3, baseMs, baseMs+50_000), baseMs)
+
+	cases := []struct {
+		name     string
+		min, max int64
+		now      int64
+		want     *store.Publication
+		wantBody []byte
+	}{
+		{"newest", 0, 100, baseMs + 1, &p20, b20},
+		{"below max", 0, 19, baseMs + 1, &p10, b10},
+		{"exact", 10, 10, baseMs + 1, &p10, b10},
+		{"above min", 11, 100, baseMs + 1, &p20, b20},
+		{"newest expired", 0, 100, baseMs + 10_000, &p10, b10},
+		{"none in range", 21, 100, baseMs + 1, nil, nil},
+		{"all expired", 0, 100, baseMs + 50_000, nil, nil},
+	}
+	for _, c := range cases {
+		q := at(999) // the key's own pin is ignored
+		id, pub, n, found, err := lf.FindLatest(e.ctx, q, c.min, c.max, c.now)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.want == nil {
+			if found {
+				t.Errorf("%s: found %s %+v, want nothing", c.name, id, pub)
+			}
+			continue
+		}
+		if !found || id != segmentID(c.wantBody) || pub != *c.want || n != int64(len(c.wantBody)) {
+			t.Errorf("%s: got %s %+v %d %v, want %s %+v %d", c.name, id, pub, n, found, segmentID(c.wantBody), *c.want, len(c.wantBody))
+		}
+	}
+	// Find still keys on the exact pin.
+	if _, _, found := e.find(at(15), baseMs+1); found {
+		t.Error("Find at a pin with no publication found one")
+	}
+}
+
+// Re-publishing the same bytes for one context at ever later pins keeps
+// at most store.MaxPubsPerContext of this partition's publications (the
+// newest pins); another partition's publications are untouched, and
+// Find still answers at a kept pin and not at a pruned one.
+func testSegBoundedPerContext(t *testing.T, e *segmentsT) {
+	body := e.body(300)
+	id := segmentID(body)
+	k := e.key()
+	other := k
+	other.Partition = e.p + "-other"
+	op := publication(other, wire.Opt[string]{}, 1, baseMs, baseMs+100_000)
+	e.put(id, body, op, baseMs)
+	const n = store.MaxPubsPerContext + 6
+	var want []store.Publication
+	for pin := int64(1); pin <= n; pin++ {
+		c := k
+		c.AsOfCommitSeq = pin
+		p := publication(c, wire.Opt[string]{}, 1, baseMs, baseMs+100_000)
+		e.put(id, body, p, baseMs)
+		if pin > n-store.MaxPubsPerContext {
+			want = append(want, p)
+		}
+	}
+	var mine []store.Publication
+	for _, p := range e.lookup(id).Publications {
+		if p.Partition == e.p {
+			mine = append(mine, p)
+		}
+	}
+	checkPubs(t, mine, want)
+	if !slices.ContainsFunc(e.lookup(id).Publications, func(p store.Publication) bool { return p == op }) {
+		t.Error("another partition's publication was pruned")
+	}
+	kept, pruned := k, k
+	kept.AsOfCommitSeq, pruned.AsOfCommitSeq = n, 1
+	if _, _, found := e.find(kept, baseMs+1); !found {
+		t.Error("Find misses the newest pin")
+	}
+	if _, _, found := e.find(pruned, baseMs+1); found {
+		t.Error("Find still answers at a pruned pin")
 	}
 }

@@ -38,6 +38,17 @@ func (c *CountingSegments) Put(ctx context.Context, id string, body []byte, pub 
 	return c.SegmentStore.Put(ctx, id, body, pub, nowMs)
 }
 
+// FindLatest forwards to the wrapped store's store.LatestFinder (none:
+// nothing found), so reuse at an earlier pin is exercised through the
+// wrapper.
+func (c *CountingSegments) FindLatest(ctx context.Context, key store.SegmentKey, minAsOf, maxAsOf, nowMs int64) (string, store.Publication, int64, bool, error) {
+	lf, ok := c.SegmentStore.(store.LatestFinder)
+	if !ok {
+		return "", store.Publication{}, 0, false, nil
+	}
+	return lf.FindLatest(ctx, key, minAsOf, maxAsOf, nowMs)
+}
+
 // Puts reports how many segments were built.
 func (c *CountingSegments) Puts() int64 { return c.puts.Load() }
 
