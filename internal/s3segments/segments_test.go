@@ -370,3 +370,70 @@ func TestFindCostFlat(t *testing.T) {
 		}
 	}
 }
+
+// TestPublicationCostFlat (issue 11 item 5): with 1, 100 and 1,000
+// publications of identical bytes — by other tenants, and by this
+// tenant's context at ever later pins — the reuse lookup (FindLatest)
+// and the write of one more publication (Put) cost the same RCU and
+// round trips: Put reads only its own partition's publications, and
+// re-publications of one context are bounded per segment.
+func TestPublicationCostFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 publications")
+	}
+	e := newEnv(t, s3segments.Options{})
+	ctx := context.Background()
+	body := []byte(strings.Repeat("identical page bytes ", 100))
+	sum := sha256.Sum256(body)
+	id := "sha256:" + hex.EncodeToString(sum[:])
+	now := time.Now().UnixMilli()
+	key := func(p string, pin int64) store.SegmentKey {
+		return store.SegmentKey{Partition: p, LogEpoch: "e", Table: "tasks", SchemaVersion: 1, MediaType: wire.MediaRows, ScopeDigest: "d", AsOfCommitSeq: pin}
+	}
+	pub := func(k store.SegmentKey) store.Publication {
+		return store.Publication{SegmentKey: k, CreatedAtMs: now, ExpiresAtMs: now + time.Hour.Milliseconds()}
+	}
+	measure := func(f func(context.Context) error) dynamostore.Usage {
+		mctx, c := dynamostore.WithCapacity(ctx)
+		if err := f(mctx); err != nil {
+			t.Fatal(err)
+		}
+		return c.Snapshot()
+	}
+	type cost struct {
+		findRT, putRT   int
+		findRCU, putRCU float64
+	}
+	var base cost
+	tenants, pins := 0, int64(0)
+	for _, n := range []int{1, 100, 1000} {
+		for ; tenants < n; tenants++ {
+			if err := e.segs.Put(ctx, id, body, pub(key("other-"+strconv.Itoa(tenants), 1)), now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for ; pins < int64(n); pins++ {
+			if err := e.segs.Put(ctx, id, body, pub(key("mine", pins+1)), now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		find := measure(func(ctx context.Context) error {
+			gotID, p, size, ok, err := e.segs.FindLatest(ctx, key("mine", 0), 0, pins, now)
+			if err == nil && (!ok || gotID != id || p.AsOfCommitSeq != pins || size != int64(len(body))) {
+				t.Fatalf("FindLatest: %s pin %d size %d ok %v", gotID, p.AsOfCommitSeq, size, ok)
+			}
+			return err
+		})
+		put := measure(func(ctx context.Context) error {
+			return e.segs.Put(ctx, id, body, pub(key("mine", pins)), now) // a merge: same context
+		})
+		c := cost{find.RoundTrips, put.RoundTrips, find.EstRCU, put.EstRCU}
+		t.Logf("%4d publications by other tenants + %4d re-publications of this context: FindLatest %d round trip(s) %.1f RCU; Put %d round trip(s) %.1f RCU",
+			n, n, c.findRT, c.findRCU, c.putRT, c.putRCU)
+		if n == 1 {
+			base = c
+		} else if c != base {
+			t.Errorf("%d publications: %+v, with 1: %+v", n, c, base)
+		}
+	}
+}
