@@ -236,24 +236,26 @@ class HttpServerInstance implements ServerInstance {
     return new Promise((resolve) => {
       const socket = new WebSocket(url);
       socket.binaryType = 'arraybuffer';
-      let opened = false;
-      socket.onopen = () => {
-        opened = true;
-        resolve({
-          ok: true,
-          connection: {
-            send: (text: string) => socket.send(text),
-            sendBinary: (bytes: Uint8Array) => socket.send(bytes),
-            close: () => socket.close(),
-          },
-        });
+      // Settle on the server's hello (§8.1), not on the socket opening:
+      // an in-process server hands the hello to the sink during connect,
+      // and scenarios read the session state right after it returns.
+      let settled = false;
+      const connection = {
+        send: (text: string) => socket.send(text),
+        sendBinary: (bytes: Uint8Array) => socket.send(bytes),
+        close: () => socket.close(),
       };
       socket.onmessage = (event: MessageEvent) => {
         if (typeof event.data === 'string') sink.onText(event.data);
         else sink.onBinary(new Uint8Array(event.data as ArrayBuffer));
+        if (!settled) {
+          settled = true;
+          resolve({ ok: true, connection });
+        }
       };
       socket.onclose = () => {
-        if (!opened) {
+        if (!settled) {
+          settled = true;
           resolve({
             ok: false,
             error: {
