@@ -3,8 +3,10 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -40,7 +42,7 @@ func newRealtimeService(ctx context.Context, logger *slog.Logger) (*rtaws.Servic
 	if err != nil {
 		return nil, nil, err
 	}
-	authn, err := Authenticator(cfg)
+	authn, err := RealtimeAuthenticator(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -54,6 +56,34 @@ func newRealtimeService(ctx context.Context, logger *slog.Logger) (*rtaws.Servic
 	}, authn, nil
 }
 
+// RealtimeAuthenticator is the $connect authenticator. API Gateway has no
+// JWT authorizer for WebSocket APIs, so in jwt-authorizer mode the
+// function verifies the token itself with the HTTP API authorizer's rules
+// (auth.OIDC: SYNC_JWT_ISSUER, SYNC_JWT_AUDIENCE as a comma list, keys by
+// OIDC discovery). Claims of a Lambda authorizer an operator attached to
+// $connect still take precedence. Without an issuer and audience the
+// function accepts only such authorizer claims (fail closed).
+func RealtimeAuthenticator(cfg *config.Config) (auth.Authenticator, error) {
+	a, err := Authenticator(cfg)
+	if err != nil || cfg.AuthMode != config.AuthJWTAuthorizer {
+		return a, err
+	}
+	var auds []string
+	for _, s := range strings.Split(cfg.JWTAudience, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			auds = append(auds, s)
+		}
+	}
+	if cfg.JWTIssuer == "" || len(auds) == 0 {
+		return a, nil
+	}
+	m := auth.Mapping{ActorClaim: cfg.ActorClaim, PartitionClaim: cfg.PartitionClaim, DefaultPartition: cfg.DefaultPartition}
+	return &auth.FirstOf{
+		Authorizer: &auth.AuthorizerClaims{Mapping: m},
+		Token:      &auth.OIDC{Issuer: cfg.JWTIssuer, Audiences: auds, Mapping: m, Leeway: 30 * time.Second},
+	}, nil
+}
+
 // RealtimeHandler handles the WebSocket routes.
 type RealtimeHandler struct {
 	Service *rtaws.Service
@@ -64,7 +94,12 @@ type RealtimeHandler struct {
 // Handle serves one WebSocket route event. $connect authenticates like
 // /sync (§8.1): Authorization: Bearer, or the token / access_token query
 // parameter that browsers must use; with SYNC_AUTH_MODE=jwt-authorizer
-// the claims come from a Lambda authorizer's context on $connect.
+// the token is verified against the issuer's keys (RealtimeAuthenticator),
+// or the claims come from a Lambda authorizer's context on $connect. A
+// token that is not accepted is refused with 401; when the issuer's keys
+// cannot be fetched the token was not judged, and the refusal is a
+// retryable 500 (sync.internal_error), so clients retry instead of treating
+// their credentials as bad.
 func (h *RealtimeHandler) Handle(ctx context.Context, ev events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	rc := ev.RequestContext
 	switch rc.RouteKey {
@@ -87,6 +122,10 @@ func (h *RealtimeHandler) Handle(ctx context.Context, ev events.APIGatewayWebsoc
 			cr.AuthorizerClaims = auth.Claims(m)
 		}
 		a, claims, err := h.Auth.Authenticate(ctx, cr)
+		if errors.Is(err, auth.ErrKeysUnavailable) {
+			h.Logger.Error("realtime connect: issuer keys unavailable", "error", err.Error())
+			return refuse(syncerr.Internal(err)), nil
+		}
 		if err != nil {
 			return refuse(syncerr.New(syncerr.AuthRequired, "authentication failed: %v", err)), nil
 		}

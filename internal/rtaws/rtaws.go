@@ -60,7 +60,10 @@ type Service struct {
 	// MaxMessageBytes is API Gateway's message limit (128 KiB): a larger
 	// delta becomes a delta-too-large wake-up (§8.3), never a truncation.
 	MaxMessageBytes int
-	Logger          *slog.Logger
+	// MaxPresenceBytes caps a published presence document (§8.6.2;
+	// default realtime.DefaultMaxPresenceBytes).
+	MaxPresenceBytes int
+	Logger           *slog.Logger
 	// Reads counts DynamoDB read calls on the fanout path (tests, notes).
 	Reads func(n int)
 }
@@ -92,6 +95,7 @@ type conn struct {
 	schemaVersion                       int32
 	regs                                []engine.Registration
 	keys                                []string
+	pres                                []string // keys with a presence document
 	seq, cursor, latest                 int64
 	suppressed                          bool
 	regsRaw                             string
@@ -206,6 +210,9 @@ func parseConn(id string, it map[string]types.AttributeValue) (*conn, error) {
 			return nil, fmt.Errorf("rtaws: connection %s registrations: %w", id, err)
 		}
 	}
+	if v, ok := it[aPres].(*types.AttributeValueMemberSS); ok {
+		c.pres = v.Value
+	}
 	if v, ok := it[aKeys].(*types.AttributeValueMemberL); ok {
 		for _, k := range v.Value {
 			if s, ok := k.(*types.AttributeValueMemberS); ok {
@@ -216,8 +223,9 @@ func parseConn(id string, it map[string]types.AttributeValue) (*conn, error) {
 	return c, nil
 }
 
-// Disconnect removes the connection and its index entries ($disconnect,
-// or a GoneException on a post).
+// Disconnect removes the connection, its index entries and its presence
+// documents, whose leaves go to the scope-mates (§8.6.1) ($disconnect, or
+// a GoneException on a post).
 func (s *Service) Disconnect(ctx context.Context, id string) error {
 	c, err := s.getConn(ctx, id)
 	if err != nil || c == nil {
@@ -231,10 +239,19 @@ func (s *Service) drop(ctx context.Context, c *conn) error {
 	for _, k := range c.keys {
 		reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: ds.Key(indexPK(c.partition, k), c.id)}})
 	}
-	return s.batchWrite(ctx, reqs)
+	if err := s.batchWrite(ctx, reqs); err != nil {
+		return err
+	}
+	for _, k := range c.pres {
+		if err := s.leave(ctx, c, k, false); err != nil {
+			s.log().Warn("realtime: presence leave", "connection", c.id, "error", err.Error())
+		}
+	}
+	return nil
 }
 
-// Hello sends the §8.1 hello of a newly registered connection.
+// Hello sends the §8.1 hello of a newly registered connection, then the
+// presence documents already on its keys (§8.6.3).
 func (s *Service) Hello(ctx context.Context, id string) error {
 	c, err := s.getConn(ctx, id)
 	if err != nil || c == nil {
@@ -244,7 +261,10 @@ func (s *Service) Hello(ctx context.Context, id string) error {
 		ProtocolVersion: 1, SessionID: id, ActorID: c.actor, ClientID: c.client,
 		Cursor: c.cursor, LatestCursor: c.latest, RequiresSync: c.suppressed, Timestamp: s.Engine.Now(),
 	})
-	return s.post(ctx, c, msg)
+	if err := s.post(ctx, c, msg); err != nil {
+		return err
+	}
+	return s.joinBurst(ctx, c)
 }
 
 // post sends msg; a gone connection is dropped.
@@ -261,8 +281,8 @@ func (s *Service) post(ctx context.Context, c *conn, msg []byte) error {
 
 // Message handles one client→server text message on $default: an ack
 // (§8.2) persists the cursor and, reaching everything delivered, lifts
-// suppression. Presence publishes are refused (presence is served by the
-// in-process hub only, see README). Unknown JSON is tolerated (§8.1).
+// suppression; a presence publish joins, updates or leaves (§8.6,
+// presence.go). Unknown JSON is tolerated (§8.1).
 func (s *Service) Message(ctx context.Context, id string, body []byte) error {
 	m, err := realtime.Parse(body)
 	if err != nil {
@@ -291,7 +311,7 @@ func (s *Service) Message(ctx context.Context, id string, body []byte) error {
 			}
 		}
 	case *realtime.PresencePublish:
-		return s.post(ctx, c, realtime.EncodePresenceError(m.ScopeKey, realtime.PresenceForbidden, s.Engine.Now()))
+		return s.publish(ctx, c, m)
 	}
 	return nil
 }
