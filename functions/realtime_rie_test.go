@@ -255,6 +255,17 @@ func TestRealtimeFunctionsUnderEmulator(t *testing.T) {
 		t.Fatalf("a replayed stream batch posted again: %d messages", len(got))
 	}
 
+	// The heartbeat schedule's event (template.yaml Heartbeat input): a
+	// §8.5 heartbeat to the registered connection.
+	invoke("fanout", app.HeartbeatEvent{Heartbeat: true})
+	if got := mgmt.of("conn-reader"); len(got) != 3 {
+		t.Fatalf("heartbeat event: want a third message, got %d\n%s", len(got), rie["fanout"].Logs())
+	} else if hb, err := realtime.Parse(got[2]); err != nil {
+		t.Fatalf("heartbeat: %s (%v)", got[2], err)
+	} else if _, ok := hb.(*realtime.Heartbeat); !ok {
+		t.Fatalf("not a heartbeat: %s", got[2])
+	}
+
 	// $default: an ack persists the client's cursor.
 	if resp := route("$default", "conn-reader", nil, string(realtime.EncodeAck(head.MaxCommitSeq))); resp.StatusCode != 200 {
 		t.Fatalf("$default ack: HTTP %d %s", resp.StatusCode, resp.Body)

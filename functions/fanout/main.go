@@ -1,5 +1,6 @@
 // Command fanout reads the table's DynamoDB stream and posts realtime
-// hellos, deltas and wake-ups to WebSocket connections (app.FanoutJob).
+// hellos, deltas and wake-ups to WebSocket connections, and on a schedule
+// §8.5 heartbeats (app.FanoutJob, app.HandleFanout).
 // Build with -tags lambda.norpc.
 package main
 

@@ -20,7 +20,8 @@ import (
 
 // RealtimeJob serves the WebSocket API's $connect, $disconnect and
 // $default routes (§8); FanoutJob reads the table's stream and posts
-// hellos, deltas and wake-ups to connections (§8.1–§8.3).
+// hellos, deltas and wake-ups to connections (§8.1–§8.3), and on its
+// schedule heartbeats (§8.5).
 var (
 	RealtimeJob = Function{Name: "realtime", LogicalID: "RealtimeFunction", Dir: "functions/realtime"}
 	FanoutJob   = Function{Name: "fanout", LogicalID: "FanoutFunction", Dir: "functions/fanout"}
@@ -173,6 +174,35 @@ func HandleStream(s *rtaws.Service) func(ctx context.Context, ev events.DynamoDB
 	}
 }
 
+// HeartbeatEvent is the input of the fanout function's schedule
+// (template.yaml FanoutFunction, HeartbeatSchedule): {"heartbeat": true}.
+type HeartbeatEvent struct {
+	Heartbeat bool `json:"heartbeat"`
+}
+
+// HandleFanout is the fanout function's handler: a scheduled heartbeat
+// event sends a §8.5 heartbeat to every live connection
+// (rtaws.Service.Heartbeat, which stops before the invocation's
+// deadline); anything else is a batch of table stream records.
+func HandleFanout(s *rtaws.Service) func(ctx context.Context, raw json.RawMessage) error {
+	stream := HandleStream(s)
+	return func(ctx context.Context, raw json.RawMessage) error {
+		var hb HeartbeatEvent
+		if json.Unmarshal(raw, &hb) == nil && hb.Heartbeat {
+			res, err := s.Heartbeat(ctx, 0)
+			if s.Logger != nil {
+				s.Logger.Info("realtime heartbeat", "sent", res.Sent, "gone", res.Gone, "failed", res.Failed, "stopped", res.Stopped)
+			}
+			return err
+		}
+		var ev events.DynamoDBEvent
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return err
+		}
+		return stream(ctx, ev)
+	}
+}
+
 func jobMain(fn Function, start func(*rtaws.Service, auth.Authenticator, *slog.Logger)) {
 	level := slog.LevelInfo
 	_ = level.UnmarshalText([]byte(os.Getenv("SYNC_LOG_LEVEL")))
@@ -197,6 +227,6 @@ func RealtimeMain() {
 // FanoutMain is the whole main of the fanout function.
 func FanoutMain() {
 	jobMain(FanoutJob, func(s *rtaws.Service, _ auth.Authenticator, _ *slog.Logger) {
-		lambda.Start(HandleStream(s))
+		lambda.Start(HandleFanout(s))
 	})
 }

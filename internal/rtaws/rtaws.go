@@ -24,6 +24,7 @@ import (
 //	item              pk                       sk
 //	connection        RTC#<connectionId>       C
 //	scope-key index   P#<p>#RK#<scope key>     <connectionId>
+//	registry entry    RTR#<shard>              <connectionId>  (heartbeat.go)
 //
 // The index is what makes the fanout's reads independent of unrelated
 // connections: a commit reads exactly the index partitions of the scope
@@ -146,6 +147,9 @@ func (s *Service) Connect(ctx context.Context, id string, auth engine.Auth, clie
 		it[ds.TTLAttribute] = ttl
 		reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
 	}
+	reg := registryKey(id) // heartbeat.go
+	reg[ds.TTLAttribute] = ttl
+	reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: reg}})
 	if err := s.batchWrite(ctx, reqs); err != nil {
 		return err
 	}
@@ -235,7 +239,10 @@ func (s *Service) Disconnect(ctx context.Context, id string) error {
 }
 
 func (s *Service) drop(ctx context.Context, c *conn) error {
-	reqs := []types.WriteRequest{{DeleteRequest: &types.DeleteRequest{Key: ds.Key(connPK(c.id), connSK)}}}
+	reqs := []types.WriteRequest{
+		{DeleteRequest: &types.DeleteRequest{Key: ds.Key(connPK(c.id), connSK)}},
+		{DeleteRequest: &types.DeleteRequest{Key: registryKey(c.id)}},
+	}
 	for _, k := range c.keys {
 		reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: ds.Key(indexPK(c.partition, k), c.id)}})
 	}
