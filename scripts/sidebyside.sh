@@ -152,10 +152,10 @@ one_run() { # name vus run
     [$name, .config.vus, $run, .extra.totalRounds, .extra.opsPerSec,
      (($r.p50 // 0)*100|round/100), (($r.p95 // 0)*100|round/100), (($r.p99 // 0)*100|round/100),
      (if .extra.totalRounds > 0 then ($dcpu / $hz * 1e6 / .extra.totalRounds | round) else "-" end),
-     (($hwm|tonumber) / 1024 | round), (.errors | length), $load] | @tsv' "$json"
+     (($hwm|tonumber) / 1024 | round), .failedVus, $load] | @tsv' "$json"
 }
 
-printf 'server\tvus\trun\trounds\tops/s\tp50ms\tp95ms\tp99ms\tcpu_us/round\tpeakRSS_MB\terrors\tloadavg\n'
+printf 'server\tvus\trun\trounds\tops/s\tp50ms\tp95ms\tp99ms\tcpu_us/round\tpeakRSS_MB\tfailedVUs\tloadavg\n'
 for run in $(seq "$runs"); do
   for vus in "${vus_list[@]}"; do
     for name in ref go; do
