@@ -404,7 +404,7 @@ func mediaType(ct string) string {
 // identity. q=0 excludes a coding.
 func negotiate(accept string) string {
 	zstdOK, gzipOK := false, false
-	for _, part := range strings.Split(accept, ",") {
+	for part := range strings.SplitSeq(accept, ",") {
 		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
 		name = strings.ToLower(strings.TrimSpace(name))
 		if q := strings.TrimSpace(params); strings.HasPrefix(q, "q=") {
