@@ -83,21 +83,24 @@ func Match(mount, method, escapedPath string) (Function, bool) {
 }
 
 func pathMatches(pattern, path string) bool {
-	ps := strings.Split(pattern, "/")
-	xs := strings.Split(path, "/")
-	if len(ps) != len(xs) {
-		return false
-	}
-	for i, p := range ps {
+	// Segment by segment without splitting (no allocation: every request
+	// is matched against every endpoint).
+	for {
+		p, pRest, pMore := strings.Cut(pattern, "/")
+		x, xRest, xMore := strings.Cut(path, "/")
 		if strings.HasPrefix(p, "{") && strings.HasSuffix(p, "}") {
-			if xs[i] == "" {
+			if x == "" {
 				return false
 			}
-			continue
-		}
-		if p != xs[i] {
+		} else if p != x {
 			return false
 		}
+		if pMore != xMore {
+			return false
+		}
+		if !pMore {
+			return true
+		}
+		pattern, path = pRest, xRest
 	}
-	return true
 }

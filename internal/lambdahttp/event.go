@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 
@@ -168,9 +169,12 @@ func v1Claims(a map[string]any) auth.Claims {
 
 func fromV2Parts(rawPath, rawQuery string, qp map[string]string, method string, headers map[string]string, body string, b64 bool, requestID, _ string, claims auth.Claims) (*converted, error) {
 	h := make(http.Header, len(headers))
+	// v2 joins repeated headers with commas already: one value per name,
+	// all in one backing array (h.Set would allocate a slice per header).
+	vals := make([]string, 0, len(headers))
 	for k, v := range headers {
-		// v2 joins repeated headers with commas already.
-		h.Set(k, v)
+		vals = append(vals, v)
+		h[textproto.CanonicalMIMEHeaderKey(k)] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil || (rawQuery == "" && len(qp) > 0) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -241,5 +242,37 @@ func TestNetHTTPRoundTrip(t *testing.T) {
 	}
 	if w.Code != 201 || !bytes.Equal(w.Body.Bytes(), []byte{9, 8}) || w.Header().Get("Content-Type") != "application/octet-stream" {
 		t.Fatalf("written %d %x %v", w.Code, w.Body.Bytes(), w.Header())
+	}
+}
+
+// Every header keeps its own value under its lower-case name (API
+// Gateway's v2 convention), however many there are, and comes back
+// under its canonical name.
+func TestEventFromHTTPHeaderNames(t *testing.T) {
+	req := httptest.NewRequest("POST", "http://127.0.0.1:8787/sync", nil)
+	want := map[string]string{}
+	for i := 0; i < 40; i++ {
+		name := fmt.Sprintf("X-Header-%d-%s", i, strings.Repeat("Ab", i%5))
+		req.Header.Set(name, fmt.Sprintf("value %d", i))
+		want[strings.ToLower(name)] = fmt.Sprintf("value %d", i)
+	}
+	ev := EventFromHTTP(req, nil, "POST /sync", "rid")
+	for k, v := range want {
+		if ev.Headers[k] != v {
+			t.Fatalf("header %s = %q, want %q", k, ev.Headers[k], v)
+		}
+	}
+	if len(ev.Headers) != len(want)+2 { // + host, x-forwarded-proto
+		t.Fatalf("%d headers, want %d: %v", len(ev.Headers), len(want)+2, ev.Headers)
+	}
+	r, _, err := FromV2(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		name := fmt.Sprintf("X-Header-%d-%s", i, strings.Repeat("Ab", i%5))
+		if got := r.Header[http.CanonicalHeaderKey(name)]; len(got) != 1 || got[0] != fmt.Sprintf("value %d", i) {
+			t.Fatalf("back: %s = %q", name, got)
+		}
 	}
 }

@@ -21,8 +21,29 @@ import (
 // a base64 body for non-text content, and X-Forwarded-Proto.
 func EventFromHTTP(r *http.Request, body []byte, routeKey, requestID string) events.APIGatewayV2HTTPRequest {
 	h := make(map[string]string, len(r.Header)+3)
-	for k, vs := range r.Header {
-		h[strings.ToLower(k)] = strings.Join(vs, ",")
+	// The lower-case names are cut from one string (one allocation, not
+	// one per header), in the order the names were visited.
+	var keyBuf [24]string
+	keys := keyBuf[:0]
+	n := 0
+	for k := range r.Header {
+		keys = append(keys, k)
+		n += len(k)
+	}
+	lower := make([]byte, 0, n)
+	for _, k := range keys {
+		for i := 0; i < len(k); i++ {
+			c := k[i]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			lower = append(lower, c)
+		}
+	}
+	names := string(lower)
+	for _, k := range keys {
+		h[names[:len(k)]] = strings.Join(r.Header[k], ",")
+		names = names[len(k):]
 	}
 	h["host"] = r.Host
 	proto := "http"
@@ -33,10 +54,12 @@ func EventFromHTTP(r *http.Request, body []byte, routeKey, requestID string) eve
 		h["x-forwarded-proto"] = proto
 	}
 	var qp map[string]string
-	if q := r.URL.Query(); len(q) > 0 {
-		qp = make(map[string]string, len(q))
-		for k, vs := range q {
-			qp[k] = strings.Join(vs, ",")
+	if r.URL.RawQuery != "" {
+		if q := r.URL.Query(); len(q) > 0 {
+			qp = make(map[string]string, len(q))
+			for k, vs := range q {
+				qp[k] = strings.Join(vs, ",")
+			}
 		}
 	}
 	sourceIP, _, _ := net.SplitHostPort(r.RemoteAddr)

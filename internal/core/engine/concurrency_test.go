@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
+	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
 
 // pushRetrying sends one commit, retrying request-level sync.rate_limited
@@ -287,4 +289,62 @@ func TestConcurrentBootstrapUnderWrites(t *testing.T) {
 		wantRows(t, want, r.Rows, fmt.Sprintf("reader %d", i))
 	}
 	t.Logf("%d concurrent writes; pulls %d/%d", writes.Load(), readers[0].Pulls, readers[1].Pulls)
+}
+
+// writesBetweenAttempts is a memstore on which another writer commits
+// whenever the victim client's commit attempt is about to run (the first
+// time only) and right after each of its lost races, i.e. while it
+// backs off: a partition under steady write load.
+type writesBetweenAttempts struct {
+	store.Store
+	victim   string
+	other    func()
+	first    bool
+	attempts int
+	during   int // further commits by others, one per lost race
+}
+
+func (s *writesBetweenAttempts) Commit(ctx context.Context, partition string, req *store.CommitRequest) error {
+	if req.Commit.ClientID != s.victim {
+		return s.Store.Commit(ctx, partition, req)
+	}
+	s.attempts++
+	if s.first {
+		s.first = false
+		s.other()
+	}
+	err := s.Store.Commit(ctx, partition, req)
+	if errors.Is(err, store.ErrHeadMoved) && s.during > 0 {
+		s.during--
+		s.other()
+	}
+	return err
+}
+
+// §2.1: a commit conditions on the partition head, so a writer that lost
+// a race must retry from the head as it is after its backoff. Others
+// commit during every backoff here; retrying from the head the lost race
+// returned (stale by then) lost every time, until "lost 64 races" under
+// steady load. Reading the head after the wait wins on the next attempt.
+func TestLostRaceRetriesFromCurrentHead(t *testing.T) {
+	st := &writesBetweenAttempts{Store: memstore.New(), victim: "victim", first: true, during: 5}
+	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
+	h.Grants.Set("alice", projects("p1"))
+	victim := h.Client("tenant", "alice", "victim")
+	other := h.Client("tenant", "alice", "other")
+	n := 0
+	st.other = func() {
+		n++
+		id := fmt.Sprintf("o%d", n)
+		mustPushAll(t, other, cmt(id, up("tasks", id, other.Task(id, "p1", id, false), -1)))
+	}
+	mustPushAll(t, other, cmt("o0", up("tasks", "o0", other.Task("o0", "p1", "o0", false), -1)))
+	res := mustPushAll(t, victim, cmt("v", up("tasks", "v", victim.Task("v", "p1", "v", false), -1)))
+	seq := wantApplied(t, res[0])
+	if st.attempts != 2 {
+		t.Fatalf("victim needed %d commit attempts, want 2 (one lost race, then a commit on the head read after the backoff)", st.attempts)
+	}
+	if want := int64(n + 2); seq != want || head(t, h, "tenant").MaxCommitSeq != want {
+		t.Fatalf("victim commitSeq %d, head %d, want %d (gapless after %d other commits)", seq, head(t, h, "tenant").MaxCommitSeq, want, n+1)
+	}
 }

@@ -171,13 +171,11 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			return res, nil
 		case errors.Is(err, store.ErrHeadMoved):
 			rs.report.CommitRacesLost++
-			// The failed condition's head (when the store returned it) was
-			// read after this evaluation's rows and before the next one's:
-			// start from it instead of reading the head again.
-			var hm *store.HeadMovedError
-			if errors.As(err, &hm) && hm.Head.MaxCommitSeq > head.MaxCommitSeq {
-				head, fresh = hm.Head, true
-			}
+			// The next attempt reads the head after its backoff. The head
+			// the lost race returns is stale by then whenever others keep
+			// committing, and a commit conditioned on it (§2.1 gapless
+			// commitSeq) loses again: under steady load a writer that
+			// retried from it starved until "lost 64 races".
 			continue
 		case errors.Is(err, store.ErrOutcomeExists):
 			res, _, err := e.replay(ctx, rs, pc.ClientCommitID)

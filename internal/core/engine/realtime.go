@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -42,21 +45,110 @@ type registeredSub struct {
 	Scopes map[string][]string `json:"scopes"`
 }
 
-// encodeRegistration is the §8.1 persisted subscription list of a pull.
+// encodeRegistration is the §8.1 persisted subscription list of a pull:
+// the JSON encoding/json gives registrationDoc (sorted scope keys, a
+// repeated key's last values, HTML-safe escaping), byte for byte, since
+// recordClient compares it with the stored one; written by hand because
+// every pull makes one (reflection was a twentieth of a quiet request).
 func encodeRegistration(schemaVersion int32, subs []wire.Subscription) string {
-	d := registrationDoc{SchemaVersion: schemaVersion, Subs: make([]registeredSub, len(subs))}
+	b := make([]byte, 0, 64+96*len(subs))
+	b = append(b, `{"sv":`...)
+	b = strconv.AppendInt(b, int64(schemaVersion), 10)
+	b = append(b, `,"subs":[`...)
+	var scopes wire.ScopeMap
 	for i := range subs {
-		m := make(map[string][]string, len(subs[i].Scopes))
-		for _, sc := range subs[i].Scopes {
-			m[sc.Key] = sc.Values
+		if i > 0 {
+			b = append(b, ',')
 		}
-		d.Subs[i] = registeredSub{ID: subs[i].ID, Table: subs[i].Table, Scopes: m}
+		b = append(b, `{"id":`...)
+		b = appendJSONString(b, subs[i].ID)
+		b = append(b, `,"table":`...)
+		b = appendJSONString(b, subs[i].Table)
+		b = append(b, `,"scopes":{`...)
+		scopes = append(scopes[:0], subs[i].Scopes...)
+		slices.SortStableFunc(scopes, func(x, y wire.ScopeEntry) int { return strings.Compare(x.Key, y.Key) })
+		first := true
+		for j, sc := range scopes {
+			if j+1 < len(scopes) && scopes[j+1].Key == sc.Key {
+				continue // a map keeps the last
+			}
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = appendJSONString(b, sc.Key)
+			b = append(b, ':')
+			if sc.Values == nil {
+				b = append(b, "null"...)
+				continue
+			}
+			b = append(b, '[')
+			for k, v := range sc.Values {
+				if k > 0 {
+					b = append(b, ',')
+				}
+				b = appendJSONString(b, v)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, "}}"...)
 	}
-	b, err := json.Marshal(d)
-	if err != nil {
-		panic(fmt.Sprintf("engine: encode registration: %v", err)) // plain strings and slices
-	}
+	b = append(b, "]}"...)
 	return string(b)
+}
+
+// appendJSONString appends s as encoding/json writes a string with HTML
+// escaping on.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 func decodeRegistration(s string) (*registrationDoc, error) {

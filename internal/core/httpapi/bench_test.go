@@ -68,3 +68,27 @@ func BenchmarkEncodeBody(b *testing.B) {
 		}
 	}
 }
+
+// The request line is built only when the logger takes info lines: with
+// the level above info (the runner's -log-level warn or error) neither
+// the line nor its metrics directive is made.
+func TestRequestLineOnlyWhenEnabled(t *testing.T) {
+	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelWarn} {
+		f := newFixture(t, engine.Limits{})
+		var out bytes.Buffer
+		f.api.Logger = slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: level}))
+		lines := 0
+		f.api.Line = func(attrs []slog.Attr) []slog.Attr { lines++; return attrs }
+		body := f.pullBody(t, wire.AcceptInlineRows|wire.AcceptExternalRows)
+		if r := f.do("POST", "/api/sync", map[string]string{"Content-Type": httpapi.ContentType}, body); r.Status != 200 {
+			t.Fatalf("level %v: status %d", level, r.Status)
+		}
+		want := 0
+		if level == slog.LevelInfo {
+			want = 1
+		}
+		if lines != want || strings.Count(out.String(), `"msg":"request"`) != want {
+			t.Fatalf("level %v: Line called %d times, %d request lines logged; want %d", level, lines, strings.Count(out.String(), `"msg":"request"`), want)
+		}
+	}
+}

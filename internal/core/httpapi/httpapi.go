@@ -116,7 +116,9 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 	}
 	resp, rep, partition, actor := h.route(ctx, r)
 	resp = h.capResponse(ctx, r, resp)
-	if h.Logger != nil {
+	if h.Logger != nil && h.Logger.Enabled(ctx, slog.LevelInfo) {
+		// Built only when the level lets it through (the metrics'
+		// directive with it): about a quarter of a quiet request's CPU.
 		// Sized for the whole line, the metrics' additions included, so
 		// it is allocated once.
 		attrs := make([]slog.Attr, 0, 48)
@@ -402,7 +404,7 @@ func mediaType(ct string) string {
 // identity. q=0 excludes a coding.
 func negotiate(accept string) string {
 	zstdOK, gzipOK := false, false
-	for _, part := range strings.Split(accept, ",") {
+	for part := range strings.SplitSeq(accept, ",") {
 		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
 		name = strings.ToLower(strings.TrimSpace(name))
 		if q := strings.TrimSpace(params); strings.HasPrefix(q, "q=") {
