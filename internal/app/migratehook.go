@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/codedeploy"
 	cdtypes "github.com/aws/aws-sdk-go-v2/service/codedeploy/types"
@@ -155,15 +153,13 @@ func (h *MigrateHook) Run(ctx context.Context, ev HookEvent) (HookResult, error)
 
 // MigrateHookMain is the whole main of the hook function.
 func MigrateHookMain() {
-	level := slog.LevelInfo
-	_ = level.UnmarshalText([]byte(os.Getenv("SYNC_LOG_LEVEL")))
-	logger := NewLogger(os.Stdout, level, MigrateHookJob)
-	h, err := newMigrateHook(logger)
-	if err != nil {
-		logger.Error("init failed", "error", err.Error())
-		os.Exit(1)
-	}
-	lambda.Start(h.Run)
+	runJob(MigrateHookJob, func(l *slog.Logger) (any, error) {
+		h, err := newMigrateHook(l)
+		if err != nil {
+			return nil, err
+		}
+		return h.Run, nil
+	})
 }
 
 func newMigrateHook(logger *slog.Logger) (*MigrateHook, error) {

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
-
-	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
@@ -224,15 +221,13 @@ func PruneEngine(cfg *config.Config, clients *AWSClients, st *dynamostore.Store)
 
 // PruneMain is the whole main of the prune function.
 func PruneMain() {
-	level := slog.LevelInfo
-	_ = level.UnmarshalText([]byte(os.Getenv("SYNC_LOG_LEVEL")))
-	logger := NewLogger(os.Stdout, level, PruneJob)
-	p, err := newPruner(logger)
-	if err != nil {
-		logger.Error("init failed", "error", err.Error())
-		os.Exit(1)
-	}
-	lambda.Start(p.Run)
+	runJob(PruneJob, func(l *slog.Logger) (any, error) {
+		p, err := newPruner(l)
+		if err != nil {
+			return nil, err
+		}
+		return p.Run, nil
+	})
 }
 
 func newPruner(logger *slog.Logger) (*Pruner, error) {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/config"
@@ -203,30 +202,28 @@ func HandleFanout(s *rtaws.Service) func(ctx context.Context, raw json.RawMessag
 	}
 }
 
-func jobMain(fn Function, start func(*rtaws.Service, auth.Authenticator, *slog.Logger)) {
-	level := slog.LevelInfo
-	_ = level.UnmarshalText([]byte(os.Getenv("SYNC_LOG_LEVEL")))
-	logger := NewLogger(os.Stdout, level, fn)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
-	s, authn, err := newRealtimeService(ctx, logger)
-	cancel()
-	if err != nil {
-		logger.Error("init failed", "error", err.Error())
-		os.Exit(1)
-	}
-	start(s, authn, logger)
+func jobMain(fn Function, handler func(*rtaws.Service, auth.Authenticator, *slog.Logger) any) {
+	runJob(fn, func(logger *slog.Logger) (any, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+		defer cancel()
+		s, authn, err := newRealtimeService(ctx, logger)
+		if err != nil {
+			return nil, err
+		}
+		return handler(s, authn, logger), nil
+	})
 }
 
 // RealtimeMain is the whole main of the realtime function.
 func RealtimeMain() {
-	jobMain(RealtimeJob, func(s *rtaws.Service, a auth.Authenticator, l *slog.Logger) {
-		lambda.Start((&RealtimeHandler{Service: s, Auth: a, Logger: l}).Handle)
+	jobMain(RealtimeJob, func(s *rtaws.Service, a auth.Authenticator, l *slog.Logger) any {
+		return (&RealtimeHandler{Service: s, Auth: a, Logger: l}).Handle
 	})
 }
 
 // FanoutMain is the whole main of the fanout function.
 func FanoutMain() {
-	jobMain(FanoutJob, func(s *rtaws.Service, _ auth.Authenticator, _ *slog.Logger) {
-		lambda.Start(HandleFanout(s))
+	jobMain(FanoutJob, func(s *rtaws.Service, _ auth.Authenticator, _ *slog.Logger) any {
+		return HandleFanout(s)
 	})
 }
