@@ -28,15 +28,17 @@ var fuzzCols = []rowcodec.Column{
 	{Name: "doc", Type: rowcodec.TypeCRDT, Nullable: true},
 }
 
-// vectorSegments returns the golden segment .bin files that exist, for
-// seeding; fuzzing still runs without them.
-func vectorSegments() [][]byte {
-	dir := os.Getenv("SSP2_VECTORS")
+// vectorSeeds returns the .bin files (valid and invalid) of one vector
+// kind that exist, for seeding: set is the variable naming the vector set
+// and def its folder name beside the repository. Fuzzing still runs
+// without them.
+func vectorSeeds(set, def, kind string) [][]byte {
+	dir := os.Getenv(set)
 	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "..", "shared", "ssp2-vectors")
+		dir = filepath.Join("..", "..", "..", "..", "shared", def)
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "segment", "*.bin"))
-	inv, _ := filepath.Glob(filepath.Join(dir, "segment", "invalid", "*.bin"))
+	files, _ := filepath.Glob(filepath.Join(dir, kind, "*.bin"))
+	inv, _ := filepath.Glob(filepath.Join(dir, kind, "invalid", "*.bin"))
 	var out [][]byte
 	for _, f := range append(files, inv...) {
 		if b, err := os.ReadFile(f); err == nil {
@@ -45,6 +47,9 @@ func vectorSegments() [][]byte {
 	}
 	return out
 }
+
+// vectorSegments returns the golden segment files of wire 1–2.
+func vectorSegments() [][]byte { return vectorSeeds("SSP2_VECTORS", "ssp2-vectors", "segment") }
 
 const seedBlobRef = `{"blobId":"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","byteLength":4,"mediaType":"text/plain","name":"t.txt"}`
 
@@ -145,23 +150,8 @@ var sparseCols = []rowcodec.Column{
 	{Name: "ref", Type: rowcodec.TypeBlobRef, Nullable: true},
 }
 
-// vectorPushRows returns the v3 push/ .bin files (valid and invalid)
-// that exist, for seeding.
-func vectorPushRows() [][]byte {
-	dir := os.Getenv("SSP2_VECTORS_V3")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "..", "shared", "ssp2-vectors-v3")
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "push", "*.bin"))
-	inv, _ := filepath.Glob(filepath.Join(dir, "push", "invalid", "*.bin"))
-	var out [][]byte
-	for _, f := range append(files, inv...) {
-		if b, err := os.ReadFile(f); err == nil {
-			out = append(out, b)
-		}
-	}
-	return out
-}
+// vectorPushRows returns the v3 push/ files.
+func vectorPushRows() [][]byte { return vectorSeeds("SSP2_VECTORS_V3", "ssp2-vectors-v3", "push") }
 
 // FuzzDecodeSparse: DecodeSparse never panics, fails only with
 // sync.invalid_request, reports the primary key present, and whatever it
