@@ -50,14 +50,13 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 	}
 	allowed, resolveErr := e.allowedScopes(ctx, rs)
 	head := rs.head
-	fresh := true // head was read before the rows the next evaluation reads
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
+		// The first attempt uses the head the request read before the rows
+		// evaluation reads; a retry backs off, then reads it again.
 		if attempt > 0 {
 			if err := commitBackoff(ctx, attempt); err != nil {
 				return nil, storeErr(err, "wait after a lost commit race")
 			}
-		}
-		if !fresh {
 			h, ok, err := e.store.Head(ctx, rs.auth.Partition)
 			if err != nil {
 				return nil, storeErr(err, "read partition head")
@@ -67,7 +66,6 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			}
 			head = h
 		}
-		fresh = false
 		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr)
 		if err != nil {
 			return nil, err
