@@ -506,3 +506,21 @@ func (*tooLargeUnreadable) Commit(context.Context, string, *store.CommitRequest)
 func (*tooLargeUnreadable) PutRejection(context.Context, string, string, string, store.Outcome, store.WriterCheck) error {
 	return store.ErrOutcomeUnreadable
 }
+
+// §1.5/§2.3: a commit refused for its identifiers records its outcome
+// under the actor, like every other rejection, so replay's actor fence
+// holds for it too.
+func TestIdentifierRejectionRecordsActor(t *testing.T) {
+	st := memstore.New()
+	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
+	h.Grants.Set("alice", projects("p1"))
+	a := h.Client("tenant", "alice", "a")
+	wantRejected(t, mustPushAll(t, a, cmt("c1", up("tasks", "", nil, 0)))[0], 0, wire.OpError, syncerr.InvalidRequest)
+	o, err := st.GetOutcome(context.Background(), "tenant", "a", "c1")
+	if err != nil || o == nil {
+		t.Fatalf("outcome: %v %v", o, err)
+	}
+	if o.Applied || o.ActorID != "alice" {
+		t.Fatalf("recorded outcome: applied %v, actor %q; want a rejection recorded by alice", o.Applied, o.ActorID)
+	}
+}
