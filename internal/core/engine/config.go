@@ -158,73 +158,37 @@ const (
 )
 
 func (l Limits) withDefaults() Limits {
-	if l.MaxOperations <= 0 {
-		l.MaxOperations = DefaultMaxOperations
-	}
-	if l.ResponseBudgetBytes <= 0 {
-		l.ResponseBudgetBytes = DefaultResponseBudgetBytes
-	}
-	if l.InlineSegmentMaxBytes <= 0 {
-		l.InlineSegmentMaxBytes = DefaultInlineSegmentMaxBytes
-	}
-	if l.SegmentMaxBytes <= 0 {
-		l.SegmentMaxBytes = DefaultSegmentMaxBytes
-	}
-	if l.SegmentTTL <= 0 {
-		l.SegmentTTL = DefaultSegmentTTL
-	}
-	if l.SignedURLTTL <= 0 {
-		l.SignedURLTTL = DefaultSignedURLTTL
-	}
-	if l.SignedURLTTL > MaxSignedURLTTL {
-		l.SignedURLTTL = MaxSignedURLTTL
-	}
-	if l.MaxCommitBytes <= 0 {
-		l.MaxCommitBytes = limits.MaxCommitBytes
-	}
-	if l.MaxSubscriptions <= 0 {
-		l.MaxSubscriptions = DefaultMaxSubscriptions
-	}
-	if l.MaxScopeValues <= 0 {
-		l.MaxScopeValues = DefaultMaxScopeValues
-	}
-	if l.RequestTimeout <= 0 {
-		l.RequestTimeout = DefaultRequestTimeout
-	}
-	if l.DeadlineReserve <= 0 {
-		l.DeadlineReserve = DefaultDeadlineReserve
-	}
-	if l.MaxRowsScannedPerPage <= 0 {
-		l.MaxRowsScannedPerPage = DefaultMaxRowsScanned
-	}
-	if l.MaxRowBytes <= 0 {
-		l.MaxRowBytes = limits.MaxRowBytes
-	}
-	if l.MaxCommitFrameBytes <= 0 {
-		l.MaxCommitFrameBytes = limits.MaxCommitFrameBytes
-	}
-	if l.CursorRecordMaxAge <= 0 {
-		l.CursorRecordMaxAge = DefaultCursorRecordMaxAge
-	}
-	if l.ActiveWindow < DefaultActiveWindow {
-		l.ActiveWindow = DefaultActiveWindow
-	}
-	if l.AgeForce < DefaultAgeForce {
-		l.AgeForce = DefaultAgeForce
-	}
-	if l.MaxCascadeOperationsPerCommit <= 0 {
-		l.MaxCascadeOperationsPerCommit = DefaultMaxCascadeOperations
-	}
-	if l.MaxBlobBytes <= 0 {
-		l.MaxBlobBytes = DefaultMaxBlobBytes
-	}
-	if l.BlobOrphanGrace <= 0 {
-		l.BlobOrphanGrace = DefaultBlobOrphanGrace
-	}
-	if l.MinRetainedCommits < DefaultMinRetainedCommits {
-		l.MinRetainedCommits = DefaultMinRetainedCommits
-	}
+	orDefault(&l.MaxOperations, DefaultMaxOperations)
+	orDefault(&l.ResponseBudgetBytes, DefaultResponseBudgetBytes)
+	orDefault(&l.InlineSegmentMaxBytes, DefaultInlineSegmentMaxBytes)
+	orDefault(&l.SegmentMaxBytes, DefaultSegmentMaxBytes)
+	orDefault(&l.SegmentTTL, DefaultSegmentTTL)
+	orDefault(&l.SignedURLTTL, DefaultSignedURLTTL)
+	l.SignedURLTTL = min(l.SignedURLTTL, MaxSignedURLTTL)
+	orDefault(&l.MaxCommitBytes, limits.MaxCommitBytes)
+	orDefault(&l.MaxSubscriptions, DefaultMaxSubscriptions)
+	orDefault(&l.MaxScopeValues, DefaultMaxScopeValues)
+	orDefault(&l.RequestTimeout, DefaultRequestTimeout)
+	orDefault(&l.DeadlineReserve, DefaultDeadlineReserve)
+	orDefault(&l.MaxRowsScannedPerPage, DefaultMaxRowsScanned)
+	orDefault(&l.MaxRowBytes, limits.MaxRowBytes)
+	orDefault(&l.MaxCommitFrameBytes, limits.MaxCommitFrameBytes)
+	orDefault(&l.CursorRecordMaxAge, DefaultCursorRecordMaxAge)
+	orDefault(&l.MaxCascadeOperationsPerCommit, DefaultMaxCascadeOperations)
+	orDefault(&l.MaxBlobBytes, DefaultMaxBlobBytes)
+	orDefault(&l.BlobOrphanGrace, DefaultBlobOrphanGrace)
+	// §4.6 retention floors: hosts may only raise them.
+	l.ActiveWindow = max(l.ActiveWindow, DefaultActiveWindow)
+	l.AgeForce = max(l.AgeForce, DefaultAgeForce)
+	l.MinRetainedCommits = max(l.MinRetainedCommits, DefaultMinRetainedCommits)
 	return l
+}
+
+// orDefault sets *v to d when it is zero or negative (an unset limit).
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // Config wires an Engine.

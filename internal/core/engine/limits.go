@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
@@ -179,35 +178,14 @@ func truncate(s string, n int) string {
 // outcome is recorded like any other) and returns it; a commit that
 // already has an outcome replays that instead.
 func (e *Engine) rejectCommit(ctx context.Context, rs *reqState, pc *wire.PushCommit, rej *wire.OpResult) (*wire.PushResult, error) {
-	res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*rej}}
-	blob, err := encodeOutcome(res, nil)
-	if err != nil {
-		return nil, err
+	res, retry, err := e.recordRejection(ctx, rs, pc, rs.head, &evaluation{reject: rej})
+	if retry {
+		// The gate moved since the entry check: this rejection does not
+		// read data, but the build may no longer serve the partition; the
+		// client retries (sync.schema_not_ready).
+		return nil, notReady(map[string]any{"runningSchemaVersion": e.runningSchema()})
 	}
-	wc, err := e.gateForRejection(rs, rs.head)
-	if err != nil {
-		return nil, err
-	}
-	err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now}, wc)
-	if stopped, _, refusal := e.gateCommitError(err); stopped {
-		// Fenced, or the gate moved since the entry check: this rejection
-		// does not read data, but the build may no longer serve the
-		// partition; the client retries (sync.schema_not_ready).
-		if refusal == nil {
-			refusal = notReady(map[string]any{"runningSchemaVersion": e.runningSchema()})
-		}
-		return nil, refusal
-	}
-	switch {
-	case err == nil:
-		return res, nil
-	case errors.Is(err, store.ErrOutcomeExists):
-		res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
-		return res, err
-	case errors.Is(err, store.ErrOutcomeUnreadable):
-		return cacheMiss(pc.ClientCommitID), nil
-	}
-	return nil, storeErr(err, "record rejected outcome")
+	return res, err
 }
 
 // notDelivered stands in for a push result that does not fit this

@@ -50,14 +50,13 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 	}
 	allowed, resolveErr := e.allowedScopes(ctx, rs)
 	head := rs.head
-	fresh := true // head was read before the rows the next evaluation reads
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
+		// The first attempt uses the head the request read before the rows
+		// evaluation reads; a retry backs off, then reads it again.
 		if attempt > 0 {
 			if err := commitBackoff(ctx, attempt); err != nil {
 				return nil, storeErr(err, "wait after a lost commit race")
 			}
-		}
-		if !fresh {
 			h, ok, err := e.store.Head(ctx, rs.auth.Partition)
 			if err != nil {
 				return nil, storeErr(err, "read partition head")
@@ -67,7 +66,6 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			}
 			head = h
 		}
-		fresh = false
 		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr)
 		if err != nil {
 			return nil, err
@@ -101,34 +99,11 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			}
 		}
 		if ev.reject != nil {
-			res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*ev.reject}}
-			blob, err := encodeOutcome(res, ev.details)
-			if err != nil {
-				return nil, err
+			res, retry, err := e.recordRejection(ctx, rs, pc, head, ev)
+			if retry {
+				continue
 			}
-			wc, err := e.gateForRejection(rs, head)
-			if err != nil {
-				return nil, err
-			}
-			err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}, wc)
-			if stopped, retry, refusal := e.gateCommitError(err); stopped {
-				if retry {
-					continue
-				}
-				return nil, refusal
-			}
-			if errors.Is(err, store.ErrOutcomeExists) {
-				res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
-				return res, err
-			}
-			if errors.Is(err, store.ErrOutcomeUnreadable) {
-				return cacheMiss(pc.ClientCommitID), nil
-			}
-			if err != nil {
-				return nil, storeErr(err, "record rejected outcome")
-			}
-			rs.setDetails(ev.details)
-			return res, nil
+			return res, err
 		}
 		seq := head.MaxCommitSeq + 1
 		res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushApplied, CommitSeq: wire.Some(seq), Results: make([]wire.OpResult, len(pc.Operations))}
@@ -192,35 +167,48 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				// commit is the cap, reported as such, never half-applied.
 				ev.reject, ev.details = referenceReject(pc.ClientCommitID, ev.cascadeOrigin, reasonCascadeLimit, nil, nil)
 			}
-			res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*ev.reject}}
-			blob, berr := encodeOutcome(res, ev.details)
-			if berr != nil {
-				return nil, berr
+			res, retry, err := e.recordRejection(ctx, rs, pc, head, ev)
+			if retry {
+				continue
 			}
-			wc, gerr := e.gateForRejection(rs, head)
-			if gerr != nil {
-				return nil, gerr
-			}
-			if perr := e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}, wc); perr != nil {
-				if stopped, retry, refusal := e.gateCommitError(perr); stopped {
-					if retry {
-						continue
-					}
-					return nil, refusal
-				}
-				if errors.Is(perr, store.ErrOutcomeExists) {
-					res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
-					return res, err
-				}
-				return nil, storeErr(perr, "record rejected outcome")
-			}
-			rs.setDetails(ev.details)
-			return res, nil
+			return res, err
 		default:
 			return nil, storeErr(err, "append commit")
 		}
 	}
 	return nil, syncerr.New(syncerr.RateLimited, "partition is too busy: commit lost %d races", maxCommitAttempts)
+}
+
+// recordRejection persists the rejected outcome of ev (§2.3, §6.3) and
+// answers it, or the outcome already recorded for the key. retry means
+// the serve gate moved: the caller reads the head and evaluates again.
+func (e *Engine) recordRejection(ctx context.Context, rs *reqState, pc *wire.PushCommit, head store.Head, ev *evaluation) (res *wire.PushResult, retry bool, err error) {
+	res = &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushRejected, Results: []wire.OpResult{*ev.reject}}
+	blob, err := encodeOutcome(res, ev.details)
+	if err != nil {
+		return nil, false, err
+	}
+	wc, err := e.gateForRejection(rs, head)
+	if err != nil {
+		return nil, false, err
+	}
+	err = e.store.PutRejection(ctx, rs.auth.Partition, rs.clientID, pc.ClientCommitID, store.Outcome{Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID}, wc)
+	if stopped, retry, refusal := e.gateCommitError(err); stopped {
+		return nil, retry, refusal
+	}
+	switch {
+	case err == nil:
+		rs.setDetails(ev.details)
+		return res, false, nil
+	case errors.Is(err, store.ErrOutcomeExists):
+		res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
+		return res, false, err
+	case errors.Is(err, store.ErrOutcomeUnreadable):
+		// The idempotency key could not be checked: report, record nothing.
+		return cacheMiss(pc.ClientCommitID), false, nil
+	default:
+		return nil, false, storeErr(err, "record rejected outcome")
+	}
 }
 
 // Lost commit races back off with full jitter before re-evaluating:

@@ -477,3 +477,50 @@ func (u *unreadableOutcomes) GetOutcome(ctx context.Context, p, c, id string) (*
 	}
 	return u.Store.GetOutcome(ctx, p, c, id)
 }
+
+// §6.3: when a commit storage cannot hold is rejected and the rejection's
+// idempotency key then cannot be checked, the answer is the same
+// sync.idempotency_cache_miss as on the other rejection path, not a
+// request-level storage error, and nothing is applied or recorded.
+func TestPushTooLargeRejectionUnreadableKey(t *testing.T) {
+	st := &tooLargeUnreadable{Store: memstore.New()}
+	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
+	h.Grants.Set("alice", projects("p1"))
+	a := h.Client("tenant", "alice", "a")
+	commit := cmt("c1", up("tasks", "t1", a.Task("t1", "p1", "x", false), 0))
+	rec := wantRejected(t, mustPushAll(t, a, commit)[0], 0, wire.OpError, syncerr.IdempotencyCacheMiss)
+	if !rec.Retryable {
+		t.Fatal("cache miss must be retryable")
+	}
+	if head(t, h, "tenant").MaxCommitSeq != 0 {
+		t.Fatal("the commit storage refused was applied")
+	}
+}
+
+type tooLargeUnreadable struct{ *memstore.Store }
+
+func (*tooLargeUnreadable) Commit(context.Context, string, *store.CommitRequest) error {
+	return store.ErrTooLarge
+}
+
+func (*tooLargeUnreadable) PutRejection(context.Context, string, string, string, store.Outcome, store.WriterCheck) error {
+	return store.ErrOutcomeUnreadable
+}
+
+// §1.5/§2.3: a commit refused for its identifiers records its outcome
+// under the actor, like every other rejection, so replay's actor fence
+// holds for it too.
+func TestIdentifierRejectionRecordsActor(t *testing.T) {
+	st := memstore.New()
+	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
+	h.Grants.Set("alice", projects("p1"))
+	a := h.Client("tenant", "alice", "a")
+	wantRejected(t, mustPushAll(t, a, cmt("c1", up("tasks", "", nil, 0)))[0], 0, wire.OpError, syncerr.InvalidRequest)
+	o, err := st.GetOutcome(context.Background(), "tenant", "a", "c1")
+	if err != nil || o == nil {
+		t.Fatalf("outcome: %v %v", o, err)
+	}
+	if o.Applied || o.ActorID != "alice" {
+		t.Fatalf("recorded outcome: applied %v, actor %q; want a rejection recorded by alice", o.Applied, o.ActorID)
+	}
+}
