@@ -533,13 +533,7 @@ func (s *Store) AckCursor(ctx context.Context, partition, clientID, actorID, log
 	}
 	const op = "record realtime ack"
 	err := s.transact(ctx, op, []txItem{
-		{w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-			TableName:                 s.table,
-			Key:                       Key(headPK(partition), headSK),
-			ConditionExpression:       aws.String("#e = :e"),
-			ExpressionAttributeNames:  map[string]string{"#e": hEpoch},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":e": S(logEpoch)},
-		}}, size: 100},
+		s.epochGuard(partition, logEpoch),
 		{w: types.TransactWriteItem{Update: &types.Update{
 			TableName:                           s.table,
 			Key:                                 Key(clientPK(partition), clientSK(clientID)),
@@ -582,6 +576,19 @@ func (s *Store) AckCursor(ctx context.Context, partition, clientID, actorID, log
 	return false, wrap(op, err)
 }
 
+// epochGuard is the ConditionCheck both ack transactions lead with:
+// the partition head still carries logEpoch (an ack from before a
+// rotation writes nothing). It is item 0 of their cancellation reasons.
+func (s *Store) epochGuard(partition, logEpoch string) txItem {
+	return txItem{size: 100, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName:                 s.table,
+		Key:                       Key(headPK(partition), headSK),
+		ConditionExpression:       aws.String("#e = :e"),
+		ExpressionAttributeNames:  map[string]string{"#e": hEpoch},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":e": S(logEpoch)},
+	}}}
+}
+
 // ackOne finishes an ack whose first attempt found one of the two
 // maxima already stored: it writes the maxima only if the record is
 // still the one read (same cursor and timestamp), inside the same epoch
@@ -592,13 +599,7 @@ func (s *Store) ackOne(ctx context.Context, partition, clientID, actorID, logEpo
 		return true, nil
 	}
 	err := s.transact(ctx, "record realtime ack", []txItem{
-		{w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-			TableName:                 s.table,
-			Key:                       Key(headPK(partition), headSK),
-			ConditionExpression:       aws.String("#e = :e"),
-			ExpressionAttributeNames:  map[string]string{"#e": hEpoch},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":e": S(logEpoch)},
-		}}, size: 100},
+		s.epochGuard(partition, logEpoch),
 		{w: types.TransactWriteItem{Update: &types.Update{
 			TableName:                 s.table,
 			Key:                       Key(clientPK(partition), clientSK(clientID)),

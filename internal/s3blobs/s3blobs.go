@@ -40,11 +40,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/s3errs"
 )
 
 // DefaultPrefix is where blobs live in the bucket (the IAM policy of the
@@ -114,26 +113,13 @@ func (s *Store) proofKey(p, h, a string) string {
 	return s.prefix + enc(p) + "/proof/" + h + "/" + enc(a)
 }
 
-func isStatus(err error, status int, code string) bool {
-	if err == nil {
-		return false
-	}
-	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() == status {
-		return true
-	}
-	var ae smithy.APIError
-	return errors.As(err, &ae) && ae.ErrorCode() == code
-}
-
 func notFound(err error) bool {
-	return isStatus(err, http.StatusNotFound, "NoSuchKey") || isStatus(err, http.StatusNotFound, "NotFound")
+	return s3errs.IsStatus(err, http.StatusNotFound, "NoSuchKey") || s3errs.IsStatus(err, http.StatusNotFound, "NotFound")
 }
 
 // s3Err maps throttling and 5xx to sync.rate_limited.
 func s3Err(op string, err error) error {
-	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) && (re.HTTPStatusCode() == http.StatusServiceUnavailable || re.HTTPStatusCode() == http.StatusTooManyRequests || re.HTTPStatusCode() >= 500) {
+	if s3errs.Busy(err) {
 		return syncerr.Wrap(err, syncerr.RateLimited, "object storage is busy (%s)", op)
 	}
 	return fmt.Errorf("s3blobs: %s: %w", op, err)
@@ -220,7 +206,7 @@ func (s *Store) store(ctx context.Context, partition, h, actor string, data []by
 		Metadata:       map[string]string{"touched": strconv.FormatInt(s.now(), 10)},
 	})
 	switch {
-	case isStatus(err, http.StatusPreconditionFailed, "PreconditionFailed") || isStatus(err, http.StatusConflict, "ConditionalRequestConflict"):
+	case s3errs.IsStatus(err, http.StatusPreconditionFailed, "PreconditionFailed") || s3errs.IsStatus(err, http.StatusConflict, "ConditionalRequestConflict"):
 		// Already present: content addressing makes it the same bytes.
 		if err := s.Touch(ctx, partition, blobs.IDPrefix+h, s.now()); err != nil {
 			return err

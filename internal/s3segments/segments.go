@@ -42,13 +42,12 @@ import (
 	dtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	stypes "github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+	"github.com/skyfold/syncular-lambda/internal/s3errs"
 )
 
 // Defaults; see Options.
@@ -428,7 +427,7 @@ func (s *Segments) ensureObject(ctx context.Context, h string, body []byte, need
 			ContentType:   aws.String("application/octet-stream"),
 			IfNoneMatch:   aws.String("*"),
 		})
-		if err != nil && !isStatus(err, http.StatusPreconditionFailed, "PreconditionFailed") {
+		if err != nil && !s3errs.IsStatus(err, http.StatusPreconditionFailed, "PreconditionFailed") {
 			return s3Err("write segment object", err)
 		}
 		if err != nil {
@@ -453,7 +452,7 @@ func (s *Segments) ensureObject(ctx context.Context, h string, body []byte, need
 				ContentType:       aws.String("application/octet-stream"),
 				Metadata:          map[string]string{"refreshed-at": strconv.FormatInt(start.UnixMilli(), 10)},
 			})
-			if isStatus(err, http.StatusNotFound, "NoSuchKey") {
+			if s3errs.IsStatus(err, http.StatusNotFound, "NoSuchKey") {
 				continue
 			}
 			if err != nil {
@@ -476,7 +475,7 @@ func (s *Segments) ensureObject(ctx context.Context, h string, body []byte, need
 // sameObject streams the stored object through SHA-256.
 func (s *Segments) sameObject(ctx context.Context, key, h string, n int64) (bool, error) {
 	out, err := s.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
-	if isStatus(err, http.StatusNotFound, "NoSuchKey") {
+	if s3errs.IsStatus(err, http.StatusNotFound, "NoSuchKey") {
 		return false, store.ErrNotFound
 	}
 	if err != nil {
@@ -760,7 +759,7 @@ func (s *Segments) Open(ctx context.Context, segmentID string) (io.ReadCloser, e
 		return nil, store.ErrNotFound
 	}
 	out, err := s.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
-	if isStatus(err, http.StatusNotFound, "NoSuchKey") {
+	if s3errs.IsStatus(err, http.StatusNotFound, "NoSuchKey") {
 		return nil, store.ErrNotFound
 	}
 	if err != nil {
@@ -769,24 +768,10 @@ func (s *Segments) Open(ctx context.Context, segmentID string) (io.ReadCloser, e
 	return out.Body, nil
 }
 
-// isStatus matches an S3 error by HTTP status or error code.
-func isStatus(err error, status int, code string) bool {
-	if err == nil {
-		return false
-	}
-	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() == status {
-		return true
-	}
-	var ae smithy.APIError
-	return errors.As(err, &ae) && ae.ErrorCode() == code
-}
-
 // s3Err maps throttling and 5xx (after the SDK's bounded retries) to
 // sync.rate_limited and names the operation on anything else.
 func s3Err(op string, err error) error {
-	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) && (re.HTTPStatusCode() == http.StatusServiceUnavailable || re.HTTPStatusCode() == http.StatusTooManyRequests || re.HTTPStatusCode() >= 500) {
+	if s3errs.Busy(err) {
 		return syncerr.Wrap(err, syncerr.RateLimited, "object storage is busy (%s)", op)
 	}
 	return fmt.Errorf("s3segments: %s: %w", op, err)
