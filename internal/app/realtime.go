@@ -34,7 +34,17 @@ func newRealtimeService(ctx context.Context, logger *slog.Logger) (*rtaws.Servic
 	if err != nil {
 		return nil, nil, err
 	}
-	deps, err := NewAWS(ctx, cfg, logger)
+	sch, err := loadSchema(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	// One set of clients (one connection pool) for the engine's store and
+	// the connection records.
+	clients, err := NewAWSClients(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	deps, err := awsDeps(ctx, cfg, logger, sch, clients)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -43,10 +53,6 @@ func newRealtimeService(ctx context.Context, logger *slog.Logger) (*rtaws.Servic
 		return nil, nil, err
 	}
 	authn, err := RealtimeAuthenticator(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	clients, err := NewAWSClients(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
