@@ -125,15 +125,7 @@ func TestMigrateHookUnderEmulator(t *testing.T) {
 
 	invoke := func(ev string) app.HookResult {
 		t.Helper()
-		out, err := rie.Invoke(ctx, []byte(ev))
-		if err != nil {
-			t.Fatalf("%v\n%s", err, rie.Logs())
-		}
-		var res app.HookResult
-		if err := json.Unmarshal(out, &res); err != nil || strings.Contains(string(out), "errorMessage") {
-			t.Fatalf("hook returned %s\n%s", out, rie.Logs())
-		}
-		return res
+		return invokeJob[app.HookResult](t, ctx, rie, ev)
 	}
 
 	// 1. Out of time after the step (budgetMs simulates the deadline).

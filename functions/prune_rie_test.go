@@ -106,15 +106,7 @@ func TestPruneFunctionUnderEmulator(t *testing.T) {
 
 	run := func(ev string) app.PruneResult {
 		t.Helper()
-		out, err := rie.Invoke(ctx, []byte(ev))
-		if err != nil {
-			t.Fatalf("%v\n%s", err, rie.Logs())
-		}
-		var res app.PruneResult
-		if err := json.Unmarshal(out, &res); err != nil || strings.Contains(string(out), "errorMessage") {
-			t.Fatalf("prune returned %s\n%s", out, rie.Logs())
-		}
-		return res
+		return invokeJob[app.PruneResult](t, ctx, rie, ev)
 	}
 	first := run(`{"maxPartitions":2}`)
 	if first.Done || first.Partitions != 2 || first.Cursor == "" {
@@ -191,4 +183,19 @@ func TestPruneFunctionUnderEmulator(t *testing.T) {
 			}
 		}
 	}
+}
+
+// invokeJob invokes a function without routes under the emulator and
+// decodes its result; an invocation error or an error document fails t.
+func invokeJob[T any](t *testing.T, ctx context.Context, rie *testenv.RIE, ev string) T {
+	t.Helper()
+	out, err := rie.Invoke(ctx, []byte(ev))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, rie.Logs())
+	}
+	var res T
+	if err := json.Unmarshal(out, &res); err != nil || strings.Contains(string(out), "errorMessage") {
+		t.Fatalf("%s returned %s\n%s", ev, out, rie.Logs())
+	}
+	return res
 }

@@ -199,18 +199,7 @@ func TestRunnerBanner(t *testing.T) {
 		t.Fatalf("banner:\n%s", banner)
 	}
 	body := pullFileBytes(t)
-	req, _ := http.NewRequest("POST", base+"/sync", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", apptest.ContentType)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("banner curl: HTTP %d %s", resp.StatusCode, b)
-	}
+	b := postSync(t, base, token, body)
 	m := apptest.Decode(t, b)
 	if ss := apptest.Find[*wire.SubStart](m); len(ss) != 1 || ss[0].Status != wire.SubActive {
 		t.Fatalf("pull: %+v", m.Frames)
@@ -228,6 +217,25 @@ func TestRunnerBanner(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no clean shutdown")
 	}
+}
+
+// postSync POSTs body to base's /sync as a bearer of token and returns
+// the 200 answer's body; any other status fails t.
+func postSync(t *testing.T, base, token string, body []byte) []byte {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/sync", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", apptest.ContentType)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %s/sync: HTTP %d %s", base, resp.StatusCode, b)
+	}
+	return b
 }
 
 func pullFileBytes(t *testing.T) []byte {
@@ -407,18 +415,7 @@ func TestRunnerAnswersWireV3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest("POST", srv.URL+"/sync", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", apptest.ContentType)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("HTTP %d %s", resp.StatusCode, b)
-	}
+	b := postSync(t, srv.URL, tok, body)
 	if len(b) < 8 || string(b[:4]) != "SSP2" || binary.LittleEndian.Uint16(b[4:6]) != wire.Version3 {
 		t.Fatalf("not a wire-version 3 response: % x", b[:min(len(b), 8)])
 	}

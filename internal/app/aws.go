@@ -61,14 +61,29 @@ func NewAWSClients(ctx context.Context, cfg *config.Config, opts ...func(*awscon
 // dependencies: the schema file, DynamoDB store, S3 segment store and
 // presigner, and the grant reader.
 func NewAWS(ctx context.Context, cfg *config.Config, logger *slog.Logger) (Deps, error) {
-	sch, err := schema.ReadFile(cfg.SchemaFile())
+	sch, err := loadSchema(cfg)
 	if err != nil {
-		return Deps{}, fmt.Errorf("load schema %s (SYNC_SCHEMA_PATH): %w", cfg.SchemaFile(), err)
+		return Deps{}, err
 	}
 	clients, err := NewAWSClients(ctx, cfg)
 	if err != nil {
 		return Deps{}, err
 	}
+	return awsDeps(ctx, cfg, logger, sch, clients)
+}
+
+// loadSchema reads the deployment's schema file (SYNC_SCHEMA_PATH).
+func loadSchema(cfg *config.Config) (*schema.Schema, error) {
+	sch, err := schema.ReadFile(cfg.SchemaFile())
+	if err != nil {
+		return nil, fmt.Errorf("load schema %s (SYNC_SCHEMA_PATH): %w", cfg.SchemaFile(), err)
+	}
+	return sch, nil
+}
+
+// awsDeps is NewAWS over clients already built (the realtime functions
+// share them with their connection store).
+func awsDeps(ctx context.Context, cfg *config.Config, logger *slog.Logger, sch *schema.Schema, clients *AWSClients) (Deps, error) {
 	if err := resolveKeys(ctx, clients.Config, cfg); err != nil {
 		return Deps{}, err
 	}

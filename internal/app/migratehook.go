@@ -13,7 +13,6 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/migrate"
-	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 )
 
@@ -167,9 +166,9 @@ func newMigrateHook(logger *slog.Logger) (*MigrateHook, error) {
 	if err != nil {
 		return nil, err
 	}
-	sch, err := schema.ReadFile(cfg.SchemaFile())
+	sch, err := loadSchema(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("load schema %s (SYNC_SCHEMA_PATH): %w", cfg.SchemaFile(), err)
+		return nil, err
 	}
 	decls, err := migrate.ParseDeclarations(cfg.Checkpoints)
 	if err != nil {

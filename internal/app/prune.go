@@ -9,7 +9,6 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
-	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/metrics"
 	"github.com/skyfold/syncular-lambda/internal/s3blobs"
@@ -202,9 +201,9 @@ func b2i(b bool) int {
 // request, so scopes resolve to nothing and signed URLs are off; limits
 // stay zero, i.e. the normative §4.6 defaults.
 func PruneEngine(cfg *config.Config, clients *AWSClients, st *dynamostore.Store) (*engine.Engine, error) {
-	sch, err := schema.ReadFile(cfg.SchemaFile())
+	sch, err := loadSchema(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("load schema %s (SYNC_SCHEMA_PATH): %w", cfg.SchemaFile(), err)
+		return nil, err
 	}
 	return engine.New(engine.Config{
 		Schema:   sch,

@@ -34,7 +34,17 @@ func newRealtimeService(ctx context.Context, logger *slog.Logger) (*rtaws.Servic
 	if err != nil {
 		return nil, nil, err
 	}
-	deps, err := NewAWS(ctx, cfg, logger)
+	sch, err := loadSchema(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	// One set of clients (one connection pool) for the engine's store and
+	// the connection records.
+	clients, err := NewAWSClients(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	deps, err := awsDeps(ctx, cfg, logger, sch, clients)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -43,10 +53,6 @@ func newRealtimeService(ctx context.Context, logger *slog.Logger) (*rtaws.Servic
 		return nil, nil, err
 	}
 	authn, err := RealtimeAuthenticator(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	clients, err := NewAWSClients(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -183,23 +189,25 @@ type HeartbeatEvent struct {
 // event sends a §8.5 heartbeat to every live connection
 // (rtaws.Service.Heartbeat, which stops before the invocation's
 // deadline); anything else is a batch of table stream records.
-func HandleFanout(s *rtaws.Service) func(ctx context.Context, raw json.RawMessage) error {
+func HandleFanout(s *rtaws.Service) func(ctx context.Context, ev FanoutEvent) error {
 	stream := HandleStream(s)
-	return func(ctx context.Context, raw json.RawMessage) error {
-		var hb HeartbeatEvent
-		if json.Unmarshal(raw, &hb) == nil && hb.Heartbeat {
+	return func(ctx context.Context, ev FanoutEvent) error {
+		if ev.Heartbeat {
 			res, err := s.Heartbeat(ctx, 0)
 			if s.Logger != nil {
 				s.Logger.Info("realtime heartbeat", "sent", res.Sent, "gone", res.Gone, "failed", res.Failed, "stopped", res.Stopped)
 			}
 			return err
 		}
-		var ev events.DynamoDBEvent
-		if err := json.Unmarshal(raw, &ev); err != nil {
-			return err
-		}
-		return stream(ctx, ev)
+		return stream(ctx, ev.DynamoDBEvent)
 	}
+}
+
+// FanoutEvent is either input of the fanout function, decoded in one
+// pass (a stream batch is not parsed twice to learn it is no heartbeat).
+type FanoutEvent struct {
+	HeartbeatEvent
+	events.DynamoDBEvent
 }
 
 func jobMain(fn Function, handler func(*rtaws.Service, auth.Authenticator, *slog.Logger) any) {

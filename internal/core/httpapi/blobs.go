@@ -125,17 +125,9 @@ func (h *Handler) blobDownload(ctx context.Context, r *Request, id string) *Resp
 	if dl.URL != "" {
 		return jsonResponse(map[string]any{"url": dl.URL, "urlExpiresAtMs": dl.ExpiresAtMs})
 	}
-	etag := `"` + dl.BlobID + `"`
-	hdr := http.Header{}
-	hdr.Set("ETag", etag)
-	hdr.Set("Cache-Control", "private, max-age=0")
-	hdr.Set("Vary", "Authorization, Accept-Encoding")
-	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, etag) {
-		return &Response{Status: http.StatusNotModified, Header: hdr}
-	}
-	hdr.Set("Content-Type", "application/octet-stream")
-	if r.Method == http.MethodHead {
-		return &Response{Status: http.StatusOK, Header: hdr}
+	hdr, done := immutableHeaders(r, dl.BlobID, "Authorization, Accept-Encoding")
+	if done != nil {
+		return done
 	}
 	rc, err := dl.Open(ctx)
 	if err != nil {

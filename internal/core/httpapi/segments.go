@@ -34,17 +34,9 @@ func (h *Handler) segment(ctx context.Context, r *Request, rawID string) *Respon
 	if err != nil {
 		return errorResponse(err)
 	}
-	etag := `"` + dl.SegmentID + `"`
-	hdr := http.Header{}
-	hdr.Set("ETag", etag)
-	hdr.Set("Cache-Control", "private, max-age=0")
-	hdr.Set("Vary", "Authorization, X-Syncular-Scopes, Accept-Encoding")
-	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, etag) {
-		return &Response{Status: http.StatusNotModified, Header: hdr}
-	}
-	hdr.Set("Content-Type", "application/octet-stream")
-	if r.Method == http.MethodHead {
-		return &Response{Status: http.StatusOK, Header: hdr}
+	hdr, done := immutableHeaders(r, dl.SegmentID, "Authorization, X-Syncular-Scopes, Accept-Encoding")
+	if done != nil {
+		return done
 	}
 	rc, err := dl.Open(ctx)
 	if err != nil {
@@ -64,6 +56,27 @@ func (h *Handler) segment(ctx context.Context, r *Request, rawID string) *Respon
 		hdr.Set("Content-Encoding", enc)
 	}
 	return &Response{Status: http.StatusOK, Header: hdr, Body: buf.Bytes()}
+}
+
+// immutableHeaders starts the answer to a GET or HEAD of a
+// content-addressed object (a blob or a segment, named by id, so id is its
+// strong ETag): the validator and caching headers, with vary the request
+// headers the answer depends on. done is the whole answer when no body is
+// needed: 304 for a matching If-None-Match, 200 with headers for HEAD.
+func immutableHeaders(r *Request, id, vary string) (hdr http.Header, done *Response) {
+	etag := `"` + id + `"`
+	hdr = http.Header{}
+	hdr.Set("ETag", etag)
+	hdr.Set("Cache-Control", "private, max-age=0")
+	hdr.Set("Vary", vary)
+	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, etag) {
+		return hdr, &Response{Status: http.StatusNotModified, Header: hdr}
+	}
+	hdr.Set("Content-Type", "application/octet-stream")
+	if r.Method == http.MethodHead {
+		return hdr, &Response{Status: http.StatusOK, Header: hdr}
+	}
+	return hdr, nil
 }
 
 func etagMatches(header, etag string) bool {
