@@ -139,7 +139,7 @@ func hexOf(segmentID string) (string, bool) {
 // DynamoDB items (see dynamostore's key table):
 //
 //	SEG#<hex>   OBJ                 bl byteLength, gu object-guaranteed-until ms, ttl
-//	SEG#<hex>   PS#<part hash>#<epoch hash>#<digest hash>#<ctx hash>   one publication (all SegmentKey fields, nc, rn, cr, ex, bl), ttl
+//	SEG#<hex>   PUB#<part hash>#<epoch hash>#<digest hash>#<ctx hash>   one publication (all SegmentKey fields, nc, rn, cr, ex, bl), ttl
 //	P#<p>#SF    <unpinned key hash>#<pin, 19 digits>#<hex>#<ctx hash>   the Find index of that publication, + gu, bl, ly, ttl
 //
 // A segment's publications are grouped by partition, log epoch and scope
@@ -154,24 +154,36 @@ func hexOf(segmentID string) (string, bool) {
 // orders a context's publications by pin so FindLatest reads the newest
 // first.
 //
-// Measured on DynamoDB Local (TestLookupCostFlat): a Lookup of one
-// group costs 1 round trip and 1 RCU with 1 publication of the segment
-// and with 6,001 (3,000 other tenants', 3,000 of the same tenant under
-// other scope digests); one for a digest the partition never published
-// under costs 2 and 2 (the extra Limit-1 read tells sync.forbidden from
-// sync.not_found) at both sizes. Before this layout one Lookup read
-// every publication of the segment: 1 / 3 / 11 RCU at 1 / 30 / 150.
+// Measured on DynamoDB Local (TestLookupLoad, make load-dynamodb: the
+// engine over dynamostore and this package; RCU estimated from item sizes
+// and as DynamoDB Local reports it, equal here), for one segment whose
+// bytes N other tenants also published under the same scope digest and
+// the downloading tenant under N other digests:
+//
+//	N       publications   Lookup            token download    direct download
+//	0       1              1 trip, 1 RCU     2 trips, 2 RCU    2 trips, 2 RCU
+//	100     201            1 trip, 1 RCU     2 trips, 2 RCU    2 trips, 2 RCU
+//	1,000   2,001          1 trip, 1 RCU     2 trips, 2 RCU    2 trips, 2 RCU
+//	3,000   6,001          1 trip, 1 RCU     2 trips, 2 RCU    2 trips, 2 RCU
+//
+// (a download is the Lookup plus the partition head read). A Lookup for a
+// digest the partition never published under costs 2 trips and 2 RCU at
+// any N (TestLookupCostFlat): the extra Limit-1 read tells sync.forbidden
+// from sync.not_found. Before this layout one Lookup read every
+// publication of the segment: 1 / 3 / 11 RCU at 1 / 30 / 150.
 //
 // # Earlier layout
 //
-// Publications written before this layout (sort key PUB#<part hash>#<ctx
-// hash>, Find index items without ly) are not read: Lookup does not see
-// them and Find skips their index items, so a pull rebuilds and
-// re-publishes such a page under the new layout (same bytes, same object)
-// instead of handing out an id no download could authorize. They carry a
-// TTL (expiry + TTLGrace) and DynamoDB deletes them; no migration is
-// needed. Native tokens minted before it (at most the signed-URL TTL) are
-// refused as forbidden and the client pulls again.
+// Publications written by earlier releases (sort key PUB#<part hash>#<ctx
+// hash>: one level shorter, so no prefix read here matches it; Find
+// index items without ly) are not read: Lookup does not see them and
+// Find skips their index items, so a pull rebuilds and re-publishes such
+// a page in this layout (same bytes, same object) instead of handing out
+// an id no download could authorize. They carry a TTL (expiry +
+// TTLGrace) and DynamoDB deletes them; no migration is needed. The other
+// way round, an earlier release reads every PUB# item of a segment, this
+// layout's included, so while two releases serve (a canary) each finds
+// the other's publications or rebuilds them.
 //
 // The publication context (SegmentKey + NextRowCursor + RowCount) is
 // hashed into the sort keys: its fields are unbounded (partition names,
@@ -247,7 +259,7 @@ func findPrefix(k *store.SegmentKey, asOf int64) string {
 // epochPrefix is the sort key prefix of a partition's publications of a
 // segment in one log epoch; groupPrefix narrows it to one scope digest.
 func epochPrefix(partition, epoch string) string {
-	return "PS#" + fieldHash(partition) + "#" + fieldHash(epoch) + "#"
+	return "PUB#" + fieldHash(partition) + "#" + fieldHash(epoch) + "#"
 }
 
 func groupPrefix(f store.PublicationFilter) string {
