@@ -48,7 +48,8 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 		// partition, one set of effective scopes and the log epoch it was
 		// minted under; the partition must still be in that epoch (§2.1: a
 		// rotation invalidates everything handed out before it).
-		seg, err := e.segs.Lookup(ctx, r.SegmentID, store.PublicationFilter{Partition: partition, LogEpoch: c.Ep, ScopeDigest: c.SD})
+		f := store.PublicationFilter{Partition: partition, LogEpoch: c.Ep, ScopeDigest: c.SD}
+		seg, err := e.segs.Lookup(ctx, r.SegmentID, f)
 		if errors.Is(err, store.ErrNotFound) {
 			// The token was minted for this segment: its publication is
 			// gone, or it never named one (§5.4).
@@ -66,7 +67,7 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 				return nil, syncerr.New(syncerr.Forbidden, "segment token was issued under an earlier log epoch; pull again (§2.1)")
 			}
 		}
-		return grant(e.segmentDownload(seg), seg.Publications, now, func(store.Publication) bool { return true },
+		return grant(e.segmentDownload(seg), seg.Publications, now, func(p store.Publication) bool { return f.Matches(&p) },
 			syncerr.New(syncerr.Forbidden, "segment token does not match a publication"))
 	}
 	if r.Auth == nil || r.Auth.Partition == "" || r.Auth.ActorID == "" {
@@ -102,7 +103,8 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 	}
 	// With no digest the lookup still answers whether the partition has
 	// the segment at all: not_found, else forbidden below.
-	seg, err := e.lookupSegment(ctx, r.SegmentID, store.PublicationFilter{Partition: r.Auth.Partition, LogEpoch: head.LogEpoch, ScopeDigest: digest})
+	f := store.PublicationFilter{Partition: r.Auth.Partition, LogEpoch: head.LogEpoch, ScopeDigest: digest}
+	seg, err := e.lookupSegment(ctx, r.SegmentID, f)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +113,7 @@ func (e *Engine) AuthorizeSegment(ctx context.Context, r SegmentRequest) (*Segme
 	}
 	v := e.schema.Versions[e.schema.Latest]
 	return grant(e.segmentDownload(seg), seg.Publications, now, func(p store.Publication) bool {
-		if digest == "" || p.ScopeDigest != digest || p.Partition != r.Auth.Partition {
+		if digest == "" || !f.Matches(&p) {
 			return false
 		}
 		t, ok := v.Table(p.Table)
