@@ -442,67 +442,6 @@ func TestPublicationCostFlat(t *testing.T) {
 	}
 }
 
-// TestLookupCostFlat (issue 11 item 5): a download's Lookup reads only
-// the publications of its partition, epoch and scope digest. With 1 and
-// with 3,000 publications of identical bytes by other tenants, plus
-// 3,000 by the same tenant under other scope digests, the Lookup a token
-// or direct download makes (its own group) costs the same capacity and
-// round trips, and so does one for a digest the tenant never published
-// under (the forbidden case). Before, Lookup read every publication of
-// the segment: 205 RCU at 3,000 (11 at 150).
-func TestLookupCostFlat(t *testing.T) {
-	if testing.Short() {
-		t.Skip("6,000 publications")
-	}
-	e := newEnv(t, s3segments.Options{})
-	ctx := context.Background()
-	body := []byte(strings.Repeat("an empty page shared by every tenant ", 20))
-	id := idOf(body)
-	now := time.Now().UnixMilli()
-	k := func(p, d string) store.SegmentKey {
-		return store.SegmentKey{Partition: p, LogEpoch: "e1", Table: "tasks", SchemaVersion: 1, MediaType: wire.MediaRows, ScopeDigest: d, AsOfCommitSeq: 7}
-	}
-	mine := k("mine", "d-own")
-	pub := func(k store.SegmentKey) store.Publication {
-		return store.Publication{SegmentKey: k, RowCount: 0, CreatedAtMs: now, ExpiresAtMs: now + time.Hour.Milliseconds()}
-	}
-	if err := e.segs.Put(ctx, id, body, pub(mine), now); err != nil {
-		t.Fatal(err)
-	}
-	type cost struct {
-		rt  int
-		rcu float64
-		n   int
-	}
-	measure := func(f store.PublicationFilter) cost {
-		mctx, c := dynamostore.WithCapacity(ctx)
-		seg, err := e.segs.Lookup(mctx, id, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seg.ByteLength != int64(len(body)) {
-			t.Fatalf("ByteLength %d", seg.ByteLength)
-		}
-		u := c.Snapshot()
-		return cost{u.RoundTrips, u.EstRCU, len(seg.Publications)}
-	}
-	own, miss := store.FilterOf(mine), store.FilterOf(k("mine", "d-never"))
-	baseOwn, baseMiss := measure(own), measure(miss)
-	if baseOwn.n != 1 || baseMiss.n != 0 {
-		t.Fatalf("own group %d publications, other digest %d", baseOwn.n, baseMiss.n)
-	}
-	seed(t, 3000, func(i int) error { return e.segs.Put(ctx, id, body, pub(k("other-"+strconv.Itoa(i), "d-own")), now) })
-	seed(t, 3000, func(i int) error { return e.segs.Put(ctx, id, body, pub(k("mine", "d-"+strconv.Itoa(i))), now) })
-	gotOwn, gotMiss := measure(own), measure(miss)
-	t.Logf("own group: %+v with 1 publication, %+v with 6,001; other digest: %+v, %+v", baseOwn, gotOwn, baseMiss, gotMiss)
-	if gotOwn != baseOwn || baseOwn.rt != 1 || baseOwn.rcu != 1 {
-		t.Errorf("own group's Lookup: %+v with 6,001 publications, %+v with 1; want 1 round trip, 1 RCU", gotOwn, baseOwn)
-	}
-	if gotMiss != baseMiss || baseMiss.rt != 2 {
-		t.Errorf("other digest's Lookup: %+v with 6,001 publications, %+v with 1; want 2 round trips", gotMiss, baseMiss)
-	}
-}
-
 // seed runs put(0..n-1) on 8 goroutines.
 func seed(t *testing.T, n int, put func(i int) error) {
 	t.Helper()
