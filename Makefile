@@ -62,9 +62,11 @@ load:
 	./scripts/load.sh $(LOAD_ARGS)
 
 ## load-dynamodb: issue 11's scale measurements on DynamoDB Local (bounded, loopback;
-## SSP2_LOAD_ROWS rows, default 100000; SSP2_LOAD_SECONDS per writer count)
+## SSP2_LOAD_ROWS rows, default 100000; SSP2_LOAD_SECONDS per writer count;
+## then segment-download lookup cost at up to 6,001 publications of one segment)
 load-dynamodb:
 	SSP2_LOAD=1 $(GO) test -count=1 -v -run '^TestLoad$$' -timeout 60m ./internal/dynamostore/
+	SSP2_LOAD=1 $(GO) test -count=1 -v -run '^TestLookupLoad$$' -timeout 30m ./internal/s3segments/
 
 ## run: the local runner on 127.0.0.1:8787
 run:

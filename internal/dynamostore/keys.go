@@ -18,7 +18,7 @@ import (
 //	log index       P#<p>#I#<table>#<variable>#<value>  <seq:020d> (logindex.go)
 //	client record   P#<p>#C                             C<clientId>
 //	reference index P#<p>#X#<table>#<column>#<parentId> R<childRowId>
-//	segment         SEG#<sha256 hex>                    OBJ | PUB#<context hash>
+//	segment         SEG#<sha256 hex>                    OBJ | PUB#<part>#<epoch>#<digest>#<context> (hashes)
 //	segment lookup  P#<p>#SF                            <key hash>#<sha256 hex>#<context hash>
 //
 // Injectivity: a name embedded in a pk is escaped with esc, which leaves

@@ -191,7 +191,7 @@ func (s *Segments) find(ctx context.Context, key store.SegmentKey, minAsOf, maxA
 }
 
 // Lookup implements store.SegmentStore.
-func (s *Segments) Lookup(ctx context.Context, segmentID string) (*store.Segment, error) {
+func (s *Segments) Lookup(ctx context.Context, segmentID string, f store.PublicationFilter) (*store.Segment, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -201,11 +201,21 @@ func (s *Segments) Lookup(ctx context.Context, segmentID string) (*store.Segment
 	if seg == nil {
 		return nil, store.ErrNotFound
 	}
-	return &store.Segment{
-		SegmentID:    segmentID,
-		ByteLength:   int64(len(seg.body)),
-		Publications: slices.Clone(seg.pubs),
-	}, nil
+	out := &store.Segment{SegmentID: segmentID, ByteLength: int64(len(seg.body)), Publications: []store.Publication{}}
+	inEpoch := false
+	for _, p := range seg.pubs {
+		if p.Partition != f.Partition || p.LogEpoch != f.LogEpoch {
+			continue
+		}
+		inEpoch = true
+		if f.Matches(&p) {
+			out.Publications = append(out.Publications, p)
+		}
+	}
+	if !inEpoch {
+		return nil, store.ErrNotFound
+	}
+	return out, nil
 }
 
 // Open implements store.SegmentStore. The reader is over a private copy.

@@ -139,13 +139,53 @@ func hexOf(segmentID string) (string, bool) {
 // DynamoDB items (see dynamostore's key table):
 //
 //	SEG#<hex>   OBJ                 bl byteLength, gu object-guaranteed-until ms, ttl
-//	SEG#<hex>   PUB#<part hash>#<ctx hash>   one publication (all SegmentKey fields, nc, rn, cr, ex), ttl
-//	P#<p>#SF    <unpinned key hash>#<pin, 19 digits>#<hex>#<ctx hash>   the Find index of that publication, + gu, bl, ttl
+//	SEG#<hex>   PUB#<part hash>#<epoch hash>#<digest hash>#<ctx hash>   one publication (all SegmentKey fields, nc, rn, cr, ex, bl), ttl
+//	P#<p>#SF    <unpinned key hash>#<pin, 19 digits>#<hex>#<ctx hash>   the Find index of that publication, + gu, bl, ly, ttl
 //
-// A segment's publications are grouped by partition so a Put reads and
-// prunes only its own partition's (no cost coupling between tenants that
-// publish identical bytes), and the Find index orders a context's
-// publications by pin so FindLatest reads the newest first.
+// A segment's publications are grouped by partition, log epoch and scope
+// digest: exactly what a download can use (a token binds all three, §5.4;
+// a direct download knows its partition and epoch and re-derives the
+// digest, §5.5). Lookup reads only that group, Put reads and prunes only
+// its own group, so neither grows with the publications of other tenants
+// (identical bytes, such as an empty page, share one address across all
+// of them), of other scopes or of earlier epochs. A group holds at most
+// store.MaxPubsPerContext publications per context (table, schema, media
+// type, row cursor, page cut), so it stays a few items. The Find index
+// orders a context's publications by pin so FindLatest reads the newest
+// first.
+//
+// Measured on DynamoDB Local (TestLookupLoad, make load-dynamodb: the
+// engine over dynamostore and this package; RCU estimated from item sizes
+// and as DynamoDB Local reports it, equal here), for one segment whose
+// bytes N other tenants also published under the same scope digest and
+// the downloading tenant under N other digests:
+//
+//	N       publications   Lookup            token download    direct download
+//	0       1              1 trip, 1 RCU     2 trips, 2 RCU    2 trips, 2 RCU
+//	100     201            1 trip, 1 RCU     2 trips, 2 RCU    2 trips, 2 RCU
+//	1,000   2,001          1 trip, 1 RCU     2 trips, 2 RCU    2 trips, 2 RCU
+//	3,000   6,001          1 trip, 1 RCU     2 trips, 2 RCU    2 trips, 2 RCU
+//
+// (a download is the Lookup plus the partition head read). A Lookup for a
+// digest the partition never published under costs 2 trips and 2 RCU at
+// any N (TestLookupCostFlat): the extra Limit-1 read tells sync.forbidden
+// from sync.not_found. Before this layout one Lookup read every
+// publication of the segment: 1 / 7 / 69 / 205 RCU (one page) with 1 /
+// 100 / 1,000 / 3,000 publications by other tenants, measured the same
+// way.
+//
+// # Earlier layout
+//
+// Publications written by earlier releases (sort key PUB#<part hash>#<ctx
+// hash>: one level shorter, so no prefix read here matches it; Find
+// index items without ly) are not read: Lookup does not see them and
+// Find skips their index items, so a pull rebuilds and re-publishes such
+// a page in this layout (same bytes, same object) instead of handing out
+// an id no download could authorize. They carry a TTL (expiry +
+// TTLGrace) and DynamoDB deletes them; no migration is needed. The other
+// way round, an earlier release reads every PUB# item of a segment, this
+// layout's included, so while two releases serve (a canary) each finds
+// the other's publications or rebuilds them.
 //
 // The publication context (SegmentKey + NextRowCursor + RowCount) is
 // hashed into the sort keys: its fields are unbounded (partition names,
@@ -167,7 +207,11 @@ const (
 	aCreated = "cr"
 	aExpires = "ex"
 	aSeg     = "sg"
+	aLayout  = "ly" // on Find index items of this layout (see Earlier layout)
 )
+
+// layoutVersion is the value of aLayout.
+const layoutVersion = 2
 
 func segPK(h string) string { return "SEG#" + h }
 
@@ -214,7 +258,15 @@ func findPrefix(k *store.SegmentKey, asOf int64) string {
 	return unpinnedHash(k) + "#" + pinField(asOf) + "#"
 }
 
-func pubPrefix(partition string) string { return "PUB#" + fieldHash(partition) + "#" }
+// epochPrefix is the sort key prefix of a partition's publications of a
+// segment in one log epoch; groupPrefix narrows it to one scope digest.
+func epochPrefix(partition, epoch string) string {
+	return "PUB#" + fieldHash(partition) + "#" + fieldHash(epoch) + "#"
+}
+
+func groupPrefix(f store.PublicationFilter) string {
+	return epochPrefix(f.Partition, f.LogEpoch) + fieldHash(f.ScopeDigest) + "#"
+}
 
 // ctxHash identifies a publication context: the build-once key plus how
 // the page was cut (§5.1); equal contexts merge lifetimes.
@@ -222,7 +274,9 @@ func ctxHash(p *store.Publication) string {
 	return fieldHash(keyHash(&p.SegmentKey), optField(p.NextRowCursor), strconv.FormatInt(p.RowCount, 10))
 }
 
-func pubSK(p *store.Publication) string { return pubPrefix(p.Partition) + ctxHash(p) }
+func pubSK(p *store.Publication) string {
+	return groupPrefix(store.FilterOf(p.SegmentKey)) + ctxHash(p)
+}
 
 func findSK(h string, p *store.Publication) string {
 	return findPrefix(&p.SegmentKey, p.AsOfCommitSeq) + h + "#" + ctxHash(p)
@@ -299,28 +353,46 @@ type segState struct {
 	pubs       map[string]store.Publication
 }
 
-// readSegment reads the segment's OBJ item and its publications: all of
-// them, or with partition set only that partition's (then OBJ comes from
-// a second request, so the read does not grow with other tenants').
-func (s *Segments) readSegment(ctx context.Context, h string, partition *string) (*segState, error) {
+// readSegment reads the segment's OBJ item and the publications of pub's
+// group (partition, epoch, scope digest): what a Put merges into and
+// prunes. Other groups' publications are never read.
+func (s *Segments) readSegment(ctx context.Context, h string, f store.PublicationFilter) (*segState, error) {
 	st := &segState{pubs: map[string]store.Publication{}}
-	in := &dynamodb.QueryInput{
-		TableName:                 s.table,
-		KeyConditionExpression:    aws.String("pk = :pk"),
-		ExpressionAttributeValues: map[string]dtypes.AttributeValue{":pk": dynamostore.S(segPK(h))},
-		ConsistentRead:            aws.Bool(true),
-		ReturnConsumedCapacity:    dtypes.ReturnConsumedCapacityTotal,
+	if err := s.readObj(ctx, h, st); err != nil {
+		return nil, err
 	}
-	if partition != nil {
-		in.KeyConditionExpression = aws.String("pk = :pk AND begins_with(sk, :sk)")
-		in.ExpressionAttributeValues[":sk"] = dynamostore.S(pubPrefix(*partition))
-		if err := s.readObj(ctx, h, st); err != nil {
-			return nil, err
+	items, err := s.queryPubs(ctx, h, groupPrefix(f), 0)
+	if err != nil {
+		return nil, err
+	}
+	for _, it := range items {
+		sk, _ := str(it, dynamostore.AttrSK)
+		if p, ok := parsePub(it); ok {
+			st.pubs[sk] = p
 		}
 	}
+	return st, nil
+}
+
+// queryPubs reads the segment's publication items whose sort key starts
+// with prefix: all of them, or with limit > 0 at most that many.
+func (s *Segments) queryPubs(ctx context.Context, h, prefix string, limit int32) ([]map[string]dtypes.AttributeValue, error) {
+	in := &dynamodb.QueryInput{
+		TableName:              s.table,
+		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :sk)"),
+		ExpressionAttributeValues: map[string]dtypes.AttributeValue{
+			":pk": dynamostore.S(segPK(h)), ":sk": dynamostore.S(prefix),
+		},
+		ConsistentRead:         aws.Bool(true),
+		ReturnConsumedCapacity: dtypes.ReturnConsumedCapacityTotal,
+	}
+	if limit > 0 {
+		in.Limit = aws.Int32(limit)
+	}
+	var items []map[string]dtypes.AttributeValue
 	for {
 		var out *dynamodb.QueryOutput
-		err := dynamostore.Call(ctx, s.opts.Retry, "read segment", func(ctx context.Context) error {
+		err := dynamostore.Call(ctx, s.opts.Retry, "read segment publications", func(ctx context.Context) error {
 			o, err := s.ddb.Query(ctx, in, dynamostore.NoSDKRetry)
 			if o != nil && o.ConsumedCapacity != nil {
 				dynamostore.RecordConsumed(ctx, false, *o.ConsumedCapacity)
@@ -334,20 +406,11 @@ func (s *Segments) readSegment(ctx context.Context, h string, partition *string)
 		size := 0
 		for _, it := range out.Items {
 			size += dynamostore.ItemSize(it)
-			sk, _ := str(it, dynamostore.AttrSK)
-			if sk == objSK {
-				st.hasObj = true
-				st.byteLength, _ = num(it, aLen)
-				st.guardMs, _ = num(it, aGuard)
-				continue
-			}
-			if p, ok := parsePub(it); ok && strings.HasPrefix(sk, "PUB#") {
-				st.pubs[sk] = p
-			}
 		}
+		items = append(items, out.Items...)
 		dynamostore.RecordEstimate(ctx, float64(max(1, (size+4095)/4096)), 0)
-		if len(out.LastEvaluatedKey) == 0 {
-			return st, nil
+		if len(out.LastEvaluatedKey) == 0 || (limit > 0 && len(items) >= int(limit)) {
+			return items, nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
@@ -394,7 +457,7 @@ func (s *Segments) Put(ctx context.Context, segmentID string, body []byte, pub s
 	}
 	need := pub.ExpiresAtMs + MaxURLTTL.Milliseconds() + s.opts.Margin.Milliseconds()
 	for attempt := 0; ; attempt++ {
-		st, err := s.readSegment(ctx, h, &pub.Partition)
+		st, err := s.readSegment(ctx, h, store.FilterOf(pub.SegmentKey))
 		if err != nil {
 			return err
 		}
@@ -559,6 +622,7 @@ func (s *Segments) recordPublication(ctx context.Context, h string, st *segState
 		pubAttrs(fitem, &merged)
 		fitem[aSeg], fitem[aGuard] = dynamostore.S(h), dynamostore.N(st.guardMs)
 		fitem[aLen] = dynamostore.N(st.byteLength) // FindSized: reuse without a Lookup
+		fitem[aLayout] = dynamostore.N(layoutVersion)
 		fitem[dynamostore.TTLAttribute] = item[dynamostore.TTLAttribute]
 		add(dtypes.TransactWriteItem{Put: &dtypes.Put{TableName: s.table, Item: fitem}}, fitem)
 	}
@@ -705,7 +769,8 @@ func (s *Segments) find(ctx context.Context, key store.SegmentKey, minAsOf, maxA
 			p, ok := parsePub(it)
 			h, okh := str(it, aSeg)
 			guard, okg := num(it, aGuard)
-			if !ok || !okh || !okg || unpinnedHash(&p.SegmentKey) != u || p.AsOfCommitSeq < minAsOf || p.AsOfCommitSeq > maxAsOf || p.ExpiresAtMs <= nowMs {
+			_, okl := num(it, aLayout) // an earlier layout's publication: Lookup cannot see it
+			if !ok || !okh || !okg || !okl || unpinnedHash(&p.SegmentKey) != u || p.AsOfCommitSeq < minAsOf || p.AsOfCommitSeq > maxAsOf || p.ExpiresAtMs <= nowMs {
 				continue
 			}
 			if p.ExpiresAtMs+MaxURLTTL.Milliseconds() > guard {
@@ -732,22 +797,42 @@ func (s *Segments) find(ctx context.Context, key store.SegmentKey, minAsOf, maxA
 	return bestID, best, bestLen, matched, nil
 }
 
-// Lookup implements store.SegmentStore.
-func (s *Segments) Lookup(ctx context.Context, segmentID string) (*store.Segment, error) {
+// Lookup implements store.SegmentStore: one consistent Query of f's
+// group (a few items whatever the segment's other publications); when the
+// group is empty, one more Query reads at most one item of the
+// partition's epoch to tell "other scopes" from "not published here".
+func (s *Segments) Lookup(ctx context.Context, segmentID string, f store.PublicationFilter) (*store.Segment, error) {
 	h, ok := hexOf(segmentID)
 	if !ok {
 		return nil, store.ErrNotFound
 	}
-	st, err := s.readSegment(ctx, h, nil)
+	items, err := s.queryPubs(ctx, h, groupPrefix(f), 0)
 	if err != nil {
 		return nil, err
 	}
-	if !st.hasObj && len(st.pubs) == 0 {
-		return nil, store.ErrNotFound
+	seg := &store.Segment{SegmentID: segmentID, Publications: []store.Publication{}}
+	found := false
+	for _, it := range items {
+		// The fields are compared, not only their hashes in the key.
+		if p, ok := parsePub(it); ok && f.Matches(&p) {
+			seg.Publications = append(seg.Publications, p)
+			seg.ByteLength, _ = num(it, aLen)
+			found = true
+		}
 	}
-	seg := &store.Segment{SegmentID: segmentID, ByteLength: st.byteLength, Publications: make([]store.Publication, 0, len(st.pubs))}
-	for _, p := range st.pubs {
-		seg.Publications = append(seg.Publications, p)
+	if !found {
+		if items, err = s.queryPubs(ctx, h, epochPrefix(f.Partition, f.LogEpoch), 1); err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			if p, ok := parsePub(it); ok && p.Partition == f.Partition && p.LogEpoch == f.LogEpoch {
+				seg.ByteLength, _ = num(it, aLen)
+				found = true
+			}
+		}
+	}
+	if !found {
+		return nil, store.ErrNotFound
 	}
 	return seg, nil
 }

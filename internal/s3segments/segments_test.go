@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -330,8 +331,8 @@ func TestPresignFields(t *testing.T) {
 // TestFindCostFlat (issue 11 item 5): a pull reusing a page pays
 // FindSized, one Query of its own partition's lookup items, whose cost
 // does not grow with the publications other partitions hold on the same
-// bytes (an empty or identical page is shared by every tenant); Lookup,
-// which the reuse path no longer needs, grows with them.
+// bytes (an empty or identical page is shared by every tenant); so does
+// Lookup (see TestLookupCostFlat).
 func TestFindCostFlat(t *testing.T) {
 	e := newEnv(t, s3segments.Options{})
 	ctx := context.Background()
@@ -358,7 +359,7 @@ func TestFindCostFlat(t *testing.T) {
 		}
 		find := c.Snapshot()
 		lctx, lc := dynamostore.WithCapacity(ctx)
-		if _, err := e.segs.Lookup(lctx, id); err != nil {
+		if _, err := e.segs.Lookup(lctx, id, store.FilterOf(key("tenant-0"))); err != nil {
 			t.Fatal(err)
 		}
 		look := lc.Snapshot()
@@ -367,6 +368,9 @@ func TestFindCostFlat(t *testing.T) {
 			first = find.EstRCU
 		} else if find.EstRCU != first || find.RoundTrips != 1 {
 			t.Errorf("%d publications: FindSized costs %.1f RCU in %d round trips, with 1 it cost %.1f in 1", n, find.EstRCU, find.RoundTrips, first)
+		}
+		if look.EstRCU != 1 || look.RoundTrips != 1 {
+			t.Errorf("%d publications: Lookup costs %.1f RCU in %d round trips, want 1 in 1", n, look.EstRCU, look.RoundTrips)
 		}
 	}
 }
@@ -435,5 +439,30 @@ func TestPublicationCostFlat(t *testing.T) {
 		} else if c != base {
 			t.Errorf("%d publications: %+v, with 1: %+v", n, c, base)
 		}
+	}
+}
+
+// seed runs put(0..n-1) on 8 goroutines.
+func seed(t *testing.T, n int, put func(i int) error) {
+	t.Helper()
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+		errs = make(chan error, 8)
+	)
+	for range 8 {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := put(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

@@ -280,7 +280,7 @@ func (ps *pullState) page(ctx context.Context, p *subPlan, asOf int64, digest st
 // byteLength < 0 means unknown (a reused publication): it is looked up.
 func (ps *pullState) sendRef(ctx context.Context, id string, pub store.Publication, digest string, byteLength int64) error {
 	if byteLength < 0 {
-		seg, err := ps.e.segs.Lookup(ctx, id)
+		seg, err := ps.e.segs.Lookup(ctx, id, store.FilterOf(pub.SegmentKey))
 		if err != nil {
 			return storeErr(err, "look up segment")
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
@@ -61,16 +62,18 @@ func TestSegmentsAcrossPartitions(t *testing.T) {
 	if refC.SegmentID == refA.SegmentID {
 		t.Fatal("different rows, same segment id")
 	}
-	seg, err := h.Segments.Lookup(context.Background(), refA.SegmentID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts := map[string]bool{}
-	for _, p := range seg.Publications {
-		parts[p.Partition] = true
-	}
-	if len(seg.Publications) != 2 || !parts["A"] || !parts["B"] {
-		t.Fatalf("publications %+v: want one for A and one for B", seg.Publications)
+	for _, p := range []string{"A", "B"} {
+		head, ok, err := h.Store.Head(context.Background(), p)
+		if err != nil || !ok {
+			t.Fatalf("head of %s: %v %v", p, ok, err)
+		}
+		seg, err := h.Segments.Lookup(context.Background(), refA.SegmentID, store.PublicationFilter{Partition: p, LogEpoch: head.LogEpoch, ScopeDigest: refA.ScopeDigest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(seg.Publications) != 1 || seg.Publications[0].Partition != p {
+			t.Fatalf("publications of %s: %+v, want one of its own", p, seg.Publications)
+		}
 	}
 	scopes := map[string][]string{"project_id": {"p1"}}
 	for _, p := range []string{"A", "B"} {
@@ -84,7 +87,7 @@ func TestSegmentsAcrossPartitions(t *testing.T) {
 		wantCode(t, err, syncerr.NotFound)
 	}
 	// A partition the server never saw cannot see anything either.
-	_, err = h.Fetch(engine.SegmentRequest{SegmentID: refA.SegmentID, Auth: &engine.Auth{Partition: "Z", ActorID: "alice"}, Scopes: `{"project_id":["p1"]}`})
+	_, err := h.Fetch(engine.SegmentRequest{SegmentID: refA.SegmentID, Auth: &engine.Auth{Partition: "Z", ActorID: "alice"}, Scopes: `{"project_id":["p1"]}`})
 	wantCode(t, err, syncerr.NotFound)
 }
 
@@ -192,7 +195,7 @@ func TestNativeTokenTampering(t *testing.T) {
 	if err := json.Unmarshal(payload, &claims); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"v", "seg", "sd", "aud", "exp"} {
+	for _, k := range []string{"v", "seg", "sd", "pt", "ep", "exp"} {
 		if _, ok := claims[k]; !ok {
 			t.Fatalf("claim %q missing from %s", k, payload)
 		}
@@ -200,8 +203,22 @@ func TestNativeTokenTampering(t *testing.T) {
 	if claims["seg"] != ref.SegmentID || claims["sd"] != ref.ScopeDigest {
 		t.Fatalf("claims %v do not bind segment and digest", claims)
 	}
-	if aud, _ := claims["aud"].(string); aud == "" || strings.Contains(aud, "tenant") {
-		t.Fatalf("aud %q must be an opaque partition token", aud)
+	if pt, _ := claims["pt"].(string); pt == "" || strings.Contains(pt, "tenant") || strings.Contains(string(must(base64.RawURLEncoding.DecodeString(pt))), "tenant") {
+		t.Fatalf("pt %q must be an opaque partition token", pt)
+	}
+	// A token naming another partition, which has no publication of this
+	// segment (its rows differ), authorizes nothing there (§2.1).
+	h.Grants.Set("bob", projects("p1"))
+	b := h.Client("tenant-b", "bob", "b")
+	wantApplied(t, b.Push("b1", up("tasks", "b1", b.Task("b1", "p1", "tenant b's own", false), 0)))
+	b.BaseURL = a.BaseURL
+	refB := refOf(t, b, acceptExternal|wire.AcceptSignedURL, sub("s", "tasks", "p1", -1))
+	if refB.SegmentID == ref.SegmentID || !refB.URL.Present {
+		t.Fatal("tenant-b: want its own signed segment")
+	}
+	var claimsB map[string]any
+	if pb, _ := splitToken(t, token(t, refB.URL.Value)); json.Unmarshal(pb, &claimsB) != nil || claimsB["pt"] == claims["pt"] {
+		t.Fatalf("tenant-b claims %v", claimsB)
 	}
 	exp := int64(claims["exp"].(float64))
 	if exp*1000 != ref.URLExpiresAtMs.Value {
@@ -223,10 +240,12 @@ func TestNativeTokenTampering(t *testing.T) {
 		"seg changed":      resign(func(c map[string]any) { c["seg"] = other.SegmentID }),
 		"sd changed":       resign(func(c map[string]any) { c["sd"] = other.ScopeDigest }),
 		"sd garbage":       resign(func(c map[string]any) { c["sd"] = "00" }),
-		"aud changed":      resign(func(c map[string]any) { c["aud"] = "0123456789abcdef0123456789abcdef" }),
+		"pt garbage":       resign(func(c map[string]any) { c["pt"] = "0123456789abcdef0123456789abcdef" }),
+		"pt of no one":     resign(func(c map[string]any) { c["pt"] = base64.RawURLEncoding.EncodeToString(make([]byte, 40)) }),
+		"pt of another":    resign(func(c map[string]any) { c["pt"] = claimsB["pt"] }),
 		"exp past skew":    resign(func(c map[string]any) { c["exp"] = h.Clock.Now()/1000 - 61 }),
 		"mac changed":      base64.RawURLEncoding.EncodeToString(payload) + "." + base64.RawURLEncoding.EncodeToString(flip(mac)),
-		"claims unsigned":  base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), `"v":2`, `"v":2 `, 1))) + "." + base64.RawURLEncoding.EncodeToString(mac),
+		"claims unsigned":  base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), `"v":3`, `"v":3 `, 1))) + "." + base64.RawURLEncoding.EncodeToString(mac),
 		"no mac":           base64.RawURLEncoding.EncodeToString(payload) + ".",
 		"not a token":      "garbage",
 		"other key":        otherKeyToken(t, payload),

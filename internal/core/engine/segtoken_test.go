@@ -64,7 +64,7 @@ func TestSegmentTokenClaimsStrict(t *testing.T) {
 	// Re-serialize the minted claims by hand so single keys can be
 	// altered textually (a Go map would fold duplicates).
 	str := func(k string) string { return string(must(json.Marshal(c[k]))) }
-	body := `"v":` + str("v") + `,"seg":` + str("seg") + `,"sd":` + str("sd") + `,"aud":` + str("aud") + `,"ep":` + str("ep") + `,"exp":` + str("exp")
+	body := `"v":` + str("v") + `,"seg":` + str("seg") + `,"sd":` + str("sd") + `,"pt":` + str("pt") + `,"ep":` + str("ep") + `,"exp":` + str("exp")
 	if _, err := h.Fetch(engine.SegmentRequest{SegmentID: segID, Token: signRaw("{" + body + "}")}); err != nil {
 		t.Fatalf("re-signed identical claims: %v", err)
 	}
@@ -75,7 +75,8 @@ func TestSegmentTokenClaimsStrict(t *testing.T) {
 		"missing epoch":         "{" + strings.Replace(body, `,"ep":`+str("ep"), "", 1) + "}",
 		"empty epoch":           "{" + strings.Replace(body, `"ep":`+str("ep"), `"ep":""`, 1) + "}",
 		"other epoch":           "{" + strings.Replace(body, `"ep":`+str("ep"), `"ep":"not-the-epoch"`, 1) + "}",
-		"old version":           "{" + strings.Replace(body, `"v":`+str("v"), `"v":1`, 1) + "}",
+		"old version":           "{" + strings.Replace(body, `"v":`+str("v"), `"v":2`, 1) + "}",
+		"version 2 claims":      "{" + strings.Replace(strings.Replace(body, `"v":`+str("v"), `"v":2`, 1), `"pt":`, `"aud":`, 1) + "}",
 		"trailing data":         "{" + body + "} {}",
 		"string exp":            "{" + strings.Replace(body, `"exp":`+str("exp"), `"exp":"`+str("exp")+`"`, 1) + "}",
 	} {

@@ -3,10 +3,11 @@ package engine
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,10 +22,15 @@ import (
 //
 //	st = base64url(payload) "." base64url(HMAC-SHA256(key, payload))
 //
-// with payload {"v":2,"seg":…,"sd":…,"aud":…,"ep":…,"exp":<unix seconds>}.
-// aud is a keyed hash of the partition: stable per partition, and a client
-// cannot derive the partition id from it. ep is the partition's log epoch
-// at minting: after an epoch rotation (§2.1) the token no longer verifies.
+// with payload {"v":3,"seg":…,"sd":…,"pt":…,"ep":…,"exp":<unix seconds>}.
+// pt is the partition sealed under a key derived from the signing key:
+// stable per partition, a client cannot read the partition id from it,
+// and the server recovers it, so a download looks up only the
+// publications of that partition, epoch and digest (issue 11 item 5;
+// version 2 carried a one-way hash of the partition instead, which left
+// no way to find them but reading every tenant's). ep is the partition's
+// log epoch at minting: after an epoch rotation (§2.1) the token no longer
+// verifies.
 // The payload is parsed strictly: exactly these keys, each once, spelled
 // exactly so (no case folding), no trailing data.
 
@@ -32,13 +38,13 @@ import (
 const maxTokenSkewSeconds = 60
 
 // tokenVersion is the claims layout minted and accepted.
-const tokenVersion = 2
+const tokenVersion = 3
 
 type tokenClaims struct {
 	V   int    `json:"v"`
 	Seg string `json:"seg"`
 	SD  string `json:"sd"`
-	Aud string `json:"aud"`
+	PT  string `json:"pt"`
 	Ep  string `json:"ep"`
 	Exp int64  `json:"exp"`
 }
@@ -72,8 +78,8 @@ func parseTokenClaims(payload []byte) (tokenClaims, error) {
 			dst = &c.Seg
 		case "sd":
 			dst = &c.SD
-		case "aud":
-			dst = &c.Aud
+		case "pt":
+			dst = &c.PT
 		case "ep":
 			dst = &c.Ep
 		case "exp":
@@ -97,12 +103,50 @@ func parseTokenClaims(payload []byte) (tokenClaims, error) {
 	return c, nil
 }
 
-// audience derives the token audience of a partition.
-func (e *Engine) audience(partition string) string {
+// tokenKey derives a purpose-bound key from the signing key.
+func (e *Engine) tokenKey(purpose string) []byte {
 	m := hmac.New(sha256.New, e.cfg.SigningKey)
-	m.Write([]byte("syncular-segment-aud\x00"))
+	m.Write([]byte(purpose))
+	m.Write([]byte{0})
+	return m.Sum(nil)
+}
+
+// partitionAEAD is AES-256-GCM under the pt sealing key.
+func (e *Engine) partitionAEAD() cipher.AEAD {
+	b, err := aes.NewCipher(e.tokenKey("syncular-segment-pt-key"))
+	if err != nil {
+		panic(err) // a 32-byte key always makes a cipher
+	}
+	a, err := cipher.NewGCM(b)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// sealPartition renders the pt claim: nonce ‖ AES-GCM(partition), the
+// nonce a keyed hash of the partition (a synthetic IV: one partition
+// always seals to one claim, two partitions never share a nonce).
+func (e *Engine) sealPartition(partition string) string {
+	a := e.partitionAEAD()
+	m := hmac.New(sha256.New, e.tokenKey("syncular-segment-pt-nonce"))
 	m.Write([]byte(partition))
-	return hex.EncodeToString(m.Sum(nil))[:32]
+	nonce := m.Sum(nil)[:a.NonceSize()]
+	return base64.RawURLEncoding.EncodeToString(a.Seal(nonce, nonce, []byte(partition), []byte("pt")))
+}
+
+// openPartition recovers the partition from a pt claim.
+func (e *Engine) openPartition(pt string) (string, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(pt)
+	a := e.partitionAEAD()
+	if err != nil || len(raw) < a.NonceSize() {
+		return "", false
+	}
+	p, err := a.Open(nil, raw[:a.NonceSize()], raw[a.NonceSize():], []byte("pt"))
+	if err != nil {
+		return "", false
+	}
+	return string(p), true
 }
 
 func (e *Engine) signToken(c tokenClaims) string {
@@ -116,16 +160,17 @@ func (e *Engine) signToken(c tokenClaims) string {
 // partition and the partition's log epoch, expiring at expSeconds (unix
 // seconds).
 func (e *Engine) MintToken(segmentID, digest, partition, logEpoch string, expSeconds int64) string {
-	return e.signToken(tokenClaims{V: tokenVersion, Seg: segmentID, SD: digest, Aud: e.audience(partition), Ep: logEpoch, Exp: expSeconds})
+	return e.signToken(tokenClaims{V: tokenVersion, Seg: segmentID, SD: digest, PT: e.sealPartition(partition), Ep: logEpoch, Exp: expSeconds})
 }
 
 // verifyToken checks the MAC and the claims that need no storage: version,
-// expiry (with skew) and the segment id. sd and aud are checked against
-// the segment's publications by the caller.
-func (e *Engine) verifyToken(st, segmentID string, nowMs int64) (tokenClaims, error) {
+// expiry (with skew) and the segment id, and recovers the partition from
+// pt. sd and ep are checked against the segment's publications by the
+// caller.
+func (e *Engine) verifyToken(st, segmentID string, nowMs int64) (tokenClaims, string, error) {
 	var c tokenClaims
-	deny := func(why string) (tokenClaims, error) {
-		return c, syncerr.New(syncerr.Forbidden, "segment token rejected: %s", why)
+	deny := func(why string) (tokenClaims, string, error) {
+		return c, "", syncerr.New(syncerr.Forbidden, "segment token rejected: %s", why)
 	}
 	if len(e.cfg.SigningKey) == 0 {
 		return deny("this server does not issue native tokens")
@@ -154,10 +199,14 @@ func (e *Engine) verifyToken(st, segmentID string, nowMs int64) (tokenClaims, er
 	if c.Seg != segmentID {
 		return deny("issued for another segment")
 	}
-	if nowMs/1000 > c.Exp+maxTokenSkewSeconds {
-		return c, syncerr.New(syncerr.SegmentExpired, "segment URL expired; pull again for a fresh one (§5.4)")
+	partition, ok := e.openPartition(c.PT)
+	if !ok {
+		return deny("unreadable partition claim")
 	}
-	return c, nil
+	if nowMs/1000 > c.Exp+maxTokenSkewSeconds {
+		return c, "", syncerr.New(syncerr.SegmentExpired, "segment URL expired; pull again for a fresh one (§5.4)")
+	}
+	return c, partition, nil
 }
 
 // signedURL mints a URL for a descriptor when the host issues them (§5.4).

@@ -376,6 +376,26 @@ type Segment struct {
 	Publications []Publication
 }
 
+// PublicationFilter selects the publications of a segment that one
+// download can use: those of one partition, log epoch and scope digest
+// (§5.4 binds a token to them; §5.5 re-derives them for a direct
+// download).
+type PublicationFilter struct {
+	Partition   string
+	LogEpoch    string
+	ScopeDigest string
+}
+
+// FilterOf is the filter matching k's publications.
+func FilterOf(k SegmentKey) PublicationFilter {
+	return PublicationFilter{Partition: k.Partition, LogEpoch: k.LogEpoch, ScopeDigest: k.ScopeDigest}
+}
+
+// Matches reports whether p is selected by f.
+func (f PublicationFilter) Matches(p *Publication) bool {
+	return p.Partition == f.Partition && p.LogEpoch == f.LogEpoch && p.ScopeDigest == f.ScopeDigest
+}
+
 // SegmentStore holds segment bytes by content address and their
 // publications (§5.1, §5.5).
 type SegmentStore interface {
@@ -389,16 +409,20 @@ type SegmentStore interface {
 	// segment id, or ok=false. A returned publication's object is
 	// guaranteed to outlive the publication.
 	Find(ctx context.Context, key SegmentKey, nowMs int64) (segmentID string, pub Publication, ok bool, err error)
-	// Lookup returns the segment's metadata with all recorded publications
-	// (expired ones included until pruned), or ErrNotFound.
-	Lookup(ctx context.Context, segmentID string) (*Segment, error)
+	// Lookup returns the segment's metadata with the recorded
+	// publications matching f (expired ones included until pruned), or
+	// ErrNotFound when f.Partition has no publication of the segment in
+	// f.LogEpoch. A Segment with no publications means the partition has
+	// some in that epoch, only under other scope digests. Its cost is
+	// bounded by the publications matching f: other partitions', other
+	// epochs' and other scope digests' never add to it (issue 11 item 5).
+	Lookup(ctx context.Context, segmentID string, f PublicationFilter) (*Segment, error)
 	// Open streams the segment bytes, or ErrNotFound.
 	Open(ctx context.Context, segmentID string) (io.ReadCloser, error)
 }
 
 // SizedFinder is implemented by segment stores whose Find also knows the
-// segment's byte length, so reusing a publication needs no Lookup (whose
-// cost grows with the segment's publications in every partition).
+// segment's byte length, so reusing a publication needs no Lookup.
 type SizedFinder interface {
 	// FindSized is Find plus the segment's byte length (0: unknown).
 	FindSized(ctx context.Context, key SegmentKey, nowMs int64) (segmentID string, pub Publication, byteLength int64, ok bool, err error)

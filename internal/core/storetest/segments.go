@@ -36,6 +36,7 @@ func RunSegmentStore(t *testing.T, newSegs func(t *testing.T) store.SegmentStore
 		{"FindLatest/NewestPinInRange", testSegFindLatest},
 		{"Publications/BoundedPerContext", testSegBoundedPerContext},
 		{"Lookup/UnknownNotFound", testSegUnknown},
+		{"Lookup/OnlyFilteredPublications", testSegLookupFiltered},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,9 +100,11 @@ func (e *segmentsT) open(id string) []byte {
 	return b
 }
 
-func (e *segmentsT) lookup(id string) *store.Segment {
+// lookup returns the segment with the publications of k's partition,
+// epoch and scope digest.
+func (e *segmentsT) lookup(id string, k store.SegmentKey) *store.Segment {
 	e.t.Helper()
-	s, err := e.s.Lookup(e.ctx, id)
+	s, err := e.s.Lookup(e.ctx, id, store.FilterOf(k))
 	if err != nil {
 		e.t.Fatalf("Lookup %s: %v", id, err)
 	}
@@ -143,7 +146,7 @@ func testSegPutOpen(t *testing.T, e *segmentsT) {
 	if got := e.open(id); string(got) != string(body) {
 		t.Errorf("Open returned %d bytes, not the %d put", len(got), len(body))
 	}
-	seg := e.lookup(id)
+	seg := e.lookup(id, pub.SegmentKey)
 	if seg.SegmentID != id || seg.ByteLength != int64(len(body)) {
 		t.Errorf("Lookup: id %q length %d, want %q %d", seg.SegmentID, seg.ByteLength, id, len(body))
 	}
@@ -163,7 +166,7 @@ func testSegEmptyBody(t *testing.T, e *segmentsT) {
 	if got := e.open(id); len(got) != 0 {
 		t.Errorf("Open of the empty segment returned %d bytes", len(got))
 	}
-	if seg := e.lookup(id); seg.ByteLength != 0 || !slices.Contains(seg.Publications, pub) {
+	if seg := e.lookup(id, pub.SegmentKey); seg.ByteLength != 0 || !slices.Contains(seg.Publications, pub) {
 		t.Errorf("Lookup of the empty segment: %+v", seg)
 	}
 	if gotID, _, ok := e.find(pub.SegmentKey, baseMs); !ok || gotID != id {
@@ -179,7 +182,7 @@ func testSegLargeBody(t *testing.T, e *segmentsT) {
 	if got := e.open(id); string(got) != string(body) {
 		t.Errorf("4 MiB segment did not round-trip (%d bytes back)", len(got))
 	}
-	if seg := e.lookup(id); seg.ByteLength != int64(len(body)) {
+	if seg := e.lookup(id, e.key()); seg.ByteLength != int64(len(body)) {
 		t.Errorf("ByteLength %d, want %d", seg.ByteLength, len(body))
 	}
 }
@@ -200,7 +203,8 @@ func testSegCollision(t *testing.T, e *segmentsT) {
 	if got := e.open(id); string(got) != string(body) {
 		t.Errorf("original bytes were overwritten")
 	}
-	checkPubs(t, e.lookup(id).Publications, []store.Publication{pub})
+	checkPubs(t, e.lookup(id, pub.SegmentKey).Publications, []store.Publication{pub})
+	checkPubs(t, e.lookup(id, k2).Publications, nil)
 	if gotID, _, ok := e.find(k2, baseMs); ok {
 		t.Errorf("the rejected Put's publication is findable (segment %q)", gotID)
 	}
@@ -212,7 +216,7 @@ func testSegIdempotent(t *testing.T, e *segmentsT) {
 	pub := publication(e.key(), wire.Opt[string]{}, 10, baseMs, baseMs+dayMs)
 	e.put(id, body, pub, baseMs)
 	e.put(id, append([]byte(nil), body...), pub, baseMs+1)
-	checkPubs(t, e.lookup(id).Publications, []store.Publication{pub})
+	checkPubs(t, e.lookup(id, pub.SegmentKey).Publications, []store.Publication{pub})
 	if got := e.open(id); string(got) != string(body) {
 		t.Errorf("bytes changed by an identical Put")
 	}
@@ -249,7 +253,8 @@ func testSegTwoPartitions(t *testing.T, e *segmentsT) {
 	e.put(id, body, pa, baseMs)
 	e.put(id, body, pb, baseMs+5)
 
-	checkPubs(t, e.lookup(id).Publications, []store.Publication{pa, pb})
+	checkPubs(t, e.lookup(id, ka).Publications, []store.Publication{pa})
+	checkPubs(t, e.lookup(id, kb).Publications, []store.Publication{pb})
 	for _, c := range []struct {
 		key  store.SegmentKey
 		want store.Publication
@@ -276,11 +281,11 @@ func testSegMerge(t *testing.T, e *segmentsT) {
 	// Earlier creation, earlier expiry: keeps the later expiry.
 	e.put(id, body, publication(k, next, 7, baseMs+50, baseMs+800), baseMs+60)
 	want := publication(k, next, 7, baseMs+50, baseMs+1000)
-	checkPubs(t, e.lookup(id).Publications, []store.Publication{want})
+	checkPubs(t, e.lookup(id, k).Publications, []store.Publication{want})
 	// Later creation, later expiry: keeps the earlier creation.
 	e.put(id, body, publication(k, next, 7, baseMs+200, baseMs+2000), baseMs+200)
 	want = publication(k, next, 7, baseMs+50, baseMs+2000)
-	checkPubs(t, e.lookup(id).Publications, []store.Publication{want})
+	checkPubs(t, e.lookup(id, k).Publications, []store.Publication{want})
 	if _, got, ok := e.find(k, baseMs+1500); !ok || got != want {
 		t.Errorf("Find after merge: %+v ok=%v, want %+v", got, ok, want)
 	}
@@ -299,11 +304,11 @@ func testSegNewContext(t *testing.T, e *segmentsT) {
 	kPin := k
 	kPin.AsOfCommitSeq = 43
 	otherPin := publication(kPin, wire.Opt[string]{}, 7, baseMs, baseMs+dayMs)
-	all := []store.Publication{base, otherNext, otherCount, otherEpoch, otherPin}
-	for _, p := range all {
+	for _, p := range []store.Publication{base, otherNext, otherCount, otherEpoch, otherPin} {
 		e.put(id, body, p, baseMs)
 	}
-	checkPubs(t, e.lookup(id).Publications, all)
+	checkPubs(t, e.lookup(id, k).Publications, []store.Publication{base, otherNext, otherCount, otherPin})
+	checkPubs(t, e.lookup(id, kEpoch).Publications, []store.Publication{otherEpoch})
 	if _, got, ok := e.find(kEpoch, baseMs); !ok || got != otherEpoch {
 		t.Errorf("Find for epoch-2: %+v ok=%v, want %+v", got, ok, otherEpoch)
 	}
@@ -322,11 +327,11 @@ func testSegPruneOnPut(t *testing.T, e *segmentsT) {
 	e.put(id, body, p1, baseMs)
 	// At baseMs+1000, p1 (ExpiresAtMs == now) is no longer live.
 	e.put(id, body, p2, baseMs+1000)
-	checkPubs(t, e.lookup(id).Publications, []store.Publication{p2})
+	checkPubs(t, e.lookup(id, k1).Publications, []store.Publication{p2})
 	// A publication already expired at its own Put is not recorded.
 	p3 := publication(k3, wire.Opt[string]{}, 1, baseMs, baseMs+1500)
 	e.put(id, body, p3, baseMs+2000)
-	checkPubs(t, e.lookup(id).Publications, []store.Publication{p2})
+	checkPubs(t, e.lookup(id, k1).Publications, []store.Publication{p2})
 	if _, _, ok := e.find(k1, baseMs); ok {
 		t.Errorf("Find returned a pruned publication")
 	}
@@ -347,7 +352,7 @@ func testSegFindExpired(t *testing.T, e *segmentsT) {
 		}
 	}
 	// Expired but not yet pruned: still listed by Lookup.
-	checkPubs(t, e.lookup(id).Publications, []store.Publication{pub})
+	checkPubs(t, e.lookup(id, k).Publications, []store.Publication{pub})
 }
 
 func testSegFindExactKey(t *testing.T, e *segmentsT) {
@@ -379,7 +384,7 @@ func testSegFindExactKey(t *testing.T, e *segmentsT) {
 
 func testSegUnknown(t *testing.T, e *segmentsT) {
 	id := segmentID(e.body(64)) // never put
-	if s, err := e.s.Lookup(e.ctx, id); !errors.Is(err, store.ErrNotFound) {
+	if s, err := e.s.Lookup(e.ctx, id, store.FilterOf(e.key())); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Lookup unknown: %+v, %v; want ErrNotFound", s, err)
 	}
 	if rc, err := e.s.Open(e.ctx, id); !errors.Is(err, store.ErrNotFound) {
@@ -501,14 +506,8 @@ func testSegBoundedPerContext(t *testing.T, e *segmentsT) {
 			want = append(want, p)
 		}
 	}
-	var mine []store.Publication
-	for _, p := range e.lookup(id).Publications {
-		if p.Partition == e.p {
-			mine = append(mine, p)
-		}
-	}
-	checkPubs(t, mine, want)
-	if !slices.ContainsFunc(e.lookup(id).Publications, func(p store.Publication) bool { return p == op }) {
+	checkPubs(t, e.lookup(id, k).Publications, want)
+	if !slices.ContainsFunc(e.lookup(id, other).Publications, func(p store.Publication) bool { return p == op }) {
 		t.Error("another partition's publication was pruned")
 	}
 	kept, pruned := k, k
@@ -518,5 +517,63 @@ func testSegBoundedPerContext(t *testing.T, e *segmentsT) {
 	}
 	if _, _, found := e.find(pruned, baseMs+1); found {
 		t.Error("Find still answers at a pruned pin")
+	}
+}
+
+// testSegLookupFiltered: Lookup answers with the publications of exactly
+// one partition, log epoch and scope digest (what a §5.4 token binds and
+// a §5.5 direct download re-derives); a partition with publications of
+// the segment in that epoch under other digests gets the segment with
+// none, and one with none in that epoch gets ErrNotFound (§2.1: other
+// partitions' and earlier epochs' publications are invisible).
+func testSegLookupFiltered(t *testing.T, e *segmentsT) {
+	body := e.body(700)
+	id := segmentID(body)
+	k := e.key()
+	kDigest, kEpoch, kOther := k, k, k
+	kDigest.ScopeDigest = "digest-2"
+	kEpoch.LogEpoch = "epoch-2"
+	kOther.Partition = unique(t, "tenant-b")
+	kPin := k
+	kPin.AsOfCommitSeq++
+	pubs := map[string]store.Publication{
+		"own":         publication(k, wire.Opt[string]{}, 3, baseMs, baseMs+dayMs),
+		"own pin":     publication(kPin, wire.Opt[string]{}, 3, baseMs, baseMs+dayMs),
+		"digest":      publication(kDigest, wire.Opt[string]{}, 3, baseMs, baseMs+dayMs),
+		"epoch":       publication(kEpoch, wire.Opt[string]{}, 3, baseMs, baseMs+dayMs),
+		"partition":   publication(kOther, wire.Opt[string]{}, 3, baseMs, baseMs+dayMs),
+		"own expired": publication(func() store.SegmentKey { c := k; c.Table = "notes"; return c }(), wire.Opt[string]{}, 3, baseMs, baseMs+10),
+	}
+	for _, p := range pubs {
+		e.put(id, body, p, baseMs)
+	}
+	for _, c := range []struct {
+		name string
+		key  store.SegmentKey
+		want []store.Publication
+	}{
+		{"own group", k, []store.Publication{pubs["own"], pubs["own pin"], pubs["own expired"]}},
+		{"other digest", kDigest, []store.Publication{pubs["digest"]}},
+		{"other epoch", kEpoch, []store.Publication{pubs["epoch"]}},
+		{"other partition", kOther, []store.Publication{pubs["partition"]}},
+	} {
+		seg := e.lookup(id, c.key)
+		if seg.SegmentID != id || seg.ByteLength != int64(len(body)) {
+			t.Errorf("%s: segment %q length %d, want %q %d", c.name, seg.SegmentID, seg.ByteLength, id, len(body))
+		}
+		checkPubs(t, seg.Publications, c.want)
+	}
+	none := k
+	none.ScopeDigest = "digest-never"
+	if seg := e.lookup(id, none); seg.ByteLength != int64(len(body)) || len(seg.Publications) != 0 {
+		t.Errorf("a digest the partition never published under: %+v, want the segment with no publications", seg)
+	}
+	for name, f := range map[string]store.PublicationFilter{
+		"unpublished partition": {Partition: unique(t, "tenant-c"), LogEpoch: k.LogEpoch, ScopeDigest: k.ScopeDigest},
+		"unpublished epoch":     {Partition: k.Partition, LogEpoch: "epoch-3", ScopeDigest: k.ScopeDigest},
+	} {
+		if seg, err := e.s.Lookup(e.ctx, id, f); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s: %+v, %v; want ErrNotFound", name, seg, err)
+		}
 	}
 }
