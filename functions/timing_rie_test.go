@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,8 +147,6 @@ func TestLambdaTiming(t *testing.T) {
 	env["SYNC_BUCKET"] = bucket
 	env["SYNC_REALTIME_ENDPOINT"] = "http://127.0.0.1:1/realtime" // never reached by the quick runs
 	env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = "60"
-	// The emulator reports this as the memory size; it sets no limit.
-	env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = "512"
 
 	tok := devToken(t, env["SYNC_HS256_SECRET"])
 	entries := timingEntries(t, bins, env, tok)
@@ -160,12 +159,16 @@ func TestLambdaTiming(t *testing.T) {
 		if fi, err := os.Stat(bins[e.fn]); err == nil {
 			res.BinaryBytes = fi.Size()
 		}
+		// Each function sees its template.yaml memory size, as in Lambda
+		// (the emulator enforces no limit; the functions size their GC by it).
+		fenv := maps.Clone(env)
+		fenv["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = memorySize(t, e.fn)
 		for c := 0; c < run.Cold; c++ {
 			warm := 0
 			if c == run.Cold-1 {
 				warm = run.Warm
 			}
-			t.Run(fmt.Sprintf("%s/cold%d", e.name, c), func(t *testing.T) { measureCold(t, bins[e.fn], env, e, warm, res) })
+			t.Run(fmt.Sprintf("%s/cold%d", e.name, c), func(t *testing.T) { measureCold(t, bins[e.fn], fenv, e, warm, res) })
 		}
 		run.Results = append(run.Results, res)
 	}
@@ -191,6 +194,23 @@ func TestLambdaTiming(t *testing.T) {
 		t.Logf("before %s (%s, load %s → %s) vs this run (%s, load %s → %s)\n%s",
 			before.Source, before.Commit, before.LoadBefore, before.LoadAfter, run.Commit, run.LoadBefore, run.LoadAfter, compareTable(&before, run))
 	}
+}
+
+// memorySize is fn's MemorySize in template.yaml (its own or the Globals').
+func memorySize(t *testing.T, fn string) string {
+	root := loadYAML(t)
+	id := strings.ToUpper(fn[:1]) + fn[1:] + "Function"
+	if fn == "migratehook" {
+		id = "MigrateHookFunction"
+	}
+	if v := scalar(get(root, "Resources", id, "Properties", "MemorySize")); v != "" {
+		return v
+	}
+	if v := scalar(get(root, "Globals", "Function", "MemorySize")); v != "" {
+		return v
+	}
+	t.Fatalf("template.yaml: no MemorySize for %s", id)
+	return ""
 }
 
 // buildTimed builds functions/<fn> of the module at src into dir/bootstrap.
