@@ -25,7 +25,7 @@ export PATH := $(TOOLS_BIN):$(PATH)
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
-.PHONY: all test lint unit tools fuzz bench load load-dynamodb lambda-timing run build clean \
+.PHONY: all test lint unit tools fuzz bench load load-dynamodb lambda-timing lambda-timing-compare run build clean \
 	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
 	build-MigrateHookFunction build-RealtimeFunction build-FanoutFunction
 
@@ -77,6 +77,12 @@ lambda-timing:
 	SSP2_LAMBDA_TIMING_OUT="$(abspath $(LAMBDA_TIMING_OUT))" SSP2_LAMBDA_TIMING_BASELINE="$(abspath $(LAMBDA_TIMING_BASELINE))" \
 	SSP2_LAMBDA_TIMING_COLD="$(LAMBDA_TIMING_COLD)" SSP2_LAMBDA_TIMING_WARM="$(LAMBDA_TIMING_WARM)" \
 	$(GO) test -count=1 -v -run '^TestLambdaTiming$$' -timeout 60m ./functions/
+
+## lambda-timing-compare: pool saved lambda-timing runs and print them side by
+## side (LAMBDA_TIMING_BEFORE and LAMBDA_TIMING_AFTER: comma lists of JSON files)
+lambda-timing-compare:
+	SSP2_LAMBDA_TIMING_COMPARE="$(LAMBDA_TIMING_BEFORE)=$(LAMBDA_TIMING_AFTER)" \
+	$(GO) test -count=1 -v -run '^TestLambdaTimingCompare$$' ./functions/
 
 ## run: the local runner on 127.0.0.1:8787
 run:

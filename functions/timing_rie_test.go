@@ -196,6 +196,65 @@ func TestLambdaTiming(t *testing.T) {
 	}
 }
 
+// TestLambdaTimingCompare prints saved runs side by side without
+// measuring: SSP2_LAMBDA_TIMING_COMPARE=before1.json,before2.json=after1.json,after2.json
+// (make lambda-timing-compare). The runs of each side are pooled (their
+// samples concatenated, the peak RSS the largest), so alternating before
+// and after runs spreads the box's load over both sides.
+func TestLambdaTimingCompare(t *testing.T) {
+	spec := os.Getenv("SSP2_LAMBDA_TIMING_COMPARE")
+	if spec == "" {
+		t.Skip("set SSP2_LAMBDA_TIMING_COMPARE=before.json[,…]=after.json[,…]")
+	}
+	b, a, ok := strings.Cut(spec, "=")
+	if !ok {
+		t.Fatalf("SSP2_LAMBDA_TIMING_COMPARE=%q: want before files = after files", spec)
+	}
+	before, after := pooledRuns(t, b), pooledRuns(t, a)
+	t.Logf("before: %s\n%s\nafter: %s\n%s\nbefore → after\n%s", runInfo(before), timingTable(before), runInfo(after), timingTable(after), compareTable(before, after))
+}
+
+func runInfo(r *timingRun) string {
+	return fmt.Sprintf("%s (%s), %s; load average (1, 5, 15 min) at start → end of each run: %s", r.Source, r.Commit, r.GoArch, r.LoadBefore)
+}
+
+// pooledRuns reads a comma list of saved runs and pools them.
+func pooledRuns(t *testing.T, files string) *timingRun {
+	out := &timingRun{}
+	var loads []string
+	for _, f := range strings.Split(files, ",") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r timingRun
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out.Source, out.Commit, out.GoArch = r.Source, r.Commit, r.GoArch
+		loads = append(loads, "["+r.LoadBefore+" → "+r.LoadAfter+"]")
+		for _, x := range r.Results {
+			i := slices.IndexFunc(out.Results, func(y *timingResult) bool { return y.Name == x.Name })
+			if i < 0 {
+				out.Results = append(out.Results, x)
+				continue
+			}
+			y := out.Results[i]
+			y.ColdMs = append(y.ColdMs, x.ColdMs...)
+			y.UpMs = append(y.UpMs, x.UpMs...)
+			y.FirstMs = append(y.FirstMs, x.FirstMs...)
+			y.InitDoneMs = append(y.InitDoneMs, x.InitDoneMs...)
+			y.AppInitMs = append(y.AppInitMs, x.AppInitMs...)
+			y.ReportInitMs = append(y.ReportInitMs, x.ReportInitMs...)
+			y.ReportMs = append(y.ReportMs, x.ReportMs...)
+			y.WarmMs = append(y.WarmMs, x.WarmMs...)
+			y.HWMKiB = max(y.HWMKiB, x.HWMKiB)
+		}
+	}
+	out.LoadBefore = strings.Join(loads, " ")
+	return out
+}
+
 // memorySize is fn's MemorySize in template.yaml (its own or the Globals').
 func memorySize(t *testing.T, fn string) string {
 	root := loadYAML(t)
@@ -489,17 +548,17 @@ func timingTable(run *timingRun) string {
 
 func compareTable(before, after *timingRun) string {
 	var b strings.Builder
-	b.WriteString("| function | cold p50 (min–max) ms, before → after | first invoke p50 ms | invoke→init done p50 ms | warm p50 ms | warm p95 ms | binary MiB | VmHWM MiB |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| function | cold p50 (min–max) ms, before → after | first invoke p50 ms | invoke→init done p50 ms | app init p50 ms | warm p50 ms | warm p95 ms | binary MiB | VmHWM MiB |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range after.Results {
 		i := slices.IndexFunc(before.Results, func(r *timingResult) bool { return r.Name == a.Name })
 		if i < 0 || len(a.ColdMs) == 0 || len(before.Results[i].ColdMs) == 0 {
 			continue
 		}
 		p := before.Results[i]
-		fmt.Fprintf(&b, "| %s | %.0f (%.0f–%.0f) → %.0f (%.0f–%.0f) | %s → %s | %s → %s | %.2f → %.2f | %.2f → %.2f | %.1f → %.1f | %.1f → %.1f |\n", a.Name,
+		fmt.Fprintf(&b, "| %s | %.0f (%.0f–%.0f) → %.0f (%.0f–%.0f) | %s → %s | %s → %s | %s → %s | %.2f → %.2f | %.2f → %.2f | %.1f → %.1f | %.1f → %.1f |\n", a.Name,
 			quantile(p.ColdMs, .5), slices.Min(p.ColdMs), slices.Max(p.ColdMs), quantile(a.ColdMs, .5), slices.Min(a.ColdMs), slices.Max(a.ColdMs),
-			p50s(p.FirstMs, "%.1f"), p50s(a.FirstMs, "%.1f"), p50s(p.InitDoneMs, "%.1f"), p50s(a.InitDoneMs, "%.1f"),
+			p50s(p.FirstMs, "%.1f"), p50s(a.FirstMs, "%.1f"), p50s(p.InitDoneMs, "%.1f"), p50s(a.InitDoneMs, "%.1f"), p50s(p.AppInitMs, "%.1f"), p50s(a.AppInitMs, "%.1f"),
 			quantile(p.WarmMs, .5), quantile(a.WarmMs, .5), quantile(p.WarmMs, .95), quantile(a.WarmMs, .95),
 			float64(p.BinaryBytes)/(1<<20), float64(a.BinaryBytes)/(1<<20), float64(p.HWMKiB)/1024, float64(a.HWMKiB)/1024)
 	}
