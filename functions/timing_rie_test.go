@@ -2,6 +2,7 @@ package functions
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,6 +42,8 @@ import (
 //	SSP2_LAMBDA_TIMING_COLD      cold starts per function (default 5)
 //	SSP2_LAMBDA_TIMING_WARM      warm invokes per function (default 200)
 //	SSP2_LAMBDA_TIMING_ONLY      comma list of entries to run (e.g. push,pull-quiet)
+//	SSP2_LAMBDA_TIMING_INITTRACE =1: run the functions with GODEBUG=inittrace=1
+//	                             and report their package init time
 //	SSP2_LAMBDA_TIMING_OUT       write the results as JSON to this file
 //	SSP2_LAMBDA_TIMING_BASELINE  a previous run's JSON: also print before/after
 //
@@ -69,6 +72,12 @@ type timingResult struct {
 	// AppInitMs: the function's own "init done" initMs (main to handler
 	// built).
 	AppInitMs []float64 `json:"appInitMs,omitempty"`
+	// PkgInitMs: the sum of the package initializers' clock time
+	// (GODEBUG=inittrace=1, with SSP2_LAMBDA_TIMING_INITTRACE=1).
+	PkgInitMs []float64 `json:"pkgInitMs,omitempty"`
+	// TopInits: the costliest package initializers of the first cold
+	// start (inittrace), "package ms".
+	TopInits []string `json:"topInits,omitempty"`
 	// ReportInitMs and ReportMs: the emulator's REPORT "Init Duration" and
 	// "Duration" of the first invoke. This emulator does not wait for the
 	// runtime's init, so Init Duration is ~0 and Duration holds the init.
@@ -163,6 +172,9 @@ func TestLambdaTiming(t *testing.T) {
 		// (the emulator enforces no limit; the functions size their GC by it).
 		fenv := maps.Clone(env)
 		fenv["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = memorySize(t, e.fn)
+		if os.Getenv("SSP2_LAMBDA_TIMING_INITTRACE") == "1" {
+			fenv["GODEBUG"] = "inittrace=1"
+		}
 		for c := 0; c < run.Cold; c++ {
 			warm := 0
 			if c == run.Cold-1 {
@@ -173,6 +185,11 @@ func TestLambdaTiming(t *testing.T) {
 		run.Results = append(run.Results, res)
 	}
 	run.LoadAfter = loadAvg()
+	for _, r := range run.Results {
+		if len(r.TopInits) > 0 {
+			t.Logf("%s: costliest package initializers (ms clock): %s", r.Name, strings.Join(r.TopInits, ", "))
+		}
+	}
 
 	t.Logf("functions of %s (%s), %s, %d cold starts, %d warm invokes; load average before %s, after %s\n%s",
 		run.Source, run.Commit, run.GoArch, run.Cold, run.Warm, run.LoadBefore, run.LoadAfter, timingTable(run))
@@ -247,6 +264,7 @@ func pooledRuns(t *testing.T, files string) *timingRun {
 			y.AppInitMs = append(y.AppInitMs, x.AppInitMs...)
 			y.ReportInitMs = append(y.ReportInitMs, x.ReportInitMs...)
 			y.ReportMs = append(y.ReportMs, x.ReportMs...)
+			y.PkgInitMs = append(y.PkgInitMs, x.PkgInitMs...)
 			y.WarmMs = append(y.WarmMs, x.WarmMs...)
 			y.HWMKiB = max(y.HWMKiB, x.HWMKiB)
 		}
@@ -418,6 +436,7 @@ func checkInvoke(t *testing.T, r *testenv.RIE, ev []byte) {
 
 var (
 	reportInit = regexp.MustCompile(`REPORT RequestId: \S+\s+Init Duration: ([0-9.]+) ms\s+Duration: ([0-9.]+) ms`)
+	initTrace  = regexp.MustCompile(`(?m)^init (\S+) @[0-9.]+ ms, ([0-9.]+) ms clock`)
 	appInit    = regexp.MustCompile(`"time":"([^"]+)"[^\n]*"msg":"init done"[^\n]*"initMs":([0-9.]+)`)
 )
 
@@ -427,6 +446,9 @@ func measureCold(t *testing.T, bin string, env map[string]string, e timingEntry,
 	start := time.Now()
 	r := testenv.LambdaRIE(t, bin, env)
 	up := time.Now()
+	// The emulator sees GODEBUG too and has initialized by now: package
+	// init lines after this offset are the bootstrap's.
+	emulatorLogs := len(r.Logs())
 	checkInvoke(t, r, e.event(0))
 	res.ColdMs = append(res.ColdMs, ms(time.Since(start)))
 	res.UpMs = append(res.UpMs, ms(up.Sub(start)))
@@ -445,6 +467,25 @@ func measureCold(t *testing.T, bin string, env map[string]string, e timingEntry,
 		res.AppInitMs = append(res.AppInitMs, parseF(m[2]))
 		if at, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
 			res.InitDoneMs = append(res.InitDoneMs, ms(at.Sub(up)))
+		}
+	}
+	if traces := initTrace.FindAllStringSubmatch(r.Logs()[emulatorLogs:], -1); len(traces) > 0 {
+		type pkg struct {
+			name string
+			ms   float64
+		}
+		var sum float64
+		var pkgs []pkg
+		for _, m := range traces {
+			sum += parseF(m[2])
+			pkgs = append(pkgs, pkg{m[1], parseF(m[2])})
+		}
+		res.PkgInitMs = append(res.PkgInitMs, sum)
+		if res.TopInits == nil {
+			slices.SortFunc(pkgs, func(a, b pkg) int { return cmp.Compare(b.ms, a.ms) })
+			for _, p := range pkgs[:min(len(pkgs), 5)] {
+				res.TopInits = append(res.TopInits, fmt.Sprintf("%s %.2f", p.name, p.ms))
+			}
 		}
 	}
 	for i := 1; i <= warm; i++ {
@@ -532,15 +573,15 @@ func p50s(xs []float64, format string) string {
 
 func timingTable(run *timingRun) string {
 	var b strings.Builder
-	b.WriteString("| function | cold p50 (min–max) ms | emulator up | first invoke | invoke→init done | app init | warm p50 / p95 ms | binary MiB | VmHWM MiB |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| function | cold p50 (min–max) ms | emulator up | first invoke | invoke→init done | package init | app init | warm p50 / p95 ms | binary MiB | VmHWM MiB |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range run.Results {
 		if len(r.ColdMs) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %.0f (%.0f–%.0f) | %s | %s | %s | %s | %.2f / %.2f | %.1f | %.1f |\n", r.Name,
+		fmt.Fprintf(&b, "| %s | %.0f (%.0f–%.0f) | %s | %s | %s | %s | %s | %.2f / %.2f | %.1f | %.1f |\n", r.Name,
 			quantile(r.ColdMs, .5), slices.Min(r.ColdMs), slices.Max(r.ColdMs),
-			p50s(r.UpMs, "%.0f"), p50s(r.FirstMs, "%.1f"), p50s(r.InitDoneMs, "%.1f"), p50s(r.AppInitMs, "%.1f"),
+			p50s(r.UpMs, "%.0f"), p50s(r.FirstMs, "%.1f"), p50s(r.InitDoneMs, "%.1f"), p50s(r.PkgInitMs, "%.1f"), p50s(r.AppInitMs, "%.1f"),
 			quantile(r.WarmMs, .5), quantile(r.WarmMs, .95), float64(r.BinaryBytes)/(1<<20), float64(r.HWMKiB)/1024)
 	}
 	return b.String()
