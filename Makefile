@@ -25,7 +25,7 @@ export PATH := $(TOOLS_BIN):$(PATH)
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
-.PHONY: all test lint unit tools fuzz bench load load-dynamodb run build clean \
+.PHONY: all test lint unit tools fuzz bench load load-dynamodb lambda-timing lambda-timing-compare run build clean \
 	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
 	build-MigrateHookFunction build-RealtimeFunction build-FanoutFunction
 
@@ -67,6 +67,24 @@ load:
 load-dynamodb:
 	SSP2_LOAD=1 $(GO) test -count=1 -v -run '^TestLoad$$' -timeout 60m ./internal/dynamostore/
 	SSP2_LOAD=1 $(GO) test -count=1 -v -run '^TestLookupLoad$$' -timeout 30m ./internal/s3segments/
+
+## lambda-timing: issue 15's cold init and warm invoke times of every function
+## binary under aws-lambda-rie (DynamoDB Local and S3 from testenv; loopback,
+## bounded). LAMBDA_TIMING_SRC=<module root> measures another tree's functions
+## (a `git worktree add` of an older commit), LAMBDA_TIMING_OUT=<file.json>
+## saves the results, LAMBDA_TIMING_BASELINE=<file.json> prints a saved run
+## beside this one; LAMBDA_TIMING_COLD (5) and LAMBDA_TIMING_WARM (200).
+lambda-timing:
+	SSP2_LAMBDA_TIMING=1 SSP2_LAMBDA_TIMING_SRC="$(abspath $(LAMBDA_TIMING_SRC))" \
+	SSP2_LAMBDA_TIMING_OUT="$(abspath $(LAMBDA_TIMING_OUT))" SSP2_LAMBDA_TIMING_BASELINE="$(abspath $(LAMBDA_TIMING_BASELINE))" \
+	SSP2_LAMBDA_TIMING_COLD="$(LAMBDA_TIMING_COLD)" SSP2_LAMBDA_TIMING_WARM="$(LAMBDA_TIMING_WARM)" \
+	$(GO) test -count=1 -v -run '^TestLambdaTiming$$' -timeout 60m ./functions/
+
+## lambda-timing-compare: pool saved lambda-timing runs and print them side by
+## side (LAMBDA_TIMING_BEFORE and LAMBDA_TIMING_AFTER: comma lists of JSON files)
+lambda-timing-compare:
+	SSP2_LAMBDA_TIMING_COMPARE="$(LAMBDA_TIMING_BEFORE)=$(LAMBDA_TIMING_AFTER)" \
+	$(GO) test -count=1 -v -run '^TestLambdaTimingCompare$$' ./functions/
 
 ## run: the local runner on 127.0.0.1:8787
 run:

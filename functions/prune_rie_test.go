@@ -168,6 +168,10 @@ func TestPruneFunctionUnderEmulator(t *testing.T) {
 	if len(runs) != 3 {
 		t.Fatalf("%d prune run lines, want 3\n%s", len(runs), rie.Logs())
 	}
+	// At SYNC_LOG_LEVEL=debug (env.local.json) init reports its time once.
+	if m := initMs.FindAllString(rie.Logs(), -1); len(m) != 1 || !strings.Contains(m[0], `"function":"prune"`) {
+		t.Errorf("want one init done line of the prune function with initMs, got %q", m)
+	}
 	for i, want := range []map[string]float64{
 		{"prunedPartitions": 2, "pruneIncomplete": 1, "pruneFailures": 0},
 		// A finished pass runs the blob sweep (an empty bucket here).

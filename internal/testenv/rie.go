@@ -210,6 +210,17 @@ func (r *RIE) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 // Logs returns the tail of what the emulator and the function printed.
 func (r *RIE) Logs() string { return r.out.String() }
 
+// FunctionPIDs lists the processes running below the emulator (the
+// function's bootstrap once the first invoke started it), so a caller can
+// read their /proc entries (Linux only; nil elsewhere).
+func (r *RIE) FunctionPIDs() []int {
+	var out []int
+	for _, p := range descendants(r.cmd.Process.Pid) {
+		out = append(out, p.pid)
+	}
+	return out
+}
+
 // BuildFunction builds the Go main package at pkgPath (an import path, or a
 // path relative to the module root such as ./functions/push) the way the
 // Lambda deploy does (-tags lambda.norpc, static, Linux) and returns the
