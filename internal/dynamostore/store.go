@@ -110,6 +110,9 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 	h.LastSeenAtMs, ok[5] = getN(item, hSeen)
 	h.scoped, _ = getBool(item, hScoped) // absent before the index existed
 	h.indexFrom, _ = getN(item, hLogIndexFrom)
+	h.Turn, _ = getN(item, hTurn) // absent until the partition's queue is first used
+	h.TurnAtUs, _ = getN(item, hTurnAt)
+	h.TurnGapUs, _ = getN(item, hTurnGap)
 	for _, v := range ok {
 		if !v {
 			return h, fmt.Errorf("dynamostore: partition head item is malformed: %w", errCorrupt)

@@ -50,25 +50,84 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 	}
 	allowed, resolveErr := e.allowedScopes(ctx, rs)
 	head := rs.head
+	// On a store with a commit queue (queue.go) a lost race, or a queue
+	// already in use, puts the commit in line instead of backing off.
+	qs := e.commitQueue(rs.auth.Partition, rs.head)
+	defer qs.release(ctx)
+	readHead := func() error {
+		h, ok, err := e.store.Head(ctx, rs.auth.Partition)
+		if err != nil {
+			return storeErr(err, "read partition head")
+		}
+		if !ok {
+			return syncerr.New(syncerr.OperationExecutionFailed, "partition registry entry vanished")
+		}
+		head = h
+		return nil
+	}
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		// The first attempt uses the head the request read before the rows
-		// evaluation reads; a retry backs off, then reads it again.
-		if attempt > 0 {
-			if err := commitBackoff(ctx, attempt); err != nil {
-				return nil, storeErr(err, "wait after a lost commit race")
+		// evaluation reads (or with them, below); a retry backs off, then
+		// reads it again. A queued retry waits for its turn instead.
+		if qs == nil {
+			if attempt > 0 {
+				if err := commitBackoff(ctx, attempt); err != nil {
+					return nil, storeErr(err, "wait after a lost commit race")
+				}
+				if err := readHead(); err != nil {
+					return nil, err
+				}
 			}
-			h, ok, err := e.store.Head(ctx, rs.auth.Partition)
-			if err != nil {
-				return nil, storeErr(err, "read partition head")
+		} else {
+			if qs.queued && qs.ticket == 0 {
+				if err := qs.take(ctx); err != nil {
+					return nil, err
+				}
 			}
-			if !ok {
-				return nil, syncerr.New(syncerr.OperationExecutionFailed, "partition registry entry vanished")
+			if err := qs.wait(ctx); err != nil {
+				return nil, storeErr(err, "wait for the commit turn")
 			}
-			head = h
+			qs.readStart = time.Now()
 		}
-		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr)
+		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr, qs != nil)
 		if err != nil {
 			return nil, err
+		}
+		if qs != nil {
+			// The head read with the rows is the newest there is; the
+			// commit then also checks the rows are still as read.
+			switch {
+			case ev.head != nil:
+				head = *ev.head
+			case attempt > 0 || qs.ticket > 0:
+				if err := readHead(); err != nil {
+					return nil, err
+				}
+			}
+			if qs.ticket > 0 {
+				qs.seen = head
+				if head.Turn != qs.ticket-1 {
+					qs.polls++
+					if qs.polls > maxQueuePolls {
+						return nil, syncerr.New(syncerr.RateLimited, "partition is too busy: commit waited %d reads for its turn", maxQueuePolls)
+					}
+					switch {
+					case head.Turn >= qs.ticket:
+						// Skipped as stalled: line up again.
+						qs.ticket = 0
+					case qs.stalled():
+						// The turn has not moved for a lease: its holders
+						// are gone. Skip them; a skipped holder's commit
+						// fails its turn condition and it lines up again.
+						if _, err := qs.q.SkipTurn(ctx, rs.auth.Partition, head.Turn, qs.ticket-1, time.Now().UnixMicro()); err != nil {
+							return nil, storeErr(err, "skip a stalled commit turn")
+						}
+						qs.seen.Turn, qs.seen.TurnAtUs = qs.ticket-1, time.Now().UnixMicro()
+					}
+					attempt-- // a read for the turn is not a lost race
+					continue
+				}
+			}
 		}
 		if ev.reject == nil {
 			ev.reject = e.checkCommitSize(rs.auth.ActorID, pc, ev)
@@ -127,6 +186,13 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		for i := range creq.Rows {
 			creq.Rows[i].Row.CommitSeq = seq
 		}
+		if ev.head != nil {
+			creq.ReadRows = ev.read
+		}
+		if qs != nil && qs.ticket > 0 {
+			now := time.Now()
+			creq.Ticket, creq.TurnAtUs, creq.TurnGapUs = qs.ticket, now.UnixMicro(), qs.turnGap(now)
+		}
 		if err := e.gateForCommit(rs, head, creq); err != nil {
 			return nil, err
 		}
@@ -139,6 +205,9 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		}
 		switch {
 		case err == nil:
+			if qs != nil {
+				qs.ticket = 0 // the commit took the turn
+			}
 			rs.head.MaxCommitSeq = seq
 			if e.cfg.OnCommit != nil {
 				e.cfg.OnCommit(rs.auth.Partition, &creq.Commit)
@@ -146,6 +215,19 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			return res, nil
 		case errors.Is(err, store.ErrHeadMoved):
 			rs.report.CommitRacesLost++
+			if qs != nil {
+				// Line up; a queued commit whose turn still stands retries
+				// at once (a commit outside the queue took the head), one
+				// skipped as stalled lines up again.
+				qs.queued = true
+				if hm, ok := errors.AsType[*store.HeadMovedError](err); ok {
+					qs.seen = hm.Head
+					if qs.ticket > 0 && hm.Head.Turn != qs.ticket-1 {
+						qs.ticket = 0
+					}
+				}
+				continue
+			}
 			// The next attempt reads the head after its backoff. The head
 			// the lost race returns is stale by then whenever others keep
 			// committing, and a commit conditioned on it (§2.1 gapless
@@ -304,6 +386,18 @@ type evaluation struct {
 
 	// blobChecks are the blob references §5.9.6 checks (blobs.go).
 	blobChecks []blobCheck
+
+	// head, when set, is the head read with the rows (evaluate's
+	// withHead), and read the rows as read, for CommitRequest.ReadRows.
+	head *store.Head
+	read []store.RowRead
+}
+
+func commitSeqOf(r *store.Row) int64 {
+	if r == nil {
+		return 0
+	}
+	return r.CommitSeq
 }
 
 type rowKey struct{ table, rowID string }
@@ -349,7 +443,11 @@ type opScratch struct {
 // Rows are stored, scoped and authorized by the storage (latest) schema
 // version whatever version the client speaks: the client's version only
 // decides how its payload decodes and how rows are encoded back to it.
-func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit, allowed ScopeMap, resolveErr error) (*evaluation, error) {
+//
+// withHead (a store with a commit queue): the first row read also
+// returns the head (evaluation.head) when the commit reads at most
+// maxReadChecks rows, and evaluation.read records what was read.
+func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit, allowed ScopeMap, resolveErr error, withHead bool) (*evaluation, error) {
 	storageV := e.schema.Versions[e.schema.Latest]
 	rules := rulesFor(rs.version)
 	// One consistent batched read per touched table.
@@ -362,18 +460,49 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	// current holds live rows and tombstones (Deleted); a missing entry
 	// is a row never seen or whose tombstone was pruned.
 	current := map[rowKey]*store.Row{}
+	var q store.CommitQueue
+	if withHead {
+		n := 0
+		for _, ids := range want {
+			n += len(ids)
+		}
+		if n <= maxReadChecks {
+			q, _ = e.store.(store.CommitQueue)
+		}
+	}
+	var head *store.Head
+	var read []store.RowRead
 	for table, ids := range want {
-		rows, err := e.store.GetRows(ctx, rs.auth.Partition, table, ids)
+		var rows map[string]*store.Row
+		var err error
+		if q != nil && head == nil {
+			var h store.Head
+			var ok bool
+			if rows, h, ok, err = q.GetRowsHead(ctx, rs.auth.Partition, table, ids); ok {
+				head = &h
+			}
+		} else {
+			rows, err = e.store.GetRows(ctx, rs.auth.Partition, table, ids)
+		}
 		if err != nil {
 			return nil, storeErr(err, "read rows")
 		}
 		for id, r := range rows {
 			current[rowKey{table, id}] = r
 		}
+		if q != nil {
+			for _, id := range ids {
+				r := rows[id]
+				read = append(read, store.RowRead{Table: table, RowID: id, Present: r != nil, CommitSeq: commitSeqOf(r)})
+			}
+		}
 	}
 	// The §6.11 pass needs the pre-commit state (tombstones included)
 	// after evaluation has staged its writes over current.
 	ev := &evaluation{stored: maps.Clone(current)}
+	if head != nil {
+		ev.head, ev.read = head, read
+	}
 	var sc opScratch
 	for i := range pc.Operations {
 		op := &pc.Operations[i]
