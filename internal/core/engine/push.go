@@ -83,11 +83,17 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				if err := qs.take(ctx); err != nil {
 					return nil, err
 				}
+				if qs.seen.Turn != qs.ticket-1 {
+					rs.prefetch = nil // read after the wait, not before it
+				}
 			}
 			if err := qs.wait(ctx); err != nil {
 				return nil, storeErr(err, "wait for the commit turn")
 			}
 			qs.readStart = time.Now()
+			if rs.prefetch != nil {
+				qs.readStart = time.Time{} // no read to time
+			}
 		}
 		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr, qs != nil)
 		if err != nil {
@@ -393,6 +399,18 @@ type evaluation struct {
 	read []store.RowRead
 }
 
+// wantedRows lists, per table of sv, the rows the operations of pc name
+// (what evaluation reads).
+func wantedRows(sv *schema.Version, pc *wire.PushCommit) map[string][]string {
+	want := map[string][]string{}
+	for _, op := range pc.Operations {
+		if _, ok := sv.Table(op.Table); ok {
+			want[op.Table] = append(want[op.Table], op.RowID)
+		}
+	}
+	return want
+}
+
 func commitSeqOf(r *store.Row) int64 {
 	if r == nil {
 		return 0
@@ -451,12 +469,9 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	storageV := e.schema.Versions[e.schema.Latest]
 	rules := rulesFor(rs.version)
 	// One consistent batched read per touched table.
-	want := map[string][]string{}
-	for _, op := range pc.Operations {
-		if _, ok := rs.schemaV.Table(op.Table); ok {
-			want[op.Table] = append(want[op.Table], op.RowID)
-		}
-	}
+	want := wantedRows(rs.schemaV, pc)
+	pre := rs.prefetch
+	rs.prefetch = nil
 	// current holds live rows and tombstones (Deleted); a missing entry
 	// is a row never seen or whose tombstone was pruned.
 	current := map[rowKey]*store.Row{}
@@ -475,7 +490,11 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	for table, ids := range want {
 		var rows map[string]*store.Row
 		var err error
-		if q != nil && head == nil {
+		if q != nil && pre != nil && pre.pc == pc && len(want) == 1 && pre.table == table && slices.Equal(pre.ids, ids) {
+			// Read with the head at the start of the request (Engine.touch).
+			h := rs.head
+			rows, head = pre.rows, &h
+		} else if q != nil && head == nil {
 			var h store.Head
 			var ok bool
 			if rows, h, ok, err = q.GetRowsHead(ctx, rs.auth.Partition, table, ids); ok {

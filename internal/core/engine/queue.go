@@ -98,9 +98,15 @@ func (qs *queueState) delay() time.Duration {
 		return 0
 	}
 	g := qs.gap()
-	now := time.Now().UnixMicro()
-	d := time.Duration(qs.seen.TurnAtUs+ahead*g.Microseconds()-now) * time.Microsecond
-	return max(d, g/2) // late: look again in half a turn
+	now := time.Now()
+	d := time.Duration(qs.seen.TurnAtUs+ahead*g.Microseconds()-now.UnixMicro()) * time.Microsecond
+	// Late: look again in half a turn, less often the longer the turn
+	// has not moved (a stalled holder is waited out for queueLease).
+	late := g / 2
+	if qs.seenTurn == qs.seen.Turn && !qs.turnSince.IsZero() {
+		late = max(late, min(now.Sub(qs.turnSince)/8, 200*time.Millisecond))
+	}
+	return max(d, late)
 }
 
 // wait sleeps delay(), or returns the context's error when it ends first.

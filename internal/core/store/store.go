@@ -224,6 +224,11 @@ type CommitQueue interface {
 	// not a snapshot with the rows: a commit built on it passes the
 	// rows as CommitRequest.ReadRows.
 	GetRowsHead(ctx context.Context, partition, table string, rowIDs []string) (rows map[string]*Row, h Head, ok bool, err error)
+	// TouchPartitionRows is TouchPartition that also reads rows of one
+	// table in the same round trip (a push's first commit): rowsOK false
+	// when it could not (the caller reads them with GetRows). The head
+	// is not a snapshot with the rows, as for GetRowsHead.
+	TouchPartitionRows(ctx context.Context, partition string, nowMs int64, newEpoch, table string, rowIDs []string) (h Head, rows map[string]*Row, rowsOK bool, err error)
 	// TakeTicket hands out the partition's next ticket (1, 2, …).
 	TakeTicket(ctx context.Context, partition string) (int64, error)
 	// PassTurn moves the turn from ticket−1 to ticket without a commit
