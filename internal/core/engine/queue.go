@@ -137,20 +137,31 @@ func (qs *queueState) stalled() bool {
 }
 
 // turnGap is the smoothed time a turn takes, recorded with a commit
-// taking its turn now: this holder's own read of head and rows and its
-// commit, estimated as twice the time from the start of that read to
-// now. It deliberately leaves out how long the holder waited: a gap
-// that counted the waits would lengthen every wait after it.
+// taking its turn now. A holder that read for its turn before it came
+// (polls > 0) saw the previous commit issued at seen.TurnAtUs and then
+// did nothing but catch it, read and evaluate: that interval is one turn
+// without anyone's idle wait in it. A holder whose first read found its
+// turn may have slept past it, so it only lets the estimate decay
+// (1/16), which keeps probing for a faster pace; a gap that counted the
+// waits would lengthen every wait after it. The first estimate is about
+// two of the holder's own round trips (read and commit).
 func (qs *queueState) turnGap(now time.Time) int64 {
 	prev := qs.seen.TurnGapUs
+	if prev > 0 {
+		if qs.polls == 0 {
+			return max(prev*15/16, 1)
+		}
+		d := now.UnixMicro() - qs.seen.TurnAtUs
+		if d <= 0 || d > queueLease.Microseconds() {
+			return prev
+		}
+		return (3*prev + d) / 4
+	}
 	d := 2 * now.Sub(qs.readStart).Microseconds()
 	if qs.readStart.IsZero() || d <= 0 || d > queueLease.Microseconds() {
 		return prev
 	}
-	if prev == 0 {
-		return d
-	}
-	return (3*prev + d) / 4
+	return d
 }
 
 // release passes a held turn the commit did not use (rejection, replay,
