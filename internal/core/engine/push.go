@@ -299,14 +299,17 @@ func (e *Engine) recordRejection(ctx context.Context, rs *reqState, pc *wire.Pus
 	}
 }
 
-// Lost commit races back off with full jitter before re-evaluating:
-// every loser of a race on one partition head retrying at once only
-// makes them collide again (issue 11: 32 writers without backoff took
-// ~50 round trips per commit). Measured on DynamoDB Local (make load),
-// 8 ms / 256 ms gave 8 writers of one partition ~4.3–4.5 round trips per
-// commit (40–110% of one writer's rate, depending on machine load), where
-// 1 ms / 16 ms took 14 round trips. The request's deadline bounds the
-// total wait.
+// On a store without a commit queue (memstore), lost commit races back
+// off with full jitter before re-evaluating: every loser of a race on one
+// partition head retrying at once only makes them collide again (issue
+// 11: 32 writers without backoff took ~50 round trips per commit). Over
+// DynamoDB this backoff alone left 8 writers of one partition at ~9 round
+// trips per commit and 50–70% of one writer's rate, 32 writers at 16–24
+// round trips and under 30% (make load-dynamodb); the queue (queue.go)
+// replaced it there: 8 writers ~5.2 round trips per commit, 32 writers
+// ~7, the partition's rate flat at the queue's ceiling of one commit per
+// read-and-commit turn (dynamostore's doc has the numbers). The request's
+// deadline bounds the total wait.
 const (
 	commitBackoffBase = 8 * time.Millisecond
 	commitBackoffCap  = 256 * time.Millisecond
