@@ -241,7 +241,8 @@ func mustApply(t *testing.T, c *enginetest.Client, cc, id string) {
 }
 
 // Writers contending on one partition through the engine (each its own
-// client; the queue engages after lost races): every commit lands
+// client; the queue engages after lost races; one writer's commits name
+// more rows than are read with the head): every commit lands
 // exactly once, commitSeqs are gapless (§2.1), and a row every commit
 // updates ends at exactly one version per commit — a commit evaluated on
 // a stale read would repeat a version (§2.2).
@@ -259,9 +260,17 @@ func TestQueuedPushesLandOnce(t *testing.T) {
 		wg.Go(func() {
 			for n := range each {
 				cc := fmt.Sprintf("w%d-%d", i, n)
-				r := c.Push(cc,
-					enginetest.Upsert("tasks", cc, c.Task(cc, "p1", "own", false), 0),
-					enginetest.Upsert("tasks", "hot", c.Task("hot", "p1", cc, false), -1))
+				ops := []wire.Operation{enginetest.Upsert("tasks", cc, c.Task(cc, "p1", "own", false), 0)}
+				if i == 0 {
+					// More rows than ride with the head: the head is read
+					// before them.
+					for k := range 38 {
+						id := fmt.Sprintf("%s-%02d", cc, k)
+						ops = append(ops, enginetest.Upsert("tasks", id, c.Task(id, "p1", "own", false), 0))
+					}
+				}
+				ops = append(ops, enginetest.Upsert("tasks", "hot", c.Task("hot", "p1", cc, false), -1))
+				r := c.Push(cc, ops...)
 				if r.Status != wire.PushApplied || !r.CommitSeq.Present {
 					t.Errorf("push %s: %+v", cc, r)
 					return

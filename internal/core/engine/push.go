@@ -94,6 +94,13 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if rs.prefetch != nil {
 				qs.readStart = time.Time{} // no read to time
 			}
+			if (attempt > 0 || qs.ticket > 0) && !headWithRows(rs, pc) {
+				// The rows' read will not carry the head: read it first. A
+				// head read after the rows could be newer than they are.
+				if err := readHead(); err != nil {
+					return nil, err
+				}
+			}
 		}
 		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr, qs != nil)
 		if err != nil {
@@ -102,13 +109,8 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		if qs != nil {
 			// The head read with the rows is the newest there is; the
 			// commit then also checks the rows are still as read.
-			switch {
-			case ev.head != nil:
+			if ev.head != nil {
 				head = *ev.head
-			case attempt > 0 || qs.ticket > 0:
-				if err := readHead(); err != nil {
-					return nil, err
-				}
 			}
 			if qs.ticket > 0 {
 				qs.seen = head
@@ -402,6 +404,16 @@ type evaluation struct {
 	read []store.RowRead
 }
 
+// headWithRows: on a store with a commit queue, evaluate reads the head
+// with the commit's rows (it names 1 to maxReadChecks rows).
+func headWithRows(rs *reqState, pc *wire.PushCommit) bool {
+	n := 0
+	for _, ids := range wantedRows(rs.schemaV, pc) {
+		n += len(ids)
+	}
+	return n > 0 && n <= maxReadChecks
+}
+
 // wantedRows lists, per table of sv, the rows the operations of pc name
 // (what evaluation reads).
 func wantedRows(sv *schema.Version, pc *wire.PushCommit) map[string][]string {
@@ -479,14 +491,8 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	// is a row never seen or whose tombstone was pruned.
 	current := map[rowKey]*store.Row{}
 	var q store.CommitQueue
-	if withHead {
-		n := 0
-		for _, ids := range want {
-			n += len(ids)
-		}
-		if n <= maxReadChecks {
-			q, _ = e.store.(store.CommitQueue)
-		}
+	if withHead && headWithRows(rs, pc) {
+		q, _ = e.store.(store.CommitQueue)
 	}
 	var head *store.Head
 	var read []store.RowRead
@@ -500,9 +506,10 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		} else if q != nil && head == nil {
 			var h store.Head
 			var ok bool
-			if rows, h, ok, err = q.GetRowsHead(ctx, rs.auth.Partition, table, ids); ok {
-				head = &h
+			if rows, h, ok, err = q.GetRowsHead(ctx, rs.auth.Partition, table, ids); err == nil && !ok {
+				return nil, syncerr.New(syncerr.OperationExecutionFailed, "partition registry entry vanished")
 			}
+			head = &h
 		} else {
 			rows, err = e.store.GetRows(ctx, rs.auth.Partition, table, ids)
 		}
