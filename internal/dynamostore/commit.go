@@ -323,7 +323,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	// writes it inline, else a ConditionCheck of the row.
 	var checks []txItem
 	var allChecks []txItem
-	if rr := readRowChecks(req.ReadRows); rr != nil {
+	if rr := readRowChecks(partition, req.ReadRows); rr != nil {
 		written := make(map[rowKey]bool, len(rows))
 		for i := range rows {
 			k := rowKey{rows[i].Table, rows[i].Row.RowID}
@@ -336,7 +336,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		done := make(map[rowKey]bool, len(rr))
 		for _, r := range req.ReadRows {
 			k := rowKey{r.Table, r.RowID}
-			if done[k] {
+			if _, ok := rr[k]; !ok || done[k] {
 				continue
 			}
 			done[k] = true

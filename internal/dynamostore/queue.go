@@ -90,14 +90,18 @@ func (s *Store) SkipTurn(ctx context.Context, partition string, from, to, nowUs 
 }
 
 // readRowChecks returns, per (table, rowId), the condition that keeps a
-// row as the evaluation read it (store.CommitRequest.ReadRows).
-func readRowChecks(rr []store.RowRead) map[rowKey]store.RowRead {
-	if len(rr) == 0 {
-		return nil
-	}
+// row as the evaluation read it (store.CommitRequest.ReadRows). A key no
+// item can have (GetRows skips it too) is absent for good: no check.
+func readRowChecks(p string, rr []store.RowRead) map[rowKey]store.RowRead {
 	m := make(map[rowKey]store.RowRead, len(rr))
 	for _, r := range rr {
+		if !validKeyPart(r.RowID) || !validKeyPart(r.Table) || len(rowSK(r.RowID)) > maxSKBytes || len(rowPK(p, r.Table)) > maxPKBytes {
+			continue
+		}
 		m[rowKey{r.Table, r.RowID}] = r
+	}
+	if len(m) == 0 {
+		return nil
 	}
 	return m
 }

@@ -102,7 +102,8 @@ func TestCommitChecksRowsAsRead(t *testing.T) {
 	wantHead(t, s, p, 2, 0)
 	// Rows still as read: the commit lands.
 	req = insertReq(2, "c3", "c", "a")
-	req.ReadRows = []store.RowRead{{Table: "tasks", RowID: "a", Present: true, CommitSeq: 1}, {Table: "tasks", RowID: "b", Present: true, CommitSeq: 2}, {Table: "tasks", RowID: "c"}}
+	req.ReadRows = []store.RowRead{{Table: "tasks", RowID: "a", Present: true, CommitSeq: 1}, {Table: "tasks", RowID: "b", Present: true, CommitSeq: 2}, {Table: "tasks", RowID: "c"},
+		{Table: "tasks", RowID: "\xff"}} // no item can have this key: absent for good, not checked
 	if err := s.Commit(ctx, p, req); err != nil {
 		t.Fatalf("commit over unchanged rows: %v", err)
 	}
