@@ -26,6 +26,8 @@ const (
 	queueLease = 2 * time.Second
 	// maxQueuePolls bounds the reads of one commit waiting for its turn.
 	maxQueuePolls = 1000
+	// maxQueueSleep bounds one wait between reads for the turn.
+	maxQueueSleep = 250 * time.Millisecond
 	// maxReadChecks: a commit reading at most this many rows takes the
 	// head from the rows' own read (store.CommitRequest.ReadRows makes
 	// that sound); a larger one reads the head before its rows.
@@ -106,7 +108,10 @@ func (qs *queueState) delay() time.Duration {
 	if qs.seenTurn == qs.seen.Turn && !qs.turnSince.IsZero() {
 		late = max(late, min(now.Sub(qs.turnSince)/8, 200*time.Millisecond))
 	}
-	return max(d, late)
+	// Far back in a long line, look again within maxQueueSleep: an
+	// estimate many turns ahead is too rough to sleep through (a holder
+	// asleep when its turn comes holds up every commit behind it).
+	return min(max(d, late), maxQueueSleep)
 }
 
 // wait sleeps delay(), or returns the context's error when it ends first.
@@ -155,7 +160,8 @@ func (qs *queueState) turnGap(now time.Time) int64 {
 		if d <= 0 || d > queueLease.Microseconds() {
 			return prev
 		}
-		return (3*prev + d) / 4
+		// One late sample moves the estimate by at most a quarter.
+		return (3*prev + min(d, 2*prev)) / 4
 	}
 	d := 2 * now.Sub(qs.readStart).Microseconds()
 	if qs.readStart.IsZero() || d <= 0 || d > queueLease.Microseconds() {
