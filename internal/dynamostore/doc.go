@@ -167,10 +167,11 @@
 //     then reads head and rows in one BatchGetItem. A holder whose
 //     evaluation ends in a rejection, a replay or an error passes its
 //     turn (SET tn = ticket IF tn = ticket−1). A turn that has not moved
-//     for 2 s is skipped (SET tn = ticket−1 IF tn = the turn seen); the
-//     skipped holder's commit fails its turn condition and it lines up
-//     again. A holder whose request ends before its turn comes costs the
-//     queue that lease once.
+//     for 2 s has its holder skipped (SET tn = tn+1 IF tn = the turn
+//     seen, one holder at a time); the skipped holder's commit fails its
+//     turn condition and it lines up again. A holder whose request ends
+//     before its turn comes costs the queue that lease once. A waiter
+//     reads again at least every 250 ms.
 //
 // The head and the rows of one BatchGetItem are not one snapshot: a row
 // may predate the head's last commit. A commit built on such a head names
@@ -183,22 +184,27 @@
 //
 // Measured with make load-dynamodb (TestLoad/writers, 3 s per step, 1-op
 // inserts of distinct rows into one partition, every writer its own
-// client; DynamoDB Local on a shared 2-core machine at load average 5–6,
-// two runs each, interleaved with the code before the queue):
+// client) on DynamoDB Local, on a shared 2-core machine at load average
+// 2.5–3, interleaved with the code before the queue (two runs before,
+// three after):
 //
-//	writers   before: commits/s  trips/commit   queue: commits/s  trips/commit
-//	   1           84 / 73          3.00            72 / 118         2.00
-//	   2          102 / 127         4.1–4.2        103 / 111         3.8–4.0
-//	   4           68 / 81          5.8–6.0         72 / 111         4.7–4.8
-//	   8           41 / 53          9.2             63 / 70          5.1–5.3
-//	  16           25 / 30         16.3–16.6        49 / 76          5.7–6.2
-//	  32           25 / 20         15.5–23.7        35 / 55          7.1–7.3
+//	writers   before: commits/s  trips/commit   queue: commits/s   trips/commit
+//	   1         93 / 98            3.00          116 / 102 / 131     2.00
+//	   2        106 / 99            4.2           142 / 113 / 140     3.85–3.88
+//	   4         81 / 86            5.9–6.2       142 / 133 / 150     4.68–4.72
+//	   8         70 / 68            8.4–9.0       138 / 138 / 146     4.98–5.10
+//	  16         43 / 43           14.5–14.9      125 / 133 / 139     5.26–5.64
+//	  32         24 / 22           26.2–26.4      104 /  53 /  99     5.76–6.70
 //
+// Eight writers now commit at 111–134% of one writer's rate in the same
+// run (69–75% before). At load average 5–6 the same runs gave 8 writers
+// 59–88% of one writer at 5.1–5.3 round trips (41–53 commits/s before,
+// 63–70 after).
 // A queued commit costs at least 4 round trips (head+rows read, ticket,
-// the read in its turn, commit); the rest are reads that came before the
-// turn did (the estimate of when it comes is a few turns off when many
-// wait). Rates on DynamoDB Local swing by ±40% with the machine's load;
-// the round trips are exact.
+// the read in its turn, commit); the rest, about one per commit, are
+// reads that came before the turn did (the estimate of when it comes is
+// a few turns off when many wait). Rates on DynamoDB Local swing by ±40%
+// with the machine's load; the round trips are exact.
 //
 // Ceiling: a partition commits one commit per turn, a consistent read
 // plus a commit transaction plus the hand-off, whatever the number of
