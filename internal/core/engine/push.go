@@ -312,8 +312,7 @@ func (e *Engine) recordRejection(ctx context.Context, rs *reqState, pc *wire.Pus
 // replaced it there: 8 writers ~5 round trips per commit at 110–135% of
 // one writer's rate, 32 writers ~6, the partition's rate flat at the
 // queue's ceiling of one commit per read-and-commit turn (dynamostore's
-// doc has the numbers). The request's
-// deadline bounds the total wait.
+// doc has the numbers). The request's deadline bounds the total wait.
 const (
 	commitBackoffBase = 8 * time.Millisecond
 	commitBackoffCap  = 256 * time.Millisecond
