@@ -400,3 +400,19 @@ func TestQueuedRejectionPassesTurn(t *testing.T) {
 		t.Fatalf("turn %d after the next push, want %d", hd.Turn, turn+2)
 	}
 }
+
+// Issue 11: a push reads head and rows in one round trip. A warm
+// client's 1-op insert is that BatchGetItem (head, schema marker, row)
+// and the commit transaction; it was three (head, then rows, then commit).
+func TestPushReadsHeadAndRowsInOneRoundTrip(t *testing.T) {
+	_, h := queueHarness(t)
+	c := h.Client("q", "alice", "w")
+	mustApply(t, c, "warm", "warm")
+	mctx, capacity := dynamostore.WithCapacity(context.Background())
+	c.Ctx = mctx
+	mustApply(t, c, "insert", "row")
+	c.Ctx = nil
+	if u := capacity.Snapshot(); u.RoundTrips != 2 || u.EstWCU > 12 {
+		t.Fatalf("1-op insert: %d round trips, %.1f WCU; want 2 and ≤12", u.RoundTrips, u.EstWCU)
+	}
+}
