@@ -318,14 +318,56 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		rowActs = append(rowActs, a)
 		rowBytes += a.size
 	}
-	inline := len(items)+len(rowActs) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
+	// Rows read with the head in one batch (store.RowRead) must still be
+	// as read: the condition rides on the row's own Put when the commit
+	// writes it inline, else a ConditionCheck of the row.
+	var checks []txItem
+	var allChecks []txItem
+	if rr := readRowChecks(partition, req.ReadRows); rr != nil {
+		written := make(map[rowKey]bool, len(rows))
+		for i := range rows {
+			k := rowKey{rows[i].Table, rows[i].Row.RowID}
+			if r, ok := rr[k]; ok {
+				written[k] = true
+				put := rowActs[i].w.Put
+				put.ConditionExpression, put.ExpressionAttributeValues = rowReadCondition(r)
+			}
+		}
+		done := make(map[rowKey]bool, len(rr))
+		for _, r := range req.ReadRows {
+			k := rowKey{r.Table, r.RowID}
+			if _, ok := rr[k]; !ok || done[k] {
+				continue
+			}
+			done[k] = true
+			c := rowReadCheck(s.table, partition, rr[k])
+			allChecks = append(allChecks, c)
+			if !written[k] {
+				checks = append(checks, c)
+				rowBytes += c.size
+			}
+		}
+	}
+	inline := len(items)+len(rowActs)+len(checks) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
 	update := "SET mx = :n, li = if_not_exists(li, :n)"
 	if inline {
 		update = "SET mx = :n, ap = :n, li = if_not_exists(li, :n)"
 		items = append(items, rowActs...)
+		items = append(items, checks...)
+	} else if len(allChecks) > 0 {
+		if len(items)+len(allChecks) > txMaxActions {
+			return fmt.Errorf("dynamostore: %d read-row checks do not fit the log transaction of a large commit", len(allChecks))
+		}
+		items = append(items, allChecks...)
 	}
 	cond, vals := commitCondition(req)
 	vals[":n"] = N(seq)
+	if req.Ticket > 0 {
+		// A queued commit (store.CommitQueue) also takes its turn.
+		cond += " AND " + turnCondition(req.Ticket-1)
+		update += ", tn = :t, tt = :at, tg = :gap"
+		vals[":tp"], vals[":t"], vals[":at"], vals[":gap"] = N(req.Ticket-1), N(req.Ticket), N(req.TurnAtUs), N(req.TurnGapUs)
+	}
 	items[0] = txItem{size: 100, w: types.TransactWriteItem{Update: &types.Update{
 		TableName:                           s.table,
 		Key:                                 Key(headPK(partition), headSK),
@@ -380,6 +422,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			}
 			if err := gateFailure(h.Gate, req); err != nil {
 				return err
+			}
+			if req.Ticket > 0 && h.Turn != req.Ticket-1 {
+				return &store.HeadMovedError{Head: h.Head} // the turn passed: skipped
 			}
 			if h.MaxCommitSeq != req.ExpectedMaxSeq {
 				// The condition's ALL_OLD image is the current head: the

@@ -11,6 +11,7 @@ import (
 //
 //	item            pk                                  sk
 //	partition head  P#<p>                               HEAD
+//	commit tickets  P#<p>                               QUEUE      (queue.go)
 //	commit log      P#<p>#L                             <seq:020d>[#<chunk:04d>]
 //	push outcome    P#<p>#O#<clientId>                  O<clientCommitId>
 //	row/tombstone   P#<p>#T#<table>                     R<rowId>

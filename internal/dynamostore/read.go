@@ -26,15 +26,30 @@ const batchGetMax = 100
 // can only be newer than it, and any evaluation built on them commits
 // only if the head has not moved since (Commit's condition).
 func (s *Store) GetRows(ctx context.Context, partition, table string, rowIDs []string) (map[string]*store.Row, error) {
-	out := make(map[string]*store.Row, len(rowIDs))
 	if len(rowIDs) == 0 {
-		return out, nil
+		return map[string]*store.Row{}, nil
 	}
+	rows, _, err := s.getRows(ctx, partition, table, rowIDs)
+	return rows, err
+}
+
+// GetRowsHead implements store.CommitQueue: GetRows, returning the head
+// its BatchGetItem read (read even for no rows).
+func (s *Store) GetRowsHead(ctx context.Context, partition, table string, rowIDs []string) (map[string]*store.Row, store.Head, bool, error) {
+	rows, h, err := s.getRows(ctx, partition, table, rowIDs)
+	if err != nil || h == nil {
+		return rows, store.Head{}, false, err
+	}
+	return rows, h.Head, true, nil
+}
+
+func (s *Store) getRows(ctx context.Context, partition, table string, rowIDs []string) (map[string]*store.Row, *head, error) {
+	out := make(map[string]*store.Row, len(rowIDs))
 	if err := checkPartition(partition); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkName("table", table); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pk := rowPK(partition, table)
 	seen := make(map[string]bool, len(rowIDs))
@@ -85,18 +100,19 @@ func (s *Store) GetRows(ctx context.Context, partition, table string, rowIDs []s
 	}
 	h, err := read(true)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if h != nil && h.applied < h.MaxCommitSeq {
 		if err := s.rollForward(ctx, partition, *h); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		h.applied = h.MaxCommitSeq
 		clear(out)
 		if _, err := read(false); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return out, nil
+	return out, h, nil
 }
 
 // ensureApplied reads the head and finishes an unmaterialized commit, so

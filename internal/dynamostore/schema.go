@@ -92,29 +92,45 @@ func withMarker(g *store.Gate, marker int64) *store.Gate {
 // consistent BatchGetItem: the serve gate's marker costs one read unit
 // and no round trip.
 func (s *Store) readHeadAndMarker(ctx context.Context, p string) (head, bool, int64, error) {
-	items, err := s.batchGet(ctx, "read partition head", []map[string]types.AttributeValue{
-		Key(headPK(p), headSK), Key(markerPK, markerSK),
-	})
+	h, ok, marker, _, err := s.readHeadMarkerRows(ctx, p, nil)
+	return h, ok, marker, err
+}
+
+// readHeadMarkerRows is readHeadAndMarker that also reads the row items
+// of rowKeys (at most batchGetMax−2 keys of one table) in the same
+// BatchGetItem.
+func (s *Store) readHeadMarkerRows(ctx context.Context, p string, rowKeys []map[string]types.AttributeValue) (head, bool, int64, []*store.Row, error) {
+	keys := append([]map[string]types.AttributeValue{Key(headPK(p), headSK), Key(markerPK, markerSK)}, rowKeys...)
+	items, err := s.batchGet(ctx, "read partition head", keys)
 	if err != nil {
-		return head{}, false, 0, err
+		return head{}, false, 0, nil, err
 	}
 	var (
 		h      head
 		ok     bool
 		marker int64
+		rows   []*store.Row
 	)
 	for _, it := range items {
 		pk, _ := getS(it, AttrPK)
-		if pk == markerPK {
+		sk, _ := getS(it, AttrSK)
+		switch {
+		case pk == markerPK:
 			marker, _ = getN(it, mVersion)
-			continue
+		case sk == headSK && pk == headPK(p):
+			if h, err = parseHead(it); err != nil {
+				return head{}, false, 0, nil, err
+			}
+			ok = true
+		default:
+			r, err := parseRow(it)
+			if err != nil {
+				return head{}, false, 0, nil, err
+			}
+			rows = append(rows, r)
 		}
-		if h, err = parseHead(it); err != nil {
-			return head{}, false, 0, err
-		}
-		ok = true
 	}
-	return h, ok, marker, nil
+	return h, ok, marker, rows, nil
 }
 
 // ReadGate implements store.SchemaStore.

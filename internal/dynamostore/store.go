@@ -110,6 +110,9 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 	h.LastSeenAtMs, ok[5] = getN(item, hSeen)
 	h.scoped, _ = getBool(item, hScoped) // absent before the index existed
 	h.indexFrom, _ = getN(item, hLogIndexFrom)
+	h.Turn, _ = getN(item, hTurn) // absent until the partition's queue is first used
+	h.TurnAtUs, _ = getN(item, hTurnAt)
+	h.TurnGapUs, _ = getN(item, hTurnGap)
 	for _, v := range ok {
 		if !v {
 			return h, fmt.Errorf("dynamostore: partition head item is malformed: %w", errCorrupt)
@@ -156,89 +159,139 @@ func (s *Store) readHead(ctx context.Context, p string) (head, bool, error) {
 // read and starts the new head's writer fence at it, so a partition
 // created while a migration raises fences cannot miss its fence.
 func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (store.Head, error) {
+	h, _, _, err := s.touch(ctx, partition, nowMs, newEpoch, "", nil)
+	return h, err
+}
+
+// TouchPartitionRows implements store.CommitQueue: the rows ride on
+// TouchPartition's BatchGetItem. They are returned (ok) when the head
+// existed and had no unmaterialized commit; otherwise the caller reads
+// them with GetRows.
+func (s *Store) TouchPartitionRows(ctx context.Context, partition string, nowMs int64, newEpoch, table string, rowIDs []string) (store.Head, map[string]*store.Row, bool, error) {
+	return s.touch(ctx, partition, nowMs, newEpoch, table, rowIDs)
+}
+
+func (s *Store) touch(ctx context.Context, partition string, nowMs int64, newEpoch, table string, rowIDs []string) (store.Head, map[string]*store.Row, bool, error) {
 	if err := checkPartition(partition); err != nil {
-		return store.Head{}, err
+		return store.Head{}, nil, false, err
 	}
+	var rowKeys []map[string]types.AttributeValue
+	if len(rowIDs) > 0 && checkName("table", table) == nil && len(rowPK(partition, table)) <= maxPKBytes {
+		seen := make(map[string]bool, len(rowIDs))
+		for _, id := range rowIDs {
+			if seen[id] || !validKeyPart(id) || len(rowSK(id)) > maxSKBytes {
+				continue
+			}
+			seen[id] = true
+			rowKeys = append(rowKeys, Key(rowPK(partition, table), rowSK(id)))
+		}
+		if len(rowKeys) > batchGetMax-2 {
+			rowKeys = nil
+		}
+	}
+	var rows map[string]*store.Row
 	for range 3 {
-		h, ok, marker, err := s.readHeadAndMarker(ctx, partition)
+		h, ok, marker, read, err := s.readHeadMarkerRows(ctx, partition, rowKeys)
 		if err != nil {
-			return store.Head{}, err
+			return store.Head{}, nil, false, err
 		}
-		if !ok {
-			if newEpoch == "" {
-				return store.Head{}, errors.New("dynamostore: TouchPartition needs a non-empty epoch to create a partition")
+		if rowKeys != nil && ok && h.applied == h.MaxCommitSeq {
+			rows = make(map[string]*store.Row, len(read))
+			for _, r := range read {
+				rows[r.RowID] = r
 			}
-			// Registry first: it must list every head (partitions.go).
-			if err := s.RegisterPartition(ctx, partition); err != nil {
-				return store.Head{}, err
-			}
-			item := Key(headPK(partition), headSK)
-			item[hEpoch], item[hRequired], item[hMax], item[hApplied], item[hHorizon], item[hSeen] =
-				S(newEpoch), BOOL(false), N(0), N(0), N(0), N(nowMs)
-			item[hScoped] = BOOL(true) // a new partition indexes every row from its first commit
-			created := store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs}
-			if marker == 0 {
-				err = s.putItem(ctx, "create partition", item, "attribute_not_exists(pk)", nil)
-				if isConditionFailed(err) {
-					continue // lost the creation race: read the winner's head
-				}
-			} else {
-				item[hFence] = N(marker)
-				created.Gate = &store.Gate{StoredSchema: marker, WriterFence: marker}
-				err = s.transact(ctx, "create partition", []txItem{
-					{size: 40, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-						TableName: s.table, Key: Key(markerPK, markerSK),
-						ConditionExpression:       aws.String("v = :v"),
-						ExpressionAttributeValues: map[string]types.AttributeValue{":v": N(marker)},
-					}}},
-					{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
-						TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)"),
-					}}},
-				})
-				if codes, _ := cancelReasons(err); codes != nil {
-					continue // lost the creation race, or the marker moved
-				}
-				err = wrap("create partition", err)
-			}
-			if err != nil {
-				return store.Head{}, err
-			}
-			return created, nil
 		}
-		h.Gate = withMarker(h.Gate, marker)
-		if nowMs-h.LastSeenAtMs <= s.refreshMs {
-			return h.Head, nil
-		}
-		cut := nowMs - s.refreshMs
-		item, err := s.updateItem(ctx, "refresh last seen", &dynamodb.UpdateItemInput{
-			Key:                       Key(headPK(partition), headSK),
-			UpdateExpression:          aws.String("SET ls = :now"),
-			ConditionExpression:       aws.String("ls < :cut"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":now": N(nowMs), ":cut": N(cut)},
-			ReturnValues:              types.ReturnValueAllNew,
-		})
-		if isConditionFailed(err) {
-			// Another instance refreshed it (or the clock is behind):
-			// the stored head is the answer.
-			if old := conditionItem(err); old != nil {
-				if h2, perr := parseHead(old); perr == nil {
-					h2.Gate = withMarker(h2.Gate, marker)
-					return h2.Head, nil
-				}
-			}
+		rowKeys = nil // a retry reads the head only
+		head, err := s.touchHead(ctx, partition, nowMs, newEpoch, h, ok, marker)
+		if errors.Is(err, errTouchAgain) {
+			rows = nil
 			continue
 		}
-		if err != nil {
-			return store.Head{}, err
-		}
-		h2, err := parseHead(item)
-		if err != nil {
-			return store.Head{}, err
-		}
-		h2.Gate = withMarker(h2.Gate, marker)
-		return h2.Head, nil
+		return head, rows, rows != nil && err == nil, err
 	}
-	return store.Head{}, errors.New("dynamostore: partition head kept changing during TouchPartition")
+	return store.Head{}, nil, false, errors.New("dynamostore: partition head kept changing during TouchPartition")
+}
+
+// errTouchAgain: the head changed under TouchPartition; read it again.
+var errTouchAgain = errors.New("dynamostore: touch again")
+
+// touchHead finishes TouchPartition from the head read (ok: it exists):
+// creates it, refreshes lastSeenAtMs, or returns it.
+func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, newEpoch string, h head, ok bool, marker int64) (store.Head, error) {
+	if !ok {
+		if newEpoch == "" {
+			return store.Head{}, errors.New("dynamostore: TouchPartition needs a non-empty epoch to create a partition")
+		}
+		// Registry first: it must list every head (partitions.go).
+		if err := s.RegisterPartition(ctx, partition); err != nil {
+			return store.Head{}, err
+		}
+		item := Key(headPK(partition), headSK)
+		item[hEpoch], item[hRequired], item[hMax], item[hApplied], item[hHorizon], item[hSeen] =
+			S(newEpoch), BOOL(false), N(0), N(0), N(0), N(nowMs)
+		item[hScoped] = BOOL(true) // a new partition indexes every row from its first commit
+		created := store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs}
+		var err error
+		if marker == 0 {
+			err = s.putItem(ctx, "create partition", item, "attribute_not_exists(pk)", nil)
+			if isConditionFailed(err) {
+				return store.Head{}, errTouchAgain // lost the creation race: read the winner's head
+			}
+		} else {
+			item[hFence] = N(marker)
+			created.Gate = &store.Gate{StoredSchema: marker, WriterFence: marker}
+			err = s.transact(ctx, "create partition", []txItem{
+				{size: 40, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+					TableName: s.table, Key: Key(markerPK, markerSK),
+					ConditionExpression:       aws.String("v = :v"),
+					ExpressionAttributeValues: map[string]types.AttributeValue{":v": N(marker)},
+				}}},
+				{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
+					TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)"),
+				}}},
+			})
+			if codes, _ := cancelReasons(err); codes != nil {
+				return store.Head{}, errTouchAgain // lost the creation race, or the marker moved
+			}
+			err = wrap("create partition", err)
+		}
+		if err != nil {
+			return store.Head{}, err
+		}
+		return created, nil
+	}
+	h.Gate = withMarker(h.Gate, marker)
+	if nowMs-h.LastSeenAtMs <= s.refreshMs {
+		return h.Head, nil
+	}
+	cut := nowMs - s.refreshMs
+	item, err := s.updateItem(ctx, "refresh last seen", &dynamodb.UpdateItemInput{
+		Key:                       Key(headPK(partition), headSK),
+		UpdateExpression:          aws.String("SET ls = :now"),
+		ConditionExpression:       aws.String("ls < :cut"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": N(nowMs), ":cut": N(cut)},
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if isConditionFailed(err) {
+		// Another instance refreshed it (or the clock is behind):
+		// the stored head is the answer.
+		if old := conditionItem(err); old != nil {
+			if h2, perr := parseHead(old); perr == nil {
+				h2.Gate = withMarker(h2.Gate, marker)
+				return h2.Head, nil
+			}
+		}
+		return store.Head{}, errTouchAgain
+	}
+	if err != nil {
+		return store.Head{}, err
+	}
+	h2, err := parseHead(item)
+	if err != nil {
+		return store.Head{}, err
+	}
+	h2.Gate = withMarker(h2.Gate, marker)
+	return h2.Head, nil
 }
 
 // Head implements store.Store.

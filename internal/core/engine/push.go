@@ -50,25 +50,93 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 	}
 	allowed, resolveErr := e.allowedScopes(ctx, rs)
 	head := rs.head
+	// On a store with a commit queue (queue.go) a lost race, or a queue
+	// already in use, puts the commit in line instead of backing off.
+	qs := e.commitQueue(rs.auth.Partition, rs.head)
+	defer qs.release(ctx)
+	readHead := func() error {
+		h, ok, err := e.store.Head(ctx, rs.auth.Partition)
+		if err != nil {
+			return storeErr(err, "read partition head")
+		}
+		if !ok {
+			return syncerr.New(syncerr.OperationExecutionFailed, "partition registry entry vanished")
+		}
+		head = h
+		return nil
+	}
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		// The first attempt uses the head the request read before the rows
-		// evaluation reads; a retry backs off, then reads it again.
-		if attempt > 0 {
-			if err := commitBackoff(ctx, attempt); err != nil {
-				return nil, storeErr(err, "wait after a lost commit race")
+		// evaluation reads (or with them, below); a retry backs off, then
+		// reads it again. A queued retry waits for its turn instead.
+		if qs == nil {
+			if attempt > 0 {
+				if err := commitBackoff(ctx, attempt); err != nil {
+					return nil, storeErr(err, "wait after a lost commit race")
+				}
+				if err := readHead(); err != nil {
+					return nil, err
+				}
 			}
-			h, ok, err := e.store.Head(ctx, rs.auth.Partition)
-			if err != nil {
-				return nil, storeErr(err, "read partition head")
+		} else {
+			if qs.queued && qs.ticket == 0 {
+				if err := qs.take(ctx); err != nil {
+					return nil, err
+				}
+				if qs.seen.Turn != qs.ticket-1 {
+					rs.prefetch = nil // read after the wait, not before it
+				}
 			}
-			if !ok {
-				return nil, syncerr.New(syncerr.OperationExecutionFailed, "partition registry entry vanished")
+			if err := qs.wait(ctx); err != nil {
+				return nil, storeErr(err, "wait for the commit turn")
 			}
-			head = h
+			qs.readStart = time.Now()
+			if rs.prefetch != nil {
+				qs.readStart = time.Time{} // no read to time
+			}
+			if (attempt > 0 || qs.ticket > 0) && !headWithRows(rs, pc) {
+				// The rows' read will not carry the head: read it first. A
+				// head read after the rows could be newer than they are.
+				if err := readHead(); err != nil {
+					return nil, err
+				}
+			}
 		}
-		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr)
+		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr, qs != nil)
 		if err != nil {
 			return nil, err
+		}
+		if qs != nil {
+			// The head read with the rows is the newest there is; the
+			// commit then also checks the rows are still as read.
+			if ev.head != nil {
+				head = *ev.head
+			}
+			if qs.ticket > 0 {
+				qs.seen = head
+				if head.Turn != qs.ticket-1 {
+					qs.polls++
+					if qs.polls > maxQueuePolls {
+						return nil, syncerr.New(syncerr.RateLimited, "partition is too busy: commit waited %d reads for its turn", maxQueuePolls)
+					}
+					switch {
+					case head.Turn >= qs.ticket:
+						// Skipped as stalled: line up again.
+						qs.ticket = 0
+					case qs.stalled():
+						// The turn has not moved for a lease: its holder is
+						// gone. Skip it (only it: the holders after it may
+						// be alive); a skipped holder's commit fails its
+						// turn condition and it lines up again.
+						if _, err := qs.q.SkipTurn(ctx, rs.auth.Partition, head.Turn, head.Turn+1, time.Now().UnixMicro()); err != nil {
+							return nil, storeErr(err, "skip a stalled commit turn")
+						}
+						qs.seen.Turn, qs.seen.TurnAtUs = head.Turn+1, time.Now().UnixMicro()
+					}
+					attempt-- // a read for the turn is not a lost race
+					continue
+				}
+			}
 		}
 		if ev.reject == nil {
 			ev.reject = e.checkCommitSize(rs.auth.ActorID, pc, ev)
@@ -127,6 +195,13 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		for i := range creq.Rows {
 			creq.Rows[i].Row.CommitSeq = seq
 		}
+		if ev.head != nil {
+			creq.ReadRows = ev.read
+		}
+		if qs != nil && qs.ticket > 0 {
+			now := time.Now()
+			creq.Ticket, creq.TurnAtUs, creq.TurnGapUs = qs.ticket, now.UnixMicro(), qs.turnGap(now)
+		}
 		if err := e.gateForCommit(rs, head, creq); err != nil {
 			return nil, err
 		}
@@ -139,6 +214,9 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		}
 		switch {
 		case err == nil:
+			if qs != nil {
+				qs.ticket = 0 // the commit took the turn
+			}
 			rs.head.MaxCommitSeq = seq
 			if e.cfg.OnCommit != nil {
 				e.cfg.OnCommit(rs.auth.Partition, &creq.Commit)
@@ -146,6 +224,19 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			return res, nil
 		case errors.Is(err, store.ErrHeadMoved):
 			rs.report.CommitRacesLost++
+			if qs != nil {
+				// Line up; a queued commit whose turn still stands retries
+				// at once (a commit outside the queue took the head), one
+				// skipped as stalled lines up again.
+				qs.queued = true
+				if hm, ok := errors.AsType[*store.HeadMovedError](err); ok {
+					qs.seen = hm.Head
+					if qs.ticket > 0 && hm.Head.Turn != qs.ticket-1 {
+						qs.ticket = 0
+					}
+				}
+				continue
+			}
 			// The next attempt reads the head after its backoff. The head
 			// the lost race returns is stale by then whenever others keep
 			// committing, and a commit conditioned on it (§2.1 gapless
@@ -211,14 +302,17 @@ func (e *Engine) recordRejection(ctx context.Context, rs *reqState, pc *wire.Pus
 	}
 }
 
-// Lost commit races back off with full jitter before re-evaluating:
-// every loser of a race on one partition head retrying at once only
-// makes them collide again (issue 11: 32 writers without backoff took
-// ~50 round trips per commit). Measured on DynamoDB Local (make load),
-// 8 ms / 256 ms gave 8 writers of one partition ~4.3–4.5 round trips per
-// commit (40–110% of one writer's rate, depending on machine load), where
-// 1 ms / 16 ms took 14 round trips. The request's deadline bounds the
-// total wait.
+// On a store without a commit queue (memstore), lost commit races back
+// off with full jitter before re-evaluating: every loser of a race on one
+// partition head retrying at once only makes them collide again (issue
+// 11: 32 writers without backoff took ~50 round trips per commit). Over
+// DynamoDB this backoff alone left 8 writers of one partition at ~9 round
+// trips per commit and 50–70% of one writer's rate, 32 writers at 16–24
+// round trips and under 30% (make load-dynamodb); the queue (queue.go)
+// replaced it there: 8 writers ~5 round trips per commit at 110–135% of
+// one writer's rate, 32 writers ~6, the partition's rate flat at the
+// queue's ceiling of one commit per read-and-commit turn (dynamostore's
+// doc has the numbers). The request's deadline bounds the total wait.
 const (
 	commitBackoffBase = 8 * time.Millisecond
 	commitBackoffCap  = 256 * time.Millisecond
@@ -304,6 +398,40 @@ type evaluation struct {
 
 	// blobChecks are the blob references §5.9.6 checks (blobs.go).
 	blobChecks []blobCheck
+
+	// head, when set, is the head read with the rows (evaluate's
+	// withHead), and read the rows as read, for CommitRequest.ReadRows.
+	head *store.Head
+	read []store.RowRead
+}
+
+// headWithRows: on a store with a commit queue, evaluate reads the head
+// with the commit's rows (it names 1 to maxReadChecks rows).
+func headWithRows(rs *reqState, pc *wire.PushCommit) bool {
+	n := 0
+	for _, ids := range wantedRows(rs.schemaV, pc) {
+		n += len(ids)
+	}
+	return n > 0 && n <= maxReadChecks
+}
+
+// wantedRows lists, per table of sv, the rows the operations of pc name
+// (what evaluation reads).
+func wantedRows(sv *schema.Version, pc *wire.PushCommit) map[string][]string {
+	want := map[string][]string{}
+	for _, op := range pc.Operations {
+		if _, ok := sv.Table(op.Table); ok {
+			want[op.Table] = append(want[op.Table], op.RowID)
+		}
+	}
+	return want
+}
+
+func commitSeqOf(r *store.Row) int64 {
+	if r == nil {
+		return 0
+	}
+	return r.CommitSeq
 }
 
 type rowKey struct{ table, rowID string }
@@ -349,31 +477,62 @@ type opScratch struct {
 // Rows are stored, scoped and authorized by the storage (latest) schema
 // version whatever version the client speaks: the client's version only
 // decides how its payload decodes and how rows are encoded back to it.
-func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit, allowed ScopeMap, resolveErr error) (*evaluation, error) {
+//
+// withHead (a store with a commit queue): the first row read also
+// returns the head (evaluation.head) when the commit reads at most
+// maxReadChecks rows, and evaluation.read records what was read.
+func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit, allowed ScopeMap, resolveErr error, withHead bool) (*evaluation, error) {
 	storageV := e.schema.Versions[e.schema.Latest]
 	rules := rulesFor(rs.version)
 	// One consistent batched read per touched table.
-	want := map[string][]string{}
-	for _, op := range pc.Operations {
-		if _, ok := rs.schemaV.Table(op.Table); ok {
-			want[op.Table] = append(want[op.Table], op.RowID)
-		}
-	}
+	want := wantedRows(rs.schemaV, pc)
+	pre := rs.prefetch
+	rs.prefetch = nil
 	// current holds live rows and tombstones (Deleted); a missing entry
 	// is a row never seen or whose tombstone was pruned.
 	current := map[rowKey]*store.Row{}
+	var q store.CommitQueue
+	if withHead && headWithRows(rs, pc) {
+		q, _ = e.store.(store.CommitQueue)
+	}
+	var head *store.Head
+	var read []store.RowRead
 	for table, ids := range want {
-		rows, err := e.store.GetRows(ctx, rs.auth.Partition, table, ids)
+		var rows map[string]*store.Row
+		var err error
+		if q != nil && pre != nil && pre.pc == pc && len(want) == 1 && pre.table == table && slices.Equal(pre.ids, ids) {
+			// Read with the head at the start of the request (Engine.touch).
+			h := rs.head
+			rows, head = pre.rows, &h
+		} else if q != nil && head == nil {
+			var h store.Head
+			var ok bool
+			if rows, h, ok, err = q.GetRowsHead(ctx, rs.auth.Partition, table, ids); err == nil && !ok {
+				return nil, syncerr.New(syncerr.OperationExecutionFailed, "partition registry entry vanished")
+			}
+			head = &h
+		} else {
+			rows, err = e.store.GetRows(ctx, rs.auth.Partition, table, ids)
+		}
 		if err != nil {
 			return nil, storeErr(err, "read rows")
 		}
 		for id, r := range rows {
 			current[rowKey{table, id}] = r
 		}
+		if q != nil {
+			for _, id := range ids {
+				r := rows[id]
+				read = append(read, store.RowRead{Table: table, RowID: id, Present: r != nil, CommitSeq: commitSeqOf(r)})
+			}
+		}
 	}
 	// The §6.11 pass needs the pre-commit state (tombstones included)
 	// after evaluation has staged its writes over current.
 	ev := &evaluation{stored: maps.Clone(current)}
+	if head != nil {
+		ev.head, ev.read = head, read
+	}
 	var sc opScratch
 	for i := range pc.Operations {
 		op := &pc.Operations[i]

@@ -102,6 +102,18 @@ type reqState struct {
 	// details is the PUSH_RESULT_DETAILS companion of the push result
 	// being produced (§6.3.1), written right after it.
 	details *wire.PushResultDetails
+
+	// prefetch: the first commit's rows, read with the head by
+	// TouchPartitionRows (store.CommitQueue); consumed by its first
+	// evaluation.
+	prefetch *rowPrefetch
+}
+
+type rowPrefetch struct {
+	pc    *wire.PushCommit
+	table string
+	ids   []string
+	rows  map[string]*store.Row
 }
 
 // setDetails records the companion frame of the current push result.
@@ -227,7 +239,7 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	rs := &reqState{auth: auth, opts: opts, version: req.WireVersion, clientID: req.Header.ClientID, now: e.now(), report: rep}
 	// §2.1: the registry entry is created on first sight and its epoch
 	// compared before any other request work.
-	rs.head, err = e.store.TouchPartition(ctx, auth.Partition, rs.now, e.epoch())
+	rs.head, err = e.touch(ctx, rs, req)
 	if err != nil {
 		return rep, storeErr(err, "read partition head")
 	}
@@ -327,6 +339,37 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		}
 	}
 	return rep, enc.Close()
+}
+
+// touch is TouchPartition. On a store with a commit queue, a push's
+// first commit reads its rows in the same round trip when they are few
+// and of one table (the evaluation then takes them and that head, the
+// commit checking them as read: CommitRequest.ReadRows).
+func (e *Engine) touch(ctx context.Context, rs *reqState, req *wire.Request) (store.Head, error) {
+	q, ok := e.store.(store.CommitQueue)
+	if !ok || len(req.Commits) == 0 {
+		return e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, e.epoch())
+	}
+	sv, ok := e.schema.Versions[req.Header.SchemaVersion]
+	if !ok {
+		return e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, e.epoch())
+	}
+	pc := &req.Commits[0]
+	want := wantedRows(sv, pc)
+	if len(want) != 1 {
+		return e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, e.epoch())
+	}
+	for table, ids := range want {
+		if len(ids) > maxReadChecks {
+			break
+		}
+		h, rows, rowsOK, err := q.TouchPartitionRows(ctx, rs.auth.Partition, rs.now, e.epoch(), table, ids)
+		if err == nil && rowsOK {
+			rs.prefetch = &rowPrefetch{pc: pc, table: table, ids: ids, rows: rows}
+		}
+		return h, err
+	}
+	return e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, e.epoch())
 }
 
 func (e *Engine) respHeader(rs *reqState, reset bool) *wire.RespHeader {

@@ -70,6 +70,13 @@ type Head struct {
 	// extra read; the stored schema marker is filled by TouchPartition
 	// only (Head leaves it zero).
 	Gate *Gate
+
+	// Turn is the commit queue's turn (CommitQueue): the last ticket
+	// whose holder committed, passed or was skipped; 0 before any. TurnAtUs
+	// is when it last moved (µs since the Unix epoch, the mover's clock)
+	// and TurnGapUs the smoothed interval between moves: waiters estimate
+	// their wait from them. All zero on a store without a queue.
+	Turn, TurnAtUs, TurnGapUs int64
 }
 
 // Row is the current stored state of one synced row, or its delete
@@ -178,6 +185,59 @@ type CommitRequest struct {
 	// commit; when the owner epoch no longer matches the commit fails
 	// with ErrCheckpointSuperseded and writes nothing.
 	Advance *CheckpointAdvance
+
+	// Ticket, when non-zero, is the CommitQueue ticket the commit holds:
+	// it additionally requires the head's Turn to be Ticket−1 and moves
+	// it to Ticket, recording TurnAtUs and TurnGapUs with it. A commit
+	// whose turn has passed fails with a *HeadMovedError whose head shows
+	// the turn. Only a store implementing CommitQueue is given one.
+	Ticket              int64
+	TurnAtUs, TurnGapUs int64
+	// ReadRows, when set, are the rows the evaluation read, as read (a
+	// store returns them with the head from CommitQueue.GetRowsHead):
+	// the commit additionally requires each to be still as read (same
+	// CommitSeq, or still absent) and fails with ErrHeadMoved otherwise.
+	// The head and rows of one batched read are not one snapshot; this
+	// is what makes a commit conditioned on that head sound.
+	ReadRows []RowRead
+}
+
+// RowRead is the state of one row as an evaluation read it: Present
+// with the CommitSeq that last wrote it (live row or tombstone), or
+// absent.
+type RowRead struct {
+	Table, RowID string
+	Present      bool
+	CommitSeq    int64
+}
+
+// CommitQueue is an optional Store extension that orders the commits of
+// one contended partition (issue 11) instead of letting every writer
+// race the head: a writer takes a ticket, waits until the head's Turn is
+// ticket−1, and commits with CommitRequest.Ticket. The queue only orders
+// attempts; every commit keeps its head condition, so no correctness
+// property depends on it. All of its state lives in the store (each
+// writer may be a separate process).
+type CommitQueue interface {
+	// GetRowsHead is GetRows that also returns the partition head read
+	// in the same round trip (ok false when there is none). The head is
+	// not a snapshot with the rows: a commit built on it passes the
+	// rows as CommitRequest.ReadRows.
+	GetRowsHead(ctx context.Context, partition, table string, rowIDs []string) (rows map[string]*Row, h Head, ok bool, err error)
+	// TouchPartitionRows is TouchPartition that also reads rows of one
+	// table in the same round trip (a push's first commit): rowsOK false
+	// when it could not (the caller reads them with GetRows). The head
+	// is not a snapshot with the rows, as for GetRowsHead.
+	TouchPartitionRows(ctx context.Context, partition string, nowMs int64, newEpoch, table string, rowIDs []string) (h Head, rows map[string]*Row, rowsOK bool, err error)
+	// TakeTicket hands out the partition's next ticket (1, 2, …).
+	TakeTicket(ctx context.Context, partition string) (int64, error)
+	// PassTurn moves the turn from ticket−1 to ticket without a commit
+	// (the holder rejected, replayed or failed); a no-op when the turn is
+	// elsewhere.
+	PassTurn(ctx context.Context, partition string, ticket, nowUs int64) error
+	// SkipTurn moves the turn from `from` to `to` when it is still `from`
+	// (its holders stalled past their lease); false when it had moved.
+	SkipTurn(ctx context.Context, partition string, from, to, nowUs int64) (bool, error)
 }
 
 // WriterCheck is the writer-fence and serve-gate condition of a write
