@@ -84,7 +84,7 @@ func TestSoftDeadlineUnderEmulator(t *testing.T) {
 		t.Errorf("answered after %v, past the 4 s function timeout", took)
 	}
 	var line []byte
-	for _, l := range strings.Split(rie.Logs(), "\n") {
+	for _, l := range strings.Split(rie.WaitLogs(`"msg":"request"`, 10*time.Second), "\n") {
 		if strings.Contains(l, `"msg":"request"`) {
 			line = []byte(l)
 		}

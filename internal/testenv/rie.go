@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,6 +210,19 @@ func (r *RIE) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 
 // Logs returns the tail of what the emulator and the function printed.
 func (r *RIE) Logs() string { return r.out.String() }
+
+// WaitLogs returns Logs once they contain substr, or whatever they hold
+// after timeout. The emulator answers an invoke before the runtime's last
+// output has crossed the pipe, so a line of the request just answered may
+// not be there yet.
+func (r *RIE) WaitLogs(substr string, timeout time.Duration) string {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		logs := r.Logs()
+		if strings.Contains(logs, substr) || time.Now().After(deadline) {
+			return logs
+		}
+	}
+}
 
 // FunctionPIDs lists the processes running below the emulator (the
 // function's bootstrap once the first invoke started it), so a caller can
