@@ -247,13 +247,14 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	pendingBytes := len(startBytes)
 	sentData := ps.sentData
 	var werr error
-	// A long window is read through the log's scope index (§3.1): only
-	// the commits touching the subscription's values of its key variable,
-	// not the window. Commits come then with gaps, so the read's horizon
-	// (read after the index) replaces the contiguity check, and a stop
-	// before commit c leaves the cursor at c−1 (nothing in between
-	// concerns this subscription).
-	scoped := ps.maxSeq-sub.Cursor > scopedLogMinWindow
+	// A long window — any window when the store's scope index costs no
+	// more than the log it lists (store.CheapScopedLog) — is read through
+	// the log's scope index (§3.1): only the commits touching the
+	// subscription's values of its key variable, not the window. Commits
+	// come then with gaps, so the read's horizon (read after the index)
+	// replaces the contiguity check, and a stop before commit c leaves the
+	// cursor at c−1 (nothing in between concerns this subscription).
+	scoped := len(p.effective) > 0 && (ps.e.cheapScopedLog || ps.maxSeq-sub.Cursor > scopedLogMinWindow)
 	each := func(fn func(*store.Commit) bool) error { return ps.log.each(ctx, sub.Cursor, fn) }
 	if scoped {
 		each = func(fn func(*store.Commit) bool) error {
@@ -365,7 +366,8 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 // scopedLogMinWindow is the window length from which an incremental
 // section reads the log through its scope index (two round trips: the
 // index, then the commits it lists) rather than the whole window (one
-// Query of 100 log items per round trip).
+// Query of 100 log items per round trip). A store implementing
+// store.CheapScopedLog is read through its index at any length.
 const scopedLogMinWindow = 64
 
 // forClientVersion re-encodes a frame's rows (stored for the latest
