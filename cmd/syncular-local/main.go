@@ -63,6 +63,7 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.BoolVar(&o.create, "create", false, "create the table and bucket first")
 	cors := fs.String("cors-origins", "*", "comma-separated browser origins allowed by CORS (\"*\" for any, empty for none)")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof (CPU, heap, allocs, mutex, block profiles) on this loopback address, e.g. 127.0.0.1:6060")
+	gcFloor := fs.Int("gc-floor-mb", 64, "let the heap grow to this many MiB before collecting while the live heap is small (GOGC raised to reach it; default pacing, GOGC=100, above half of it; 0 disables; ignored when GOGC or GOMEMLIMIT is set)")
 	printPull := fs.Bool("print-pull", false, "write a minimal SSP2 pull request body to stdout and exit")
 	render := fs.Bool("render", false, "read an SSP2 message (or a JSON error) on stdin and print its debug rendering")
 	if err := fs.Parse(args); err != nil {
@@ -135,6 +136,9 @@ Ctrl-C stops.
 		defer stopPprof()
 	}
 
+	if *gcFloor > 0 && gcTuneApplies(os.Getenv) {
+		go runGCTuner(ctx, uint64(*gcFloor)<<20, 250*time.Millisecond)
+	}
 	srv := &http.Server{Handler: rn, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
