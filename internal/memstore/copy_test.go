@@ -20,13 +20,22 @@ func TestCommitEncodingIsDeepAndDisjoint(t *testing.T) {
 		{Table: "t", RowID: "3", Op: wire.OpUpsert, RowVersion: 1 << 40, Scopes: wire.StoredScopes{{Key: "p", Value: "2"}, {Key: "q", Value: "3"}}, Row: []byte{}},
 		{Table: "t", RowID: "4", Op: wire.OpUpsert, RowVersion: -1, Row: []byte{4}},
 	}}
-	e := encodeCommit(in, in.WriterVersion)
+	o := &store.Outcome{Applied: true, CommitSeq: 7, Result: []byte{9, 9}, RecordedAtMs: 5, ActorID: "a"}
+	l := encodeCommit(in, in.WriterVersion, o)
+	e := l.entry
 	out := decodeCommit(e)
 	if !reflect.DeepEqual(in, out) {
 		t.Fatalf("decoded commit differs:\n%+v\n%+v", in, out)
 	}
 	if entrySeq(e) != 7 || entryTime(e) != in.CreatedAtMs {
 		t.Fatalf("header: seq %d, time %d", entrySeq(e), entryTime(e))
+	}
+	// The entry carries the outcome map's key and value.
+	if k := string(appendOutcomeKey(nil, "c", "x")); l.key() != k || entryKey(e) != k {
+		t.Fatalf("entry key %q / %q, want %q", l.key(), entryKey(e), k)
+	}
+	if got := decodeOutcome(l.outcome()); !reflect.DeepEqual(got, o) {
+		t.Fatalf("entry outcome %+v, want %+v", got, o)
 	}
 	for i := range in.Changes {
 		if (in.Changes[i].Row == nil) != (out.Changes[i].Row == nil) || (in.Changes[i].Scopes == nil) != (out.Changes[i].Scopes == nil) {
@@ -47,10 +56,10 @@ func TestCommitEncodingIsDeepAndDisjoint(t *testing.T) {
 	if again := decodeCommit(e); again.Changes[3].Row[0] != 4 || again.Changes[2].Scopes[0].Value != "2" {
 		t.Fatal("a caller's change reached the stored entry")
 	}
-	if c := decodeCommit(encodeCommit(&store.Commit{Seq: 1}, 0)); c.Changes != nil {
+	if c := decodeCommit(encodeCommit(&store.Commit{Seq: 1}, 0, nil).entry); c.Changes != nil {
 		t.Fatal("nil changes became non-nil")
 	}
-	if c := decodeCommit(encodeCommit(&store.Commit{Seq: 1, Changes: []store.Change{}}, 0)); c.Changes == nil || len(c.Changes) != 0 {
+	if c := decodeCommit(encodeCommit(&store.Commit{Seq: 1, Changes: []store.Change{}}, 0, nil).entry); c.Changes == nil || len(c.Changes) != 0 {
 		t.Fatal("empty changes not kept")
 	}
 }
@@ -67,7 +76,8 @@ func TestOutcomeEncoding(t *testing.T) {
 		}
 	}
 	// Keys are unambiguous where a plain concatenation is not.
-	if string(appendOutcomeKey(nil, "ab", "c")) == string(appendOutcomeKey(nil, "a", "bc")) {
+	if string(appendOutcomeKey(nil, "ab", "c")) == string(appendOutcomeKey(nil, "a", "bc")) ||
+		string(appendOutcomeKey(nil, "a", "b\x01c")) == string(appendOutcomeKey(nil, "a\x01b", "c")) {
 		t.Error("outcome keys collide")
 	}
 }
@@ -77,7 +87,7 @@ func BenchmarkDecodeCommit(b *testing.B) {
 	for i := 0; i < 4; i++ {
 		in.Changes = append(in.Changes, store.Change{Table: "tasks", RowID: "r", Op: wire.OpUpsert, RowVersion: 2, Scopes: wire.StoredScopes{{Key: "project_id", Value: "p1"}}, Row: make([]byte, 120)})
 	}
-	e := encodeCommit(in, 0)
+	e := encodeCommit(in, 0, nil).entry
 	b.ReportAllocs()
 	for b.Loop() {
 		decodeCommit(e)

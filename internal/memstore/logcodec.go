@@ -18,14 +18,19 @@ import (
 // without reaching the store.
 //
 //	entry  := seq(8, LE) createdAtMs(8, LE) varint(writerVersion)
-//	          str(actorId) str(clientId) str(clientCommitId)
-//	          count(changes) uvarint(Σ scopes) uvarint(Σ row bytes) change*
+//	          str(actorId) key count(changes) uvarint(Σ scopes)
+//	          uvarint(Σ row bytes) change* [outcome]
+//	key    := str(clientId) str(clientCommitId)
 //	change := str(table) str(rowId) op(1) varint(rowVersion)
 //	          count(scopes) (str(key) str(value))* count(row) rowbytes
 //	str    := uvarint(len) bytes
 //	count  := uvarint(0 for nil, n+1 for n elements)
 //
-// nil and empty slices stay distinct through the count's +1.
+// nil and empty slices stay distinct through the count's +1. The commit's
+// outcome (below) ends the entry, and the outcome map keys it by the
+// entry's own key bytes: both map strings are substrings of the entry, so
+// an applied commit costs one allocation in all (Prune copies them out
+// when it drops the entry).
 
 // countOf encodes a slice length with nil kept apart from empty.
 func countOf(n int, isNil bool) uint64 {
@@ -40,9 +45,22 @@ func appendStr(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// encodeCommit returns c in the entry layout.
-func encodeCommit(c *store.Commit, writerVersion int64) string {
+// loggedCommit is an entry with the positions of its key and outcome.
+type loggedCommit struct {
+	entry          string
+	keyOff, keyEnd int
+	outcomeOff     int // len(entry) when it carries no outcome
+}
+
+func (l *loggedCommit) key() string     { return l.entry[l.keyOff:l.keyEnd] }
+func (l *loggedCommit) outcome() string { return l.entry[l.outcomeOff:] }
+
+// encodeCommit returns c in the entry layout, ending with o unless nil.
+func encodeCommit(c *store.Commit, writerVersion int64, o *store.Outcome) loggedCommit {
 	n, scopes, rowBytes := 40+len(c.ActorID)+len(c.ClientID)+len(c.ClientCommitID), 0, 0
+	if o != nil {
+		n += 24 + len(o.ActorID) + len(o.Result)
+	}
 	for i := range c.Changes {
 		ch := &c.Changes[i]
 		n += 30 + len(ch.Table) + len(ch.RowID) + len(ch.Row)
@@ -57,8 +75,10 @@ func encodeCommit(c *store.Commit, writerVersion int64) string {
 	binary.LittleEndian.PutUint64(b[8:], uint64(c.CreatedAtMs))
 	b = binary.AppendVarint(b, writerVersion)
 	b = appendStr(b, c.ActorID)
-	b = appendStr(b, c.ClientID)
-	b = appendStr(b, c.ClientCommitID)
+	var l loggedCommit
+	l.keyOff = len(b)
+	b = appendOutcomeKey(b, c.ClientID, c.ClientCommitID)
+	l.keyEnd = len(b)
 	b = binary.AppendUvarint(b, countOf(len(c.Changes), c.Changes == nil))
 	b = binary.AppendUvarint(b, uint64(scopes))
 	b = binary.AppendUvarint(b, uint64(rowBytes))
@@ -76,7 +96,12 @@ func encodeCommit(c *store.Commit, writerVersion int64) string {
 		b = binary.AppendUvarint(b, countOf(len(ch.Row), ch.Row == nil))
 		b = append(b, ch.Row...)
 	}
-	return string(b)
+	l.outcomeOff = len(b)
+	if o != nil {
+		b = appendOutcome(b, o)
+	}
+	l.entry = string(b)
+	return l
 }
 
 // entrySeq and entryTime read the fixed header of an entry.
@@ -131,7 +156,8 @@ func (r *entryReader) str() string {
 }
 
 // decodeCommit returns a caller-owned commit in four allocations at most
-// (the commit, its changes, one arena each for scopes and row bytes).
+// (the commit, its changes, one arena each for scopes and row bytes); a
+// trailing outcome is not read.
 // Every row and scope slice is capped at its length, so an append by the
 // caller reallocates instead of writing into a neighbour.
 func decodeCommit(e string) *store.Commit {
@@ -190,10 +216,14 @@ func decodeCommit(e string) *store.Commit {
 //
 //	outcome := flags(1: 1 applied, 2 result non-nil) varint(commitSeq)
 //	           varint(recordedAtMs) str(actorId) result
-//	key     := uvarint(len(clientId)) clientId clientCommitId
+//
+// and keyed by the key of the entry layout.
 
 func encodeOutcome(o *store.Outcome) string {
-	b := make([]byte, 0, 24+len(o.ActorID)+len(o.Result))
+	return string(appendOutcome(make([]byte, 0, 24+len(o.ActorID)+len(o.Result)), o))
+}
+
+func appendOutcome(b []byte, o *store.Outcome) []byte {
 	var flags byte
 	if o.Applied {
 		flags |= 1
@@ -205,8 +235,7 @@ func encodeOutcome(o *store.Outcome) string {
 	b = binary.AppendVarint(b, o.CommitSeq)
 	b = binary.AppendVarint(b, o.RecordedAtMs)
 	b = appendStr(b, o.ActorID)
-	b = append(b, o.Result...)
-	return string(b)
+	return append(b, o.Result...)
 }
 
 // decodeOutcome returns a caller-owned outcome (Result copied).
@@ -225,8 +254,19 @@ func decodeOutcome(e string) *store.Outcome {
 // appendOutcomeKey appends the map key of (clientID, clientCommitID).
 func appendOutcomeKey(b []byte, clientID, clientCommitID string) []byte {
 	b = appendStr(b, clientID)
-	return append(b, clientCommitID...)
+	return appendStr(b, clientCommitID)
 }
 
 // maxInt64 bounds an open-ended log walk.
 const maxInt64 = math.MaxInt64
+
+// entryKey returns the outcome key inside an entry.
+func entryKey(e string) string {
+	r := entryReader{s: e, off: 16}
+	r.varint()
+	r.str()
+	off := r.off
+	r.str()
+	r.str()
+	return e[off:r.off]
+}

@@ -98,3 +98,14 @@ func (p *partState) scopedBatchLocked(batch []string, table, variable string, va
 	}
 	return batch
 }
+
+// ownOutcomeLocked copies the outcome of a logged commit that is about to
+// leave the log out of its entry (key and value are substrings of it).
+// Called under the write lock.
+func (p *partState) ownOutcomeLocked(e string) {
+	k := entryKey(e)
+	if v, ok := p.outcomes[k]; ok {
+		delete(p.outcomes, k)
+		p.outcomes[strings.Clone(k)] = strings.Clone(v)
+	}
+}

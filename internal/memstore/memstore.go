@@ -307,8 +307,8 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	}
 	// Copy outside the lock: it is the expensive part and touches only
 	// caller memory.
-	c := encodeCommit(&req.Commit, req.WriterVersion)
-	o := encodeOutcome(&req.Outcome)
+	c := encodeCommit(&req.Commit, req.WriterVersion, &req.Outcome)
+	k := c.key()
 	rows := make([]*rowEntry, len(req.Rows))
 	for i := range req.Rows {
 		w := &req.Rows[i]
@@ -320,7 +320,6 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		e.row.CommitSeq = seq
 		rows[i] = e
 	}
-	k := string(appendOutcomeKey(nil, req.Commit.ClientID, req.Commit.ClientCommitID))
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -393,9 +392,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		// indexing invariant against future edits.
 		panic("memstore: log is not contiguous")
 	}
-	p.log = append(p.log, c)
+	p.log = append(p.log, c.entry)
 	p.indexCommit(req.Commit.Changes, seq)
-	p.outcomes[k] = o
+	p.outcomes[k] = c.outcome()
 	p.head.MaxCommitSeq = seq
 	if adv != nil {
 		applyAdvance(adv, req.Advance, req.Commit.CreatedAtMs)
@@ -771,6 +770,11 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 	}
 	p.head.HorizonSeq = h
 	n := int(min(max(h-p.logFirst+1, 0), int64(len(p.log))))
+	// A pruned commit's outcome stays: its key and value are substrings
+	// of the entry (logcodec.go), copied out so the entry's memory goes.
+	for _, e := range p.log[:n] {
+		p.ownOutcomeLocked(e)
+	}
 	// Copy the survivors so the pruned commits' memory is released.
 	p.log = append([]string(nil), p.log[n:]...)
 	p.logFirst += int64(n)
