@@ -72,9 +72,11 @@ type partState struct {
 	// logIdx lists, per (table, scope variable, value), the seqs of the
 	// logged commits with a change of that table holding that value
 	// (§3.1 inverted index), ascending.
-	logIdx   map[logKey][]int64
-	tables   map[string]*table
-	outcomes map[string]string // appendOutcomeKey → encodeOutcome
+	logIdx map[logKey][]int64
+	tables map[string]*table
+	// outcomes maps appendOutcomeKey to the encoded outcome
+	// (logcodec.go); for a logged commit both are substrings of its entry.
+	outcomes map[string]string
 	clients  map[string]*store.Client
 	// refs is the §6.11 reference index: child row ids by (child table,
 	// reference column, parent id).
