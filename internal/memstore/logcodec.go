@@ -3,6 +3,8 @@ package memstore
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
+	"unsafe"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
@@ -57,18 +59,24 @@ func (l *loggedCommit) outcome() string { return l.entry[l.outcomeOff:] }
 
 // encodeCommit returns c in the entry layout, ending with o unless nil.
 func encodeCommit(c *store.Commit, writerVersion int64, o *store.Outcome) loggedCommit {
-	n, scopes, rowBytes := 40+len(c.ActorID)+len(c.ClientID)+len(c.ClientCommitID), 0, 0
-	if o != nil {
-		n += 24 + len(o.ActorID) + len(o.Result)
-	}
+	// The exact length first: the entry is then built in one allocation
+	// that becomes the string itself (no copy, no spare capacity kept).
+	scopes, rowBytes := 0, 0
+	n := 16 + varintLen(writerVersion) + strLen(c.ActorID) + strLen(c.ClientID) + strLen(c.ClientCommitID) +
+		uvarintLen(countOf(len(c.Changes), c.Changes == nil))
 	for i := range c.Changes {
 		ch := &c.Changes[i]
-		n += 30 + len(ch.Table) + len(ch.RowID) + len(ch.Row)
+		n += strLen(ch.Table) + strLen(ch.RowID) + 1 + varintLen(ch.RowVersion) +
+			uvarintLen(countOf(len(ch.Scopes), ch.Scopes == nil)) + uvarintLen(countOf(len(ch.Row), ch.Row == nil)) + len(ch.Row)
 		for _, sc := range ch.Scopes {
-			n += 4 + len(sc.Key) + len(sc.Value)
+			n += strLen(sc.Key) + strLen(sc.Value)
 		}
 		scopes += len(ch.Scopes)
 		rowBytes += len(ch.Row)
+	}
+	n += uvarintLen(uint64(scopes)) + uvarintLen(uint64(rowBytes))
+	if o != nil {
+		n += 1 + varintLen(o.CommitSeq) + varintLen(o.RecordedAtMs) + strLen(o.ActorID) + len(o.Result)
 	}
 	b := make([]byte, 16, n)
 	binary.LittleEndian.PutUint64(b, uint64(c.Seq))
@@ -100,9 +108,19 @@ func encodeCommit(c *store.Commit, writerVersion int64, o *store.Outcome) logged
 	if o != nil {
 		b = appendOutcome(b, o)
 	}
-	l.entry = string(b)
+	if len(b) != n || cap(b) != n {
+		panic("memstore: commit entry length miscounted")
+	}
+	// b is never written again: the string takes its memory over.
+	l.entry = unsafe.String(unsafe.SliceData(b), n)
 	return l
 }
+
+func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
+func varintLen(x int64) int { return uvarintLen(uint64(x<<1) ^ uint64(x>>63)) }
+
+func strLen(s string) int { return uvarintLen(uint64(len(s))) + len(s) }
 
 // entrySeq and entryTime read the fixed header of an entry.
 func entrySeq(e string) int64 {
