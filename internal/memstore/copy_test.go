@@ -56,6 +56,15 @@ func TestCommitEncodingIsDeepAndDisjoint(t *testing.T) {
 	if again := decodeCommit(e); again.Changes[3].Row[0] != 4 || again.Changes[2].Scopes[0].Value != "2" {
 		t.Fatal("a caller's change reached the stored entry")
 	}
+	// A one-change commit (decoded with its change in one allocation).
+	single := &store.Commit{Seq: 9, ActorID: "a", ClientID: "c", ClientCommitID: "y", Changes: []store.Change{
+		{Table: "t", RowID: "1", Op: wire.OpUpsert, RowVersion: 3, Scopes: wire.StoredScopes{{Key: "p", Value: "1"}}, Row: []byte{5}},
+	}}
+	if got := decodeCommit(encodeCommit(single, 0, nil).entry); !reflect.DeepEqual(single, got) {
+		t.Fatalf("one-change commit:\n%+v\n%+v", single, got)
+	} else if got.Changes = append(got.Changes, store.Change{}); len(single.Changes) != 1 {
+		t.Fatal("append reached the original")
+	}
 	if c := decodeCommit(encodeCommit(&store.Commit{Seq: 1}, 0, nil).entry); c.Changes != nil {
 		t.Fatal("nil changes became non-nil")
 	}

@@ -180,18 +180,32 @@ func (r *entryReader) str() string {
 // caller reallocates instead of writing into a neighbour.
 func decodeCommit(e string) *store.Commit {
 	r := entryReader{s: e, off: 16}
-	c := &store.Commit{Seq: entrySeq(e), CreatedAtMs: entryTime(e)}
-	c.WriterVersion = r.varint()
-	c.ActorID = r.str()
-	c.ClientID = r.str()
-	c.ClientCommitID = r.str()
+	wv := r.varint()
+	actor, client, commitID := r.str(), r.str(), r.str()
 	nc := r.uvarint()
 	nScopes := r.uvarint()
 	nRow := r.uvarint()
+	var c *store.Commit
+	if nc == 2 {
+		// A one-change commit (the common push) comes in one allocation
+		// with its change.
+		one := &struct {
+			c  store.Commit
+			ch [1]store.Change
+		}{}
+		c = &one.c
+		c.Changes = one.ch[:1:1]
+	} else {
+		c = &store.Commit{}
+		if nc > 0 {
+			c.Changes = make([]store.Change, nc-1)
+		}
+	}
+	c.Seq, c.CreatedAtMs, c.WriterVersion = entrySeq(e), entryTime(e), wv
+	c.ActorID, c.ClientID, c.ClientCommitID = actor, client, commitID
 	if nc == 0 {
 		return c
 	}
-	c.Changes = make([]store.Change, nc-1)
 	var scopeArena wire.StoredScopes
 	if nScopes > 0 {
 		scopeArena = make(wire.StoredScopes, 0, nScopes)
