@@ -15,24 +15,33 @@ import (
 // connection's goroutine stack, sweeping) that dwarf the marking of so
 // small a heap — about an eighth of a quiet request's CPU under load.
 //
-// gcTuner keeps the heap goal at max(floor, 2 × live): below floor/2 of
-// live heap it raises GOGC so the goal is the floor; above it GOGC is 100,
-// exactly the default (no memory limit, so a store that outgrows the floor
-// never makes the collector thrash). The trade is resident memory for CPU:
-// up to about the floor more than GOGC=100 while the live heap is small,
-// nothing once it is past floor/2.
+// gcTuner sets GOGC from the live heap so the heap goal is live +
+// max(floor − live, floor/2, live/2): the floor while the live heap is
+// small, then headroom of half the floor, and for a heap past the floor
+// half the live heap (GOGC=50). No memory limit is set, so a store that
+// outgrows the floor never makes the collector thrash. The trade is
+// resident memory for CPU while the heap is small (up to about the floor
+// more than GOGC=100 would keep), and CPU for resident memory once the
+// in-memory store is large: the store's data is mostly pointer-free
+// strings (memstore keeps commits encoded), so marking a large heap is
+// cheap, while the default's headroom of a whole live heap would make
+// resident memory grow at twice the rate of the data.
 
-// gcGoalPercent is the GOGC that puts the heap goal at max(floor,
-// 2 × live) for a live heap of live bytes.
+// gcGoalPercent is the GOGC that puts the heap goal at live +
+// max(floor − live, floor/2, live/2) for a live heap of live bytes.
 func gcGoalPercent(live, floor uint64) int {
 	const maxPercent = 10_000
-	if floor == 0 || live >= floor/2 {
+	if floor == 0 {
 		return 100
 	}
-	if live < floor/(maxPercent/100+1) {
+	headroom := max(floor/2, live/2)
+	if live < floor {
+		headroom = max(headroom, floor-live)
+	}
+	if live == 0 || headroom/live >= maxPercent/100 {
 		return maxPercent // an (almost) empty heap: the goal is the floor
 	}
-	return int(floor*100/live) - 100
+	return int(headroom * 100 / live)
 }
 
 // gcTuneApplies reports whether the runner may tune the collector: not

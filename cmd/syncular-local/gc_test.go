@@ -3,7 +3,7 @@ package main
 import "testing"
 
 // The heap goal GOGC puts is live × (1 + GOGC/100); the tuner's goal is
-// max(floor, 2 × live).
+// live + max(floor − live, floor/2, live/2).
 func TestGCGoalPercent(t *testing.T) {
 	const mb = 1 << 20
 	floor := uint64(64 * mb)
@@ -14,18 +14,19 @@ func TestGCGoalPercent(t *testing.T) {
 		{4 * mb, 64 * mb},
 		{16 * mb, 64 * mb},
 		{31 * mb, 64 * mb},
-		{32 * mb, 64 * mb}, // floor/2: GOGC=100 reaches the floor by itself
-		{40 * mb, 80 * mb}, // past floor/2: the default pacing
-		{500 * mb, 1000 * mb},
+		{32 * mb, 64 * mb},
+		{40 * mb, 72 * mb},   // headroom of half the floor
+		{64 * mb, 96 * mb},   // at the floor: half of either
+		{200 * mb, 300 * mb}, // past it: half the live heap (GOGC=50)
 	} {
 		p := gcGoalPercent(c.live, floor)
 		goal := c.live * uint64(100+p) / 100
-		// Integer percent: the goal may fall short of the floor by under 1% of live.
+		// Integer percent: the goal may fall short by under 1% of live.
 		if goal > c.want || goal+c.live/100 < c.want {
 			t.Errorf("live %d MiB: GOGC=%d, goal %d MiB, want %d MiB", c.live/mb, p, goal/mb, c.want/mb)
 		}
-		if p < 100 {
-			t.Errorf("live %d MiB: GOGC=%d below the default", c.live/mb, p)
+		if p < 50 {
+			t.Errorf("live %d MiB: GOGC=%d below 50", c.live/mb, p)
 		}
 	}
 	if p := gcGoalPercent(0, floor); p != 10_000 {
