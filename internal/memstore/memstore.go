@@ -77,7 +77,12 @@ type partState struct {
 	// outcomes maps appendOutcomeKey to the encoded outcome
 	// (logcodec.go); for a logged commit both are substrings of its entry.
 	outcomes map[string]string
-	clients  map[string]*store.Client
+	// clients is guarded by clientsMu, not mu: every pull records its
+	// client, and taking the partition's write lock for it made pulls
+	// queue behind commits. Lock order: mu before clientsMu (AckCursor
+	// and RotateEpoch need the epoch with the records).
+	clientsMu sync.Mutex
+	clients   map[string]*store.Client
 	// refs is the §6.11 reference index: child row ids by (child table,
 	// reference column, parent id).
 	refs map[refKey]map[string]struct{}
@@ -240,7 +245,9 @@ func (s *Store) RotateEpoch(ctx context.Context, partition, newEpoch string, now
 	p.mu.Lock()
 	p.head.LogEpoch = newEpoch
 	p.head.EpochRequired = true
+	p.clientsMu.Lock()
 	p.clients = make(map[string]*store.Client)
+	p.clientsMu.Unlock()
 	p.mu.Unlock()
 	return nil
 }
@@ -460,16 +467,29 @@ func (s *Store) GetRows(ctx context.Context, partition, tableName string, rowIDs
 	if p == nil {
 		return out, nil
 	}
+	// The read lock covers only copying the rows' headers: a stored
+	// row's slices are never written once stored (an update replaces the
+	// whole row), so they are cloned after it is released, and a commit
+	// waiting for the write lock does not wait for the allocations.
+	rows := make([]store.Row, len(rowIDs))
+	var foundBuf [8]bool
+	found := foundBuf[:0]
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	t := p.tables[tableName]
-	if t == nil {
-		return out, nil
+	if t := p.tables[tableName]; t != nil {
+		for i, id := range rowIDs {
+			e := t.byID[id]
+			if e != nil {
+				rows[i] = e.row
+			}
+			found = append(found, e != nil)
+		}
 	}
-	for _, id := range rowIDs {
-		if e := t.byID[id]; e != nil {
-			r := cloneRow(&e.row)
-			out[id] = &r
+	p.mu.RUnlock()
+	for i, ok := range found {
+		if ok {
+			r := &rows[i]
+			*r = cloneRow(r)
+			out[rowIDs[i]] = r
 		}
 	}
 	return out, nil
@@ -661,8 +681,8 @@ func (s *Store) GetClient(ctx context.Context, partition, clientID string) (*sto
 	if p == nil {
 		return nil, nil
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
+	p.clientsMu.Lock()
+	defer p.clientsMu.Unlock()
 	c := p.clients[clientID]
 	if c == nil {
 		return nil, nil
@@ -672,7 +692,7 @@ func (s *Store) GetClient(ctx context.Context, partition, clientID string) (*sto
 }
 
 // BindClient implements store.Store: create-if-absent under the
-// partition lock.
+// client records' lock.
 func (s *Store) BindClient(ctx context.Context, partition string, c *store.Client) (*store.Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -681,8 +701,8 @@ func (s *Store) BindClient(ctx context.Context, partition string, c *store.Clien
 	if p == nil {
 		return nil, ErrUnknownPartition
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.clientsMu.Lock()
+	defer p.clientsMu.Unlock()
 	if cur := p.clients[c.ClientID]; cur != nil {
 		cc := *cur
 		return &cc, nil
@@ -702,13 +722,15 @@ func (s *Store) PutClient(ctx context.Context, partition string, c *store.Client
 		return ErrUnknownPartition
 	}
 	cc := *c
-	p.mu.Lock()
+	p.clientsMu.Lock()
 	p.clients[c.ClientID] = &cc
-	p.mu.Unlock()
+	p.clientsMu.Unlock()
 	return nil
 }
 
-// AckCursor implements store.Store under the partition lock.
+// AckCursor implements store.Store: the epoch is read under the
+// partition lock, held while the record changes, so a rotation cannot
+// slip in between.
 func (s *Store) AckCursor(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -717,8 +739,10 @@ func (s *Store) AckCursor(ctx context.Context, partition, clientID, actorID, log
 	if p == nil {
 		return false, nil
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	p.clientsMu.Lock()
+	defer p.clientsMu.Unlock()
 	c := p.clients[clientID]
 	if c == nil || c.ActorID != actorID || p.head.LogEpoch != logEpoch {
 		return false, nil
@@ -738,12 +762,12 @@ func (s *Store) ListClients(ctx context.Context, partition string, fn func(*stor
 	if p == nil {
 		return nil
 	}
-	p.mu.RLock()
+	p.clientsMu.Lock()
 	list := make([]store.Client, 0, len(p.clients))
 	for _, c := range p.clients {
 		list = append(list, *c)
 	}
-	p.mu.RUnlock()
+	p.clientsMu.Unlock()
 	for i := range list {
 		if !fn(&list[i]) {
 			return nil
