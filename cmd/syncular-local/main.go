@@ -63,6 +63,7 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.BoolVar(&o.create, "create", false, "create the table and bucket first")
 	cors := fs.String("cors-origins", "*", "comma-separated browser origins allowed by CORS (\"*\" for any, empty for none)")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof (CPU, heap, allocs, mutex, block profiles) on this loopback address, e.g. 127.0.0.1:6060")
+	gcFloor := fs.Int("gc-floor-mb", 64, "collector pacing: heap goal live + max(floor − live, floor/2, live/2) MiB (GOGC set from the live heap; 0 keeps the Go default; ignored when GOGC or GOMEMLIMIT is set)")
 	printPull := fs.Bool("print-pull", false, "write a minimal SSP2 pull request body to stdout and exit")
 	render := fs.Bool("render", false, "read an SSP2 message (or a JSON error) on stdin and print its debug rendering")
 	if err := fs.Parse(args); err != nil {
@@ -82,7 +83,7 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("-log-level: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(newFastText(stderr, level)) // slog.TextHandler's lines, cheaper (textlog.go)
 
 	rn, err := newRunner(ctx, o, logger)
 	if err != nil {
@@ -135,6 +136,9 @@ Ctrl-C stops.
 		defer stopPprof()
 	}
 
+	if *gcFloor > 0 && gcTuneApplies(os.Getenv) {
+		go runGCTuner(ctx, uint64(*gcFloor)<<20, 250*time.Millisecond)
+	}
 	srv := &http.Server{Handler: rn, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
+	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
 
@@ -24,6 +26,11 @@ type quietPullFixture struct {
 	body   []byte
 	header http.Header
 	path   string
+	// For push-pull rounds: the pull's client, epoch and cursor.
+	d      *apptest.Deployment
+	tok    string
+	epoch  string
+	cursor int64
 }
 
 func newQuietPullFixture(t testing.TB, o options) *quietPullFixture {
@@ -32,7 +39,7 @@ func newQuietPullFixture(t testing.TB, o options) *quietPullFixture {
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		t.Fatal(err)
 	}
-	rn, err := newRunner(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: level})))
+	rn, err := newRunner(context.Background(), o, slog.New(newFastText(io.Discard, level)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +68,7 @@ func newQuietPullFixture(t testing.TB, o options) *quietPullFixture {
 	if sec := d.Pull(t, tok, "bench-client", epoch, hdr, sub); len(sec.Commits) != 0 {
 		t.Fatal("pull at the head returned commits")
 	}
-	f := &quietPullFixture{rn: rn, header: http.Header{}, path: last.RawPath}
+	f := &quietPullFixture{rn: rn, header: http.Header{}, path: last.RawPath, d: d, tok: tok, epoch: epoch, cursor: sub.Cursor}
 	f.body = []byte(last.Body)
 	if last.IsBase64Encoded {
 		f.body, _ = base64.StdEncoding.DecodeString(last.Body)
@@ -77,7 +84,11 @@ func newQuietPullFixture(t testing.TB, o options) *quietPullFixture {
 // serve runs one quiet pull through the runner's handler in process (no
 // socket, no HTTP client): only the server's share of a request.
 func (f *quietPullFixture) serve(t testing.TB, w *httptest.ResponseRecorder) {
-	r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:8787"+f.path, bytes.NewReader(f.body))
+	f.serveBody(t, w, f.path, f.body)
+}
+
+func (f *quietPullFixture) serveBody(t testing.TB, w *httptest.ResponseRecorder, path string, body []byte) {
+	r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:8787"+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,5 +116,34 @@ func BenchmarkRunnerServeQuietPull(b *testing.B) {
 				f.serve(b, httptest.NewRecorder())
 			}
 		})
+	}
+}
+
+// The push-pull round of the load generators (cmd/syncular-load, the
+// reference's push-pull scenario): one upsert pushed and the client's
+// subscription pulled in one /sync request, through the runner's handler
+// in process. Request bodies are built with the timer stopped.
+func BenchmarkRunnerServePushPull(b *testing.B) {
+	f := newQuietPullFixture(b, testOptions())
+	sch := f.d.Schema
+	hdr := wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows, LimitCommits: 100}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		id := fmt.Sprintf("t%d", i%20)
+		push := wire.PushCommit{ClientCommitID: fmt.Sprintf("pp-%d", i), Operations: []wire.Operation{apptest.Upsert("tasks", id, 0, f.d.Task(b, id, "p1", "round"))}}
+		sub := wire.Subscription{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: f.cursor}
+		body := apptest.Request(b, wire.Version2, wire.ReqHeader{ClientID: "bench-client", SchemaVersion: sch.Latest, LogEpoch: wire.Some(f.epoch)}, &push, &hdr, &sub)
+		w := httptest.NewRecorder()
+		b.StartTimer()
+		f.serveBody(b, w, "/sync", body)
+		b.StopTimer()
+		secs, err := enginetest.ParseSections(apptest.Decode(b, w.Body.Bytes()))
+		if err != nil || len(secs) != 1 || len(secs[0].Commits) != 1 {
+			b.Fatalf("round %d: %v, %d sections", i, err, len(secs))
+		}
+		f.cursor = secs[0].End.NextCursor
+		b.StartTimer()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"time"
 
@@ -146,7 +147,9 @@ func WriteResponse(w http.ResponseWriter, resp *httpapi.Response) error {
 		case 0:
 			wh.Set(k, "")
 		case 1:
-			wh.Set(k, vs[0])
+			// The response's own one-value slice, capped so an append
+			// by a later writer copies it: no allocation per header.
+			wh[textproto.CanonicalMIMEHeaderKey(k)] = vs[:1:1]
 		default:
 			wh.Set(k, strings.Join(vs, ", "))
 		}

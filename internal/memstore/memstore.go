@@ -4,7 +4,9 @@
 // memory, so it is durable only as long as the process lives.
 //
 // Every byte slice is copied on the way in and on the way out, so callers
-// may reuse their buffers and may modify what they get back.
+// may reuse their buffers and may modify what they get back. Commits and
+// outcomes are kept encoded (logcodec.go), and the log has a scope index
+// (logindex.go) so a scoped read touches only the commits it returns.
 package memstore
 
 import (
@@ -61,12 +63,26 @@ var _ store.Store = (*Store)(nil)
 // partState is one partition's registry entry, log, rows, outcomes and
 // client records under a single lock, which makes Commit trivially atomic.
 type partState struct {
-	mu       sync.RWMutex
-	head     store.Head
-	log      []*store.Commit // owned copies; log[i].Seq == log[0].Seq+i
-	tables   map[string]*table
-	outcomes map[outcomeKey]*store.Outcome
-	clients  map[string]*store.Client
+	mu   sync.RWMutex
+	head store.Head
+	// log holds encoded commits (logcodec.go), never modified once
+	// appended: log[i] has seq logFirst+i.
+	log      []string
+	logFirst int64
+	// logIdx lists, per (table, scope variable, value), the seqs of the
+	// logged commits with a change of that table holding that value
+	// (§3.1 inverted index), ascending.
+	logIdx map[logKey][]int64
+	tables map[string]*table
+	// outcomes maps appendOutcomeKey to the encoded outcome
+	// (logcodec.go); for a logged commit both are substrings of its entry.
+	outcomes map[string]string
+	// clients is guarded by clientsMu, not mu: every pull records its
+	// client, and taking the partition's write lock for it made pulls
+	// queue behind commits. Lock order: mu before clientsMu (AckCursor
+	// and RotateEpoch need the epoch with the records).
+	clientsMu sync.Mutex
+	clients   map[string]*store.Client
 	// refs is the §6.11 reference index: child row ids by (child table,
 	// reference column, parent id).
 	refs map[refKey]map[string]struct{}
@@ -87,8 +103,6 @@ type tombRef struct {
 }
 
 type refKey struct{ table, column, parentID string }
-
-type outcomeKey struct{ clientID, clientCommitID string }
 
 // table pairs an id map (GetRows) with the ordered index (ScanRows) and
 // one ordered index per stored scope (variable, value) (ScanScopedRows).
@@ -165,7 +179,8 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 				head:     store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs},
 				fence:    s.marker, // a new partition starts fenced at the marker
 				tables:   make(map[string]*table),
-				outcomes: make(map[outcomeKey]*store.Outcome),
+				logIdx:   make(map[logKey][]int64),
+				outcomes: make(map[string]string),
 				clients:  make(map[string]*store.Client),
 				refs:     make(map[refKey]map[string]struct{}),
 			}
@@ -230,7 +245,9 @@ func (s *Store) RotateEpoch(ctx context.Context, partition, newEpoch string, now
 	p.mu.Lock()
 	p.head.LogEpoch = newEpoch
 	p.head.EpochRequired = true
+	p.clientsMu.Lock()
 	p.clients = make(map[string]*store.Client)
+	p.clientsMu.Unlock()
 	p.mu.Unlock()
 	return nil
 }
@@ -244,13 +261,15 @@ func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommi
 	if p == nil {
 		return nil, nil
 	}
+	var buf [96]byte
+	k := appendOutcomeKey(buf[:0], clientID, clientCommitID)
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	o := p.outcomes[outcomeKey{clientID, clientCommitID}]
-	if o == nil {
+	o, ok := p.outcomes[string(k)]
+	p.mu.RUnlock()
+	if !ok {
 		return nil, nil
 	}
-	return copyOutcome(o), nil
+	return decodeOutcome(o), nil
 }
 
 // PutRejection implements store.Store.
@@ -262,11 +281,11 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	if p == nil {
 		return ErrUnknownPartition
 	}
-	c := copyOutcome(&o)
-	k := outcomeKey{clientID, clientCommitID}
+	c := encodeOutcome(&o)
+	k := string(appendOutcomeKey(nil, clientID, clientCommitID))
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.outcomes[k] != nil {
+	if _, ok := p.outcomes[k]; ok {
 		return store.ErrOutcomeExists
 	}
 	if w.WriterVersion < p.fence {
@@ -297,9 +316,8 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	}
 	// Copy outside the lock: it is the expensive part and touches only
 	// caller memory.
-	c := copyCommit(&req.Commit)
-	c.WriterVersion = req.WriterVersion
-	o := copyOutcome(&req.Outcome)
+	c := encodeCommit(&req.Commit, req.WriterVersion, &req.Outcome)
+	k := c.key()
 	rows := make([]*rowEntry, len(req.Rows))
 	for i := range req.Rows {
 		w := &req.Rows[i]
@@ -311,13 +329,12 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		e.row.CommitSeq = seq
 		rows[i] = e
 	}
-	k := outcomeKey{req.Commit.ClientID, req.Commit.ClientCommitID}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// The idempotency check goes first: when both fail, replaying the
 	// recorded outcome is what the engine ends up doing anyway.
-	if p.outcomes[k] != nil {
+	if _, ok := p.outcomes[k]; ok {
 		return store.ErrOutcomeExists
 	}
 	if req.WriterVersion < p.fence {
@@ -377,13 +394,16 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	for _, w := range req.RefWrites {
 		p.applyRef(w)
 	}
-	if len(p.log) > 0 && p.log[len(p.log)-1].Seq != seq-1 {
+	if len(p.log) == 0 {
+		p.logFirst = seq
+	} else if p.logFirst+int64(len(p.log)) != seq {
 		// Unreachable while the head check above holds; guards the log
 		// indexing invariant against future edits.
 		panic("memstore: log is not contiguous")
 	}
-	p.log = append(p.log, c)
-	p.outcomes[k] = o
+	p.log = append(p.log, c.entry)
+	p.indexCommit(req.Commit.Changes, seq)
+	p.outcomes[k] = c.outcome()
 	p.head.MaxCommitSeq = seq
 	if adv != nil {
 		applyAdvance(adv, req.Advance, req.Commit.CreatedAtMs)
@@ -447,16 +467,29 @@ func (s *Store) GetRows(ctx context.Context, partition, tableName string, rowIDs
 	if p == nil {
 		return out, nil
 	}
+	// The read lock covers only copying the rows' headers: a stored
+	// row's slices are never written once stored (an update replaces the
+	// whole row), so they are cloned after it is released, and a commit
+	// waiting for the write lock does not wait for the allocations.
+	rows := make([]store.Row, len(rowIDs))
+	var foundBuf [8]bool
+	found := foundBuf[:0]
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	t := p.tables[tableName]
-	if t == nil {
-		return out, nil
+	if t := p.tables[tableName]; t != nil {
+		for i, id := range rowIDs {
+			e := t.byID[id]
+			if e != nil {
+				rows[i] = e.row
+			}
+			found = append(found, e != nil)
+		}
 	}
-	for _, id := range rowIDs {
-		if e := t.byID[id]; e != nil {
-			r := cloneRow(&e.row)
-			out[id] = &r
+	p.mu.RUnlock()
+	for i, ok := range found {
+		if ok {
+			r := &rows[i]
+			*r = cloneRow(r)
+			out[rowIDs[i]] = r
 		}
 	}
 	return out, nil
@@ -552,84 +585,90 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, tableName, variab
 	return nil
 }
 
-// ReadLogScoped implements store.Store by filtering the log: memory
-// holds it anyway, so no index is kept.
+// ReadLogScoped implements store.Store through the log's scope index
+// (logindex.go): it decodes only the commits of the window listed under
+// (table, variable, value) for one of values, never the rest of the
+// window. The horizon is read in the same locked step as the last batch
+// of the index.
 func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable string, values []string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) (int64, error) {
-	err := s.walkLog(ctx, partition, afterSeq, throughSeq, true, func(c *store.Commit) bool {
-		for _, ch := range c.Changes {
-			if ch.Table != table {
-				continue
-			}
-			for _, sc := range ch.Scopes {
-				if sc.Key == variable && slices.Contains(values, sc.Value) {
-					return fn(c)
-				}
+	p := s.lookup(partition)
+	if p == nil {
+		return 0, ctx.Err()
+	}
+	if throughSeq < 0 {
+		throughSeq = maxInt64
+	}
+	var batch []string
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		p.mu.RLock()
+		batch = p.scopedBatchLocked(batch[:0], table, variable, values, afterSeq, throughSeq)
+		horizon := p.head.HorizonSeq
+		p.mu.RUnlock()
+		for _, e := range batch {
+			if !fn(decodeCommit(e)) {
+				return horizon, nil
 			}
 		}
-		return true
-	})
-	if err != nil {
-		return 0, err
+		if len(batch) < scanBatchCommits {
+			return horizon, nil
+		}
+		afterSeq = entrySeq(batch[len(batch)-1])
 	}
-	h, _, err := s.Head(ctx, partition)
-	return h.HorizonSeq, err
 }
 
 // ReadLog implements store.Store.
 func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) error {
-	return s.walkLog(ctx, partition, afterSeq, throughSeq, true, fn)
+	return s.walkLog(ctx, partition, afterSeq, throughSeq, func(e string) bool { return fn(decodeCommit(e)) })
 }
 
-// CommitTimes implements store.Store.
+// CommitTimes implements store.Store: it reads only the entries' fixed
+// headers.
 func (s *Store) CommitTimes(ctx context.Context, partition string, afterSeq int64, fn func(seq, createdAtMs int64) bool) error {
-	return s.walkLog(ctx, partition, afterSeq, -1, false, func(c *store.Commit) bool { return fn(c.Seq, c.CreatedAtMs) })
+	return s.walkLog(ctx, partition, afterSeq, -1, func(e string) bool { return fn(entrySeq(e), entryTime(e)) })
 }
 
-// walkLog calls fn for commits with afterSeq < Seq ≤ throughSeq (no upper
-// bound when throughSeq < 0), in batches; full copies only when the caller
-// sees the changes. A commit in the log is never modified once appended
-// (Commit appends a private copy; pruning drops whole entries), so the
-// read lock is held only to collect a batch of pointers and the copies
-// are made after it is released: a pull copying many commits must not
-// keep a committing writer — and, behind it, every other reader — waiting.
-func (s *Store) walkLog(ctx context.Context, partition string, afterSeq, throughSeq int64, full bool, fn func(*store.Commit) bool) error {
+// walkLog calls fn for the entries with afterSeq < Seq ≤ throughSeq (no
+// upper bound when throughSeq < 0), in batches. An entry is never
+// modified once appended (pruning drops whole entries), so the read lock
+// is held only to collect a batch of entries and fn decodes them after it
+// is released: a pull reading many commits must not keep a committing
+// writer — and, behind it, every other reader — waiting.
+func (s *Store) walkLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(string) bool) error {
 	p := s.lookup(partition)
 	if p == nil {
 		return ctx.Err()
 	}
-	var batch []*store.Commit
+	if throughSeq < 0 {
+		throughSeq = maxInt64
+	}
+	var batch []string
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		batch = batch[:0]
 		p.mu.RLock()
-		if n := len(p.log); n > 0 {
-			first := p.log[0].Seq
-			from := max(afterSeq+1, first) - first
-			for i := from; i < int64(n) && len(batch) < scanBatchCommits; i++ {
-				c := p.log[i]
-				if throughSeq >= 0 && c.Seq > throughSeq {
-					break
-				}
-				batch = append(batch, c)
-			}
+		from := max(afterSeq+1, p.logFirst) - p.logFirst
+		to := min(int64(len(p.log)), from+scanBatchCommits)
+		if last := throughSeq - p.logFirst; last < to-1 {
+			to = last + 1
+		}
+		batch = batch[:0]
+		if from < to {
+			batch = append(batch, p.log[from:to]...)
 		}
 		p.mu.RUnlock()
-		for _, c := range batch {
-			if full {
-				c = copyCommit(c)
-			} else {
-				c = &store.Commit{Seq: c.Seq, CreatedAtMs: c.CreatedAtMs}
-			}
-			if !fn(c) {
+		for _, e := range batch {
+			if !fn(e) {
 				return nil
 			}
 		}
 		if len(batch) < scanBatchCommits {
 			return nil
 		}
-		afterSeq = batch[len(batch)-1].Seq
+		afterSeq = entrySeq(batch[len(batch)-1])
 	}
 }
 
@@ -642,8 +681,8 @@ func (s *Store) GetClient(ctx context.Context, partition, clientID string) (*sto
 	if p == nil {
 		return nil, nil
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
+	p.clientsMu.Lock()
+	defer p.clientsMu.Unlock()
 	c := p.clients[clientID]
 	if c == nil {
 		return nil, nil
@@ -653,7 +692,7 @@ func (s *Store) GetClient(ctx context.Context, partition, clientID string) (*sto
 }
 
 // BindClient implements store.Store: create-if-absent under the
-// partition lock.
+// client records' lock.
 func (s *Store) BindClient(ctx context.Context, partition string, c *store.Client) (*store.Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -662,8 +701,8 @@ func (s *Store) BindClient(ctx context.Context, partition string, c *store.Clien
 	if p == nil {
 		return nil, ErrUnknownPartition
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.clientsMu.Lock()
+	defer p.clientsMu.Unlock()
 	if cur := p.clients[c.ClientID]; cur != nil {
 		cc := *cur
 		return &cc, nil
@@ -683,13 +722,15 @@ func (s *Store) PutClient(ctx context.Context, partition string, c *store.Client
 		return ErrUnknownPartition
 	}
 	cc := *c
-	p.mu.Lock()
+	p.clientsMu.Lock()
 	p.clients[c.ClientID] = &cc
-	p.mu.Unlock()
+	p.clientsMu.Unlock()
 	return nil
 }
 
-// AckCursor implements store.Store under the partition lock.
+// AckCursor implements store.Store: the epoch is read under the
+// partition lock, held while the record changes, so a rotation cannot
+// slip in between.
 func (s *Store) AckCursor(ctx context.Context, partition, clientID, actorID, logEpoch string, cursor, nowMs int64) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -698,8 +739,10 @@ func (s *Store) AckCursor(ctx context.Context, partition, clientID, actorID, log
 	if p == nil {
 		return false, nil
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	p.clientsMu.Lock()
+	defer p.clientsMu.Unlock()
 	c := p.clients[clientID]
 	if c == nil || c.ActorID != actorID || p.head.LogEpoch != logEpoch {
 		return false, nil
@@ -719,12 +762,12 @@ func (s *Store) ListClients(ctx context.Context, partition string, fn func(*stor
 	if p == nil {
 		return nil
 	}
-	p.mu.RLock()
+	p.clientsMu.Lock()
 	list := make([]store.Client, 0, len(p.clients))
 	for _, c := range p.clients {
 		list = append(list, *c)
 	}
-	p.mu.RUnlock()
+	p.clientsMu.Unlock()
 	for i := range list {
 		if !fn(&list[i]) {
 			return nil
@@ -752,12 +795,16 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 		return 0, nil
 	}
 	p.head.HorizonSeq = h
-	n := 0
-	for n < len(p.log) && p.log[n].Seq <= h {
-		n++
+	n := int(min(max(h-p.logFirst+1, 0), int64(len(p.log))))
+	// A pruned commit's outcome stays: its key and value are substrings
+	// of the entry (logcodec.go), copied out so the entry's memory goes.
+	for _, e := range p.log[:n] {
+		p.ownOutcomeLocked(e)
 	}
 	// Copy the survivors so the pruned commits' memory is released.
-	p.log = append([]*store.Commit(nil), p.log[n:]...)
+	p.log = append([]string(nil), p.log[n:]...)
+	p.logFirst += int64(n)
+	p.pruneIndexLocked(h)
 	k := 0
 	for k < len(p.tombs) && p.tombs[k].seq <= h {
 		ref := p.tombs[k]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -338,4 +339,35 @@ func BenchmarkScanRows(b *testing.B) {
 
 func TestSchemaContract(t *testing.T) {
 	storetest.RunSchemaStore(t, func(*testing.T) storetest.SchemaBackend { return memstore.New() })
+}
+
+// Outcomes outlive the commits Prune drops (the store keeps an applied
+// commit's outcome inside its log entry until then): a replay after
+// pruning is still answered from the recorded outcome, and the commit is
+// still refused as a duplicate.
+func TestOutcomesSurvivePrune(t *testing.T) {
+	s := touched(t)
+	var reqs []*store.CommitRequest
+	for i := range int64(3) {
+		req := commitReq(i, fmt.Sprintf("c%d", i), store.RowWrite{Table: "t", Row: store.Row{RowID: fmt.Sprintf("r%d", i), Version: 1}})
+		req.Outcome.Result = []byte{byte(i), 7}
+		req.Outcome.ActorID = "alice"
+		if err := s.Commit(ctx, "p", req); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, req)
+	}
+	if n, err := s.Prune(ctx, "p", 2); err != nil || n != 2 {
+		t.Fatalf("Prune(2) = %d, %v", n, err)
+	}
+	for _, req := range reqs {
+		o, err := s.GetOutcome(ctx, "p", req.Commit.ClientID, req.Commit.ClientCommitID)
+		if err != nil || o == nil || !reflect.DeepEqual(*o, req.Outcome) {
+			t.Errorf("outcome of %s after pruning: %+v, %v; want %+v", req.Commit.ClientCommitID, o, err, req.Outcome)
+		}
+	}
+	again := commitReq(3, "c0")
+	if err := s.Commit(ctx, "p", again); !errors.Is(err, store.ErrOutcomeExists) {
+		t.Errorf("re-commit of a pruned commit's id: %v, want ErrOutcomeExists", err)
+	}
 }

@@ -230,11 +230,11 @@ func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, 
 	if p.fence < c.SchemaVersion {
 		return "", store.ErrFenceMissing
 	}
-	for _, cm := range p.log {
-		if cm.Seq <= c.Watermark {
+	for _, e := range p.log {
+		if entrySeq(e) <= c.Watermark {
 			continue
 		}
-		for _, ch := range cm.Changes {
+		for _, ch := range decodeCommit(e).Changes {
 			if slices.Contains(c.Sources, ch.Table) {
 				return store.Stale, nil
 			}

@@ -249,6 +249,9 @@ type Engine struct {
 	// the gate is off; declared holds Config.Checkpoints.
 	gates    store.SchemaStore
 	declared map[string]bool
+	// cheapScopedLog: the store's ReadLogScoped is read for every
+	// incremental window (store.CheapScopedLog).
+	cheapScopedLog bool
 }
 
 // New validates cfg and returns an Engine.
@@ -302,6 +305,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.BlobPresigner != nil {
 		e.SetBlobPresigner(cfg.BlobPresigner)
+	}
+	if c, ok := cfg.Store.(store.CheapScopedLog); ok {
+		e.cheapScopedLog = c.CheapScopedLog()
 	}
 	if ss, ok := cfg.Store.(store.SchemaStore); ok && !cfg.NoSchemaGate {
 		e.gates = ss

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
@@ -18,7 +19,8 @@ import (
 // response byte.
 type failingLog struct {
 	*memstore.Store
-	armed bool
+	armed       bool
+	wholeWindow bool
 }
 
 func (f *failingLog) ReadLog(ctx context.Context, p string, after, through int64, fn func(*store.Commit) bool) error {
@@ -28,11 +30,28 @@ func (f *failingLog) ReadLog(ctx context.Context, p string, after, through int64
 	return f.Store.ReadLog(ctx, p, after, through, fn)
 }
 
+func (f *failingLog) ReadLogScoped(ctx context.Context, p, table, variable string, values []string, after, through int64, fn func(*store.Commit) bool) (int64, error) {
+	if f.armed {
+		return 0, errors.New("disk on fire")
+	}
+	return f.Store.ReadLogScoped(ctx, p, table, variable, values, after, through, fn)
+}
+
+// CheapScopedLog: with wholeWindow the engine reads short windows whole
+// (ReadLog), as over DynamoDB, not through memstore's scope index.
+func (f *failingLog) CheapScopedLog() bool { return !f.wholeWindow }
+
 // §1.1 / §1.6: failures after the first byte go in-band as ERROR then
 // END; completed parts of the response stand; failures before it are
 // request errors with nothing written.
 func TestInBandError(t *testing.T) {
-	st := &failingLog{Store: memstore.New()}
+	for _, whole := range []bool{true, false} {
+		t.Run(fmt.Sprintf("whole=%v", whole), func(t *testing.T) { testInBandError(t, whole) })
+	}
+}
+
+func testInBandError(t *testing.T, whole bool) {
+	st := &failingLog{Store: memstore.New(), wholeWindow: whole}
 	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
 	grantAll(h, projects("p1"), "alice", "bob")
 	a := h.Client("tenant", "alice", "a")

@@ -234,26 +234,33 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 		}
 		return next, true, ps.write(&wire.SubEnd{NextCursor: next})
 	}
-	delivered := 0
-	exhausted := true
-	gap := false
-	expect := sub.Cursor + 1
-	var frames []*wire.Commit
-	// The held-back SUB_START counts against the byte budget too.
-	startBytes, err := wire.AppendFrame(nil, ps.rs.version, start)
+	// The walk's state is one value: the log callback below escapes, and
+	// each variable it writes would otherwise be a heap allocation.
+	var w struct {
+		next                     int64
+		delivered, pendingBytes  int
+		exhausted, gap, sentData bool
+		expect                   int64
+		frames                   []*wire.Commit
+		werr                     error
+	}
+	w.next, w.exhausted, w.expect, w.sentData = next, true, sub.Cursor+1, ps.sentData
+	// The held-back SUB_START counts against the byte budget too (its
+	// encoding is only measured: a stack buffer fits the usual one).
+	var scratch [256]byte
+	startBytes, err := wire.AppendFrame(scratch[:0], ps.rs.version, start)
 	if err != nil {
 		return 0, false, err
 	}
-	pendingBytes := len(startBytes)
-	sentData := ps.sentData
-	var werr error
-	// A long window is read through the log's scope index (§3.1): only
-	// the commits touching the subscription's values of its key variable,
-	// not the window. Commits come then with gaps, so the read's horizon
-	// (read after the index) replaces the contiguity check, and a stop
-	// before commit c leaves the cursor at c−1 (nothing in between
-	// concerns this subscription).
-	scoped := ps.maxSeq-sub.Cursor > scopedLogMinWindow
+	w.pendingBytes = len(startBytes)
+	// A long window — any window when the store's scope index costs no
+	// more than the log it lists (store.CheapScopedLog) — is read through
+	// the log's scope index (§3.1): only the commits touching the
+	// subscription's values of its key variable, not the window. Commits
+	// come then with gaps, so the read's horizon (read after the index)
+	// replaces the contiguity check, and a stop before commit c leaves the
+	// cursor at c−1 (nothing in between concerns this subscription).
+	scoped := len(p.effective) > 0 && (ps.e.cheapScopedLog || ps.maxSeq-sub.Cursor > scopedLogMinWindow)
 	each := func(fn func(*store.Commit) bool) error { return ps.log.each(ctx, sub.Cursor, fn) }
 	if scoped {
 		each = func(fn func(*store.Commit) bool) error {
@@ -263,70 +270,70 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 				return storeErr(err, "read the log by scope")
 			}
 			if hz > sub.Cursor {
-				gap = true // pruning reached the window: decided below (§4.6)
+				w.gap = true // pruning reached the window: decided below (§4.6)
 			}
 			return nil
 		}
 	}
 	err = each(func(c *store.Commit) bool {
 		if scoped {
-			if c.Seq <= sub.Cursor || c.Seq > ps.maxSeq || c.Seq < expect {
+			if c.Seq <= sub.Cursor || c.Seq > ps.maxSeq || c.Seq < w.expect {
 				return true
 			}
-			expect = c.Seq
+			w.expect = c.Seq
 		}
-		if c.Seq != expect {
-			gap = true
+		if c.Seq != w.expect {
+			w.gap = true
 			return false
 		}
-		expect++
+		w.expect++
 		stopAt := func() {
 			if scoped {
-				next = c.Seq - 1
+				w.next = c.Seq - 1
 			}
 		}
 		frame := commitFrame(c, sub.Table, p.effective)
 		if frame == nil {
-			next = c.Seq // nothing for this subscription: the cursor still advances
+			w.next = c.Seq // nothing for this subscription: the cursor still advances
 			return true
 		}
-		if ps.outOfTime(ctx, sentData) {
-			exhausted = false
+		if ps.outOfTime(ctx, w.sentData) {
+			w.exhausted = false
 			stopAt()
 			return false
 		}
-		if werr = ps.forClientVersion(frame, p.table); werr != nil {
+		if w.werr = ps.forClientVersion(frame, p.table); w.werr != nil {
 			return false
 		}
 		n := len(frame.Changes)
-		if delivered > 0 && delivered+n > ps.lim.commits {
-			exhausted = false
+		if w.delivered > 0 && w.delivered+n > ps.lim.commits {
+			w.exhausted = false
 			stopAt()
 			return false
 		}
 		size := frameSize(frame)
-		if sentData && ps.cw.n+int64(pendingBytes+size) > int64(ps.e.limits.ResponseBudgetBytes) {
-			exhausted = false
+		if w.sentData && ps.cw.n+int64(w.pendingBytes+size) > int64(ps.e.limits.ResponseBudgetBytes) {
+			w.exhausted = false
 			stopAt()
 			return false
 		}
-		frames = append(frames, frame)
-		pendingBytes += size
-		sentData = true
-		delivered += n
-		next = c.Seq
+		w.frames = append(w.frames, frame)
+		w.pendingBytes += size
+		w.sentData = true
+		w.delivered += n
+		w.next = c.Seq
 		return true
 	})
 	if err == nil {
-		err = werr
+		err = w.werr
 	}
 	if err != nil {
 		return 0, false, err
 	}
-	if !scoped && exhausted && !gap && next < ps.maxSeq && expect <= ps.maxSeq {
-		gap = true // the read ended before maxSeq
+	if !scoped && w.exhausted && !w.gap && w.next < ps.maxSeq && w.expect <= ps.maxSeq {
+		w.gap = true // the read ended before maxSeq
 	}
-	if gap {
+	if w.gap {
 		h, ok, err := ps.e.store.Head(ctx, ps.rs.auth.Partition)
 		if err != nil {
 			return 0, false, storeErr(err, "read partition head")
@@ -340,7 +347,7 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 			return sub.Cursor, false, ps.write(&wire.SubEnd{NextCursor: sub.Cursor})
 		}
 		if !scoped {
-			return 0, false, syncerr.New(syncerr.StorageStaleRead, "the commit log read missed commit %d of the window (%d, %d]", expect, sub.Cursor, ps.maxSeq)
+			return 0, false, syncerr.New(syncerr.StorageStaleRead, "the commit log read missed commit %d of the window (%d, %d]", w.expect, sub.Cursor, ps.maxSeq)
 		}
 		// Scoped: the read's horizon was past the cursor but the head's
 		// no longer is (a restore?): nothing missing can be proven, so
@@ -349,23 +356,24 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	if err := ps.write(start); err != nil {
 		return 0, false, err
 	}
-	for _, f := range frames {
+	for _, f := range w.frames {
 		if err := ps.write(f); err != nil {
 			return 0, false, err
 		}
 		ps.sentData = true
 		ps.rs.report.CommitsSent++
 	}
-	if exhausted && next < ps.maxSeq {
-		next = ps.maxSeq
+	if w.exhausted && w.next < ps.maxSeq {
+		w.next = ps.maxSeq
 	}
-	return next, true, ps.write(&wire.SubEnd{NextCursor: next})
+	return w.next, true, ps.write(&wire.SubEnd{NextCursor: w.next})
 }
 
 // scopedLogMinWindow is the window length from which an incremental
 // section reads the log through its scope index (two round trips: the
 // index, then the commits it lists) rather than the whole window (one
-// Query of 100 log items per round trip).
+// Query of 100 log items per round trip). A store implementing
+// store.CheapScopedLog is read through its index at any length.
 const scopedLogMinWindow = 64
 
 // forClientVersion re-encodes a frame's rows (stored for the latest

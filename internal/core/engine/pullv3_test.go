@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
@@ -19,16 +20,35 @@ type racyStore struct {
 	pruneOnRead int64 // > 0: the next ReadLog first prunes through it
 	touchLag    bool  // TouchPartition reports maxCommitSeq 0
 	headLag     bool  // Head reports maxCommitSeq 0
+	// wholeWindow: the engine reads short windows whole (ReadLog), as
+	// over DynamoDB, instead of through memstore's scope index.
+	wholeWindow bool
 }
 
-func (r *racyStore) ReadLog(ctx context.Context, p string, after, through int64, fn func(*store.Commit) bool) error {
+func (r *racyStore) CheapScopedLog() bool { return !r.wholeWindow }
+
+func (r *racyStore) pruneFirst(ctx context.Context, p string) error {
 	if h := r.pruneOnRead; h > 0 {
 		r.pruneOnRead = 0
 		if _, err := r.Store.Prune(ctx, p, h); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+func (r *racyStore) ReadLog(ctx context.Context, p string, after, through int64, fn func(*store.Commit) bool) error {
+	if err := r.pruneFirst(ctx, p); err != nil {
+		return err
+	}
 	return r.Store.ReadLog(ctx, p, after, through, fn)
+}
+
+func (r *racyStore) ReadLogScoped(ctx context.Context, p, table, variable string, values []string, after, through int64, fn func(*store.Commit) bool) (int64, error) {
+	if err := r.pruneFirst(ctx, p); err != nil {
+		return 0, err
+	}
+	return r.Store.ReadLogScoped(ctx, p, table, variable, values, after, through, fn)
 }
 
 func (r *racyStore) TouchPartition(ctx context.Context, p string, now int64, epoch string) (store.Head, error) {
@@ -56,41 +76,49 @@ func racyHarness(t *testing.T) (*enginetest.Harness, *racyStore) {
 
 // §4.6 (0.21+): when pruning crosses the cursor while the commit window is
 // read, the subscription is answered reset — never an active section with
-// the pruned commits silently missing, nor one followed by an error.
+// the pruned commits silently missing, nor one followed by an error;
+// whether the window is read whole or through the log's scope index.
 func TestHorizonRecheckAfterWindowRead(t *testing.T) {
-	for _, v := range []uint16{wire.Version2, wire.Version3} {
-		h, st := racyHarness(t)
-		w := h.Client("tenant", "alice", "writer")
-		for i, id := range []string{"t1", "t2", "t3", "t4", "t5"} {
-			wantApplied(t, w.Push("c"+id, up("tasks", id, w.Task(id, "p1", "x", i%2 == 0), 0)))
+	for _, whole := range []bool{true, false} {
+		for _, v := range []uint16{wire.Version2, wire.Version3} {
+			t.Run(fmt.Sprintf("whole=%v/v%d", whole, v), func(t *testing.T) { testHorizonRecheck(t, v, whole) })
 		}
-		c := h.ClientV(v, "tenant", "alice", "reader")
-		st.pruneOnRead = 4 // the cursor is 2: commits 3 and 4 vanish mid-read
-		resp, err := c.Send(c.Request(nil, &wire.PullHeader{Accept: acceptRows}, []wire.Subscription{sub("s", "tasks", "p1", 2)}))
-		if err != nil {
-			t.Fatalf("v%d: %v", v, err)
-		}
-		secs := enginetest.Sections(t, resp) // fails on an ERROR frame
-		if len(secs) != 1 {
-			t.Fatalf("v%d: %d sections", v, len(secs))
-		}
-		s := secs[0]
-		if s.Start.Status != wire.SubReset || s.Start.ReasonCode != string(syncerr.CursorExpired) || len(s.Commits) != 0 || s.End.NextCursor != 2 {
-			t.Fatalf("v%d: want reset/cursor_expired with no commits, got start %+v, %d commits, end %+v", v, s.Start, len(s.Commits), s.End)
-		}
-		if st.pruneOnRead != 0 {
-			t.Fatalf("v%d: the log was never read", v)
-		}
+	}
+}
 
-		// Without pruning, the same read serves the window whole.
-		resp, err = c.Send(c.Request(nil, &wire.PullHeader{Accept: acceptRows}, []wire.Subscription{sub("s", "tasks", "p1", 4)}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		secs = enginetest.Sections(t, resp)
-		if s := secs[0]; s.Start.Status != wire.SubActive || len(s.Commits) != 1 || s.Commits[0].CommitSeq != 5 || s.End.NextCursor != 5 {
-			t.Fatalf("v%d: plain incremental: %+v %d %+v", v, s.Start, len(s.Commits), s.End)
-		}
+func testHorizonRecheck(t *testing.T, v uint16, whole bool) {
+	h, st := racyHarness(t)
+	st.wholeWindow = whole
+	w := h.Client("tenant", "alice", "writer")
+	for i, id := range []string{"t1", "t2", "t3", "t4", "t5"} {
+		wantApplied(t, w.Push("c"+id, up("tasks", id, w.Task(id, "p1", "x", i%2 == 0), 0)))
+	}
+	c := h.ClientV(v, "tenant", "alice", "reader")
+	st.pruneOnRead = 4 // the cursor is 2: commits 3 and 4 vanish mid-read
+	resp, err := c.Send(c.Request(nil, &wire.PullHeader{Accept: acceptRows}, []wire.Subscription{sub("s", "tasks", "p1", 2)}))
+	if err != nil {
+		t.Fatalf("v%d: %v", v, err)
+	}
+	secs := enginetest.Sections(t, resp) // fails on an ERROR frame
+	if len(secs) != 1 {
+		t.Fatalf("v%d: %d sections", v, len(secs))
+	}
+	s := secs[0]
+	if s.Start.Status != wire.SubReset || s.Start.ReasonCode != string(syncerr.CursorExpired) || len(s.Commits) != 0 || s.End.NextCursor != 2 {
+		t.Fatalf("v%d: want reset/cursor_expired with no commits, got start %+v, %d commits, end %+v", v, s.Start, len(s.Commits), s.End)
+	}
+	if st.pruneOnRead != 0 {
+		t.Fatalf("v%d: the log was never read", v)
+	}
+
+	// Without pruning, the same read serves the window whole.
+	resp, err = c.Send(c.Request(nil, &wire.PullHeader{Accept: acceptRows}, []wire.Subscription{sub("s", "tasks", "p1", 4)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs = enginetest.Sections(t, resp)
+	if s := secs[0]; s.Start.Status != wire.SubActive || len(s.Commits) != 1 || s.Commits[0].CommitSeq != 5 || s.End.NextCursor != 5 {
+		t.Fatalf("v%d: plain incremental: %+v %d %+v", v, s.Start, len(s.Commits), s.End)
 	}
 }
 
@@ -140,5 +168,53 @@ func TestReadAfterWriteInCombinedRound(t *testing.T) {
 				t.Fatalf("v%d: a section was served from a stale read", c.Version)
 			}
 		}
+	}
+}
+
+// countingLog counts the commits the engine takes from the log.
+type countingLog struct {
+	*memstore.Store
+	read int
+}
+
+func (c *countingLog) ReadLog(ctx context.Context, p string, after, through int64, fn func(*store.Commit) bool) error {
+	return c.Store.ReadLog(ctx, p, after, through, func(cm *store.Commit) bool { c.read++; return fn(cm) })
+}
+
+func (c *countingLog) ReadLogScoped(ctx context.Context, p, table, variable string, values []string, after, through int64, fn func(*store.Commit) bool) (int64, error) {
+	return c.Store.ReadLogScoped(ctx, p, table, variable, values, after, through, func(cm *store.Commit) bool { c.read++; return fn(cm) })
+}
+
+// Over a store whose scope index is cheap (memstore), an incremental pull
+// of a short window takes from the log only the commits of its scope
+// values (§3.1 inverted index), not every commit of the window: with all
+// clients writing into one partition, a pull's cost follows what it
+// delivers, not the partition's write rate.
+func TestShortWindowReadsThroughScopeIndex(t *testing.T) {
+	st := &countingLog{Store: memstore.New()}
+	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
+	grantAll(h, projects("p1", "p2", "p3", "p4"), "alice")
+	w := h.Client("tenant", "alice", "writer")
+	for i := range 20 {
+		id := fmt.Sprintf("t%02d", i)
+		wantApplied(t, w.Push("c"+id, up("tasks", id, w.Task(id, fmt.Sprintf("p%d", 1+i%4), "x", false), 0)))
+	}
+	c := h.Client("tenant", "alice", "reader")
+	st.read = 0
+	resp, err := c.Send(c.Request(nil, &wire.PullHeader{Accept: acceptRows}, []wire.Subscription{sub("s", "tasks", "p1", 0)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := enginetest.Sections(t, resp)[0]
+	if s.Start.Status != wire.SubActive || len(s.Commits) != 5 || s.End.NextCursor != 20 {
+		t.Fatalf("pull of p1: %+v, %d commits, %+v; want active, 5 commits, cursor 20", s.Start, len(s.Commits), s.End)
+	}
+	for i, cm := range s.Commits {
+		if want := int64(1 + 4*i); cm.CommitSeq != want {
+			t.Errorf("commit %d: seq %d, want %d", i, cm.CommitSeq, want)
+		}
+	}
+	if st.read != 5 {
+		t.Errorf("the pull took %d commits from the log for a window of 20 with 5 of its scope, want 5", st.read)
 	}
 }

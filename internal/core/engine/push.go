@@ -707,7 +707,9 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 			merged[j] = vals[j]
 		}
 	}
-	payload, err := st.Codec.Append(nil, merged)
+	// Sized for the merged row up front (it is at most the stored row
+	// plus the new values): one allocation, not one per doubling.
+	payload, err := st.Codec.Append(make([]byte, 0, len(stored.Payload)+len(op.Payload.Value)), merged)
 	if err != nil {
 		return fail(syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
 	}
@@ -779,7 +781,8 @@ func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *s
 	if r := unsupportedValues(i, st, vals, present); r != nil {
 		return r, nil, nil
 	}
-	payload, err := st.Codec.Append(nil, vals)
+	// An insert presents every column: about the client's payload size.
+	payload, err := st.Codec.Append(make([]byte, 0, len(op.Payload.Value)+16), vals)
 	if err != nil {
 		return fail(syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
 	}

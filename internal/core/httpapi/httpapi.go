@@ -296,16 +296,25 @@ func (h *Handler) sync(ctx context.Context, r *Request, mode engine.Mode) (*Resp
 			h.Logger.ErrorContext(ctx, "response stream failed", "requestId", r.RequestID, "error", err.Error())
 		}
 	}
-	hdr := http.Header{}
-	hdr.Set("Content-Type", ContentType)
-	hdr.Set("Cache-Control", "no-store")
-	hdr.Set("Vary", "Accept-Encoding")
+	// The constant values are shared, capped one-value slices (an append
+	// copies; nothing writes a header value in place): no allocation per
+	// header on the most frequent response.
+	hdr := make(http.Header, 4)
+	hdr["Content-Type"] = syncContentType
+	hdr["Cache-Control"] = noStore
+	hdr["Vary"] = varyAcceptEncoding
 	out, enc := encodeBody(plain.Bytes(), enc)
 	if enc != "" {
 		hdr.Set("Content-Encoding", enc)
 	}
 	return &Response{Status: http.StatusOK, Header: hdr, Body: out}, rep, r.Auth.Partition, r.Auth.ActorID
 }
+
+var (
+	syncContentType    = []string{ContentType}[:1:1]
+	noStore            = []string{"no-store"}[:1:1]
+	varyAcceptEncoding = []string{"Accept-Encoding"}[:1:1]
+)
 
 // MinCompressBytes is the smallest response body that is compressed: a
 // quiet pull or a push acknowledgement is a few hundred bytes, which a

@@ -253,3 +253,25 @@ func TestSegmentDownload(t *testing.T) {
 		t.Fatalf("tampered token: %d", r.Status)
 	}
 }
+
+// The constant headers of /sync responses are shared between responses:
+// a caller appending to one response's header (as a CORS layer adds to
+// Vary) must not change the next response's.
+func TestSyncResponseHeadersAreNotShared(t *testing.T) {
+	f := newFixture(t, engine.Limits{})
+	body := f.pullBody(t, wire.AcceptInlineRows)
+	hdr := map[string]string{"Content-Type": httpapi.ContentType}
+	first := f.do("POST", "/api/sync", hdr, body)
+	first.Header.Add("Vary", "Origin")
+	first.Header["Cache-Control"] = append(first.Header["Cache-Control"], "private")
+	next := f.do("POST", "/api/sync", hdr, body)
+	if got := next.Header.Values("Vary"); len(got) != 1 || got[0] != "Accept-Encoding" {
+		t.Errorf("Vary of the next response: %q", got)
+	}
+	if got := next.Header.Values("Cache-Control"); len(got) != 1 || got[0] != "no-store" {
+		t.Errorf("Cache-Control of the next response: %q", got)
+	}
+	if got := next.Header.Get("Content-Type"); got != httpapi.ContentType {
+		t.Errorf("Content-Type of the next response: %q", got)
+	}
+}

@@ -406,6 +406,16 @@ type Store interface {
 	ListChildren(ctx context.Context, partition string, qs []ChildQuery, limit int) ([][]string, error)
 }
 
+// CheapScopedLog is implemented by a store whose ReadLogScoped never costs
+// more than ReadLog of the same window, whatever the window's length (an
+// in-memory index: no round trip per read). The engine then reads every
+// incremental window through the scope index; otherwise only windows long
+// enough to pay for the index's extra round trip (DynamoDB: the index
+// Query, then the commits it lists).
+type CheapScopedLog interface {
+	CheapScopedLog() bool
+}
+
 // SegmentKey identifies one publication context (§5.1 build-once key).
 type SegmentKey struct {
 	Partition     string
