@@ -83,7 +83,7 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("-log-level: %w", err)
 	}
-	logger := slog.New(newFastText(stderr, level)) // slog.TextHandler's lines, cheaper (textlog.go)
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	rn, err := newRunner(ctx, o, logger)
 	if err != nil {

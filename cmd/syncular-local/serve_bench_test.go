@@ -39,7 +39,7 @@ func newQuietPullFixture(t testing.TB, o options) *quietPullFixture {
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		t.Fatal(err)
 	}
-	rn, err := newRunner(context.Background(), o, slog.New(newFastText(io.Discard, level)))
+	rn, err := newRunner(context.Background(), o, slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: level})))
 	if err != nil {
 		t.Fatal(err)
 	}
