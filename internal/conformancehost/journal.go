@@ -151,8 +151,8 @@ func (j *journalStore) ScanRows(ctx context.Context, partition, table string, af
 }
 
 // ScanScopedRows implements store.Store.
-func (j *journalStore) ScanScopedRows(ctx context.Context, partition, table, variable string, values []string, after *store.ScopeCursor, fn func(string, *store.Row) bool) error {
-	return j.cur().ScanScopedRows(ctx, partition, table, variable, values, after, fn)
+func (j *journalStore) ScanScopedRows(ctx context.Context, partition, table, variable string, values []string, after *store.ScopeCursor, want int, fn func(string, *store.Row) bool) error {
+	return j.cur().ScanScopedRows(ctx, partition, table, variable, values, after, want, fn)
 }
 
 // ReadLogScoped implements store.Store.

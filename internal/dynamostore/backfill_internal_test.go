@@ -67,7 +67,7 @@ func TestScopeIndexBackfill(t *testing.T) {
 		t.Helper()
 		mctx, capacity := WithCapacity(ctx)
 		var got []string
-		if err := s.ScanScopedRows(mctx, p, "tasks", "org", []string{"o03"}, nil, func(_ string, r *store.Row) bool {
+		if err := s.ScanScopedRows(mctx, p, "tasks", "org", []string{"o03"}, nil, 0, func(_ string, r *store.Row) bool {
 			got = append(got, r.RowID)
 			return true
 		}); err != nil {

@@ -122,6 +122,8 @@
 //	incremental pull, 1 of 1,001 commits   6    8    0   (engine, scope index and
 //	                                                       serve-gate re-read; make load-dynamodb)
 //	bootstrap page, 1000 rows of a scope   2   61    0   (whatever the table's size)
+//	                                                     (each Query sized to the page and its
+//	                                                      lookahead row: 1.12× the rows' units)
 //	prune, per pruned commit               -  log  log + 1 per tombstone
 //
 // Column versions cost nothing on a 1-op push (the items stay in the

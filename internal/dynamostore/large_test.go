@@ -185,7 +185,7 @@ func TestCrashAfterLogWrite(t *testing.T) {
 				}
 			}
 			scoped := 0
-			if err := s2.ScanScopedRows(ctx, p, "tasks", "org", []string{"o1"}, nil, func(v string, r *store.Row) bool {
+			if err := s2.ScanScopedRows(ctx, p, "tasks", "org", []string{"o1"}, nil, 0, func(v string, r *store.Row) bool {
 				if w, ok := want[r.RowID]; !ok || w.Deleted || v != "o1" || w.Version != r.Version || !bytes.Equal(w.Payload, r.Payload) {
 					t.Errorf("scope copy %s (%s): %+v, replay %+v", r.RowID, v, r, w)
 				}

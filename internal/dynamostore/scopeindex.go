@@ -113,7 +113,7 @@ func checkScopeKeys(w *store.RowWrite) error {
 // strictly after `after`. On a partition whose index is not backfilled
 // yet (no hScoped on the head) it reads the table's row items once per
 // value and keeps the matching ones.
-func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable string, values []string, after *store.ScopeCursor, fn func(string, *store.Row) bool) error {
+func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable string, values []string, after *store.ScopeCursor, want int, fn func(string, *store.Row) bool) error {
 	if err := checkPartition(partition); err != nil {
 		return err
 	}
@@ -135,6 +135,16 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable s
 	vals := slices.Clone(values)
 	slices.Sort(vals)
 	vals = slices.Compact(vals)
+	// limit sizes each Query to the rows the caller may still take: a
+	// page of 1,000 rows and its lookahead row cost one 1,001-item Query,
+	// not a second full one whose rows are read and dropped (a 1% scope
+	// of a 1M-row table read 2.09× its rows' bytes that way).
+	limit := func() *int32 {
+		if want > 0 {
+			return aws.Int32(int32(min(want, int(s.scanPage))))
+		}
+		return aws.Int32(s.scanPage)
+	}
 	for _, v := range vals {
 		if !validKeyPart(v) {
 			continue // no stored row has it
@@ -159,7 +169,7 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable s
 		in := &dynamodb.QueryInput{
 			KeyConditionExpression:    aws.String("pk = :pk"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(pk)},
-			Limit:                     aws.Int32(s.scanPage),
+			Limit:                     limit(),
 		}
 		if hasFrom {
 			in.KeyConditionExpression = aws.String("pk = :pk AND sk > :after")
@@ -177,11 +187,15 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable s
 				if r.Deleted || hasFrom && r.RowID <= from || !hasScope(r.Scopes, variable, v) {
 					continue
 				}
+				if want > 0 {
+					want--
+				}
 				if !fn(v, r) {
 					stop = true
 					return false
 				}
 			}
+			in.Limit = limit() // the next page of this Query
 			return true
 		})
 		if err != nil {

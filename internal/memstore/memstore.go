@@ -535,8 +535,8 @@ func (s *Store) ScanRows(ctx context.Context, partition, tableName string, after
 
 // ScanScopedRows implements store.Store: it walks the (variable, value)
 // indexes in value order, copying up to scanBatchRows rows per locked
-// step like ScanRows.
-func (s *Store) ScanScopedRows(ctx context.Context, partition, tableName, variable string, values []string, after *store.ScopeCursor, fn func(string, *store.Row) bool) error {
+// step like ScanRows (fewer while want says the caller stops sooner).
+func (s *Store) ScanScopedRows(ctx context.Context, partition, tableName, variable string, values []string, after *store.ScopeCursor, want int, fn func(string, *store.Row) bool) error {
 	p := s.lookup(partition)
 	if p == nil {
 		return ctx.Err()
@@ -559,6 +559,10 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, tableName, variab
 			if err := ctx.Err(); err != nil {
 				return err
 			}
+			n := scanBatchRows
+			if want > 0 {
+				n = min(n, want)
+			}
 			batch = batch[:0]
 			p.mu.RLock()
 			if t := p.tables[tableName]; t != nil {
@@ -566,7 +570,7 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, tableName, variab
 					x.ascend(from, exclusive, func(e *rowEntry) bool {
 						r := cloneRow(&e.row)
 						batch = append(batch, &r)
-						return len(batch) < scanBatchRows
+						return len(batch) < n
 					})
 				}
 			}
@@ -576,7 +580,10 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, tableName, variab
 					return nil
 				}
 			}
-			if len(batch) < scanBatchRows {
+			if want > 0 {
+				want = max(want-len(batch), 0)
+			}
+			if len(batch) < n {
 				break
 			}
 			from, exclusive = batch[len(batch)-1].RowID, true

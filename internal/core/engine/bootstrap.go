@@ -371,7 +371,9 @@ func (ps *pullState) buildPage(ctx context.Context, p *subPlan, cursor wire.Opt[
 	}
 	variable := keyVariable(p.effective)
 	scanned := 0
-	err = e.store.ScanScopedRows(ctx, rs.auth.Partition, p.table.Name, variable, p.effective[variable], after, func(value string, r *store.Row) bool {
+	// The page takes snapshotRows rows and looks at one more to know
+	// whether another page follows.
+	err = e.store.ScanScopedRows(ctx, rs.auth.Partition, p.table.Name, variable, p.effective[variable], after, ps.lim.snapshotRows+1, func(value string, r *store.Row) bool {
 		if scanned >= e.limits.MaxRowsScannedPerPage {
 			// Work budget: the page ends at the last row read, which
 			// the next page resumes after (a short page, perhaps empty).

@@ -348,8 +348,12 @@ type Store interface {
 	// not the table). Scope values are immutable after insert (§3.4): an
 	// upsert of a live row carries the row's stored Scopes, and a row
 	// changes scopes only by a delete (whose RowWrite carries the old
-	// scopes) followed by an insert.
-	ScanScopedRows(ctx context.Context, partition, table, variable string, values []string, after *ScopeCursor, fn func(value string, r *Row) bool) error
+	// scopes) followed by an insert. want > 0 is how many rows the caller
+	// expects to take at most (a page and its one-row lookahead): the
+	// store sizes its reads to it rather than to its own batch, so a
+	// page never pays for rows it will not use. Past want the scan goes
+	// on at the store's own batch size, as with want 0 (unknown).
+	ScanScopedRows(ctx context.Context, partition, table, variable string, values []string, after *ScopeCursor, want int, fn func(value string, r *Row) bool) error
 	// ReadLog calls fn for commits with afterSeq < Seq ≤ throughSeq, oldest
 	// first, until fn returns false. Commits at or below the horizon may be
 	// missing.

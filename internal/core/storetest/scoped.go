@@ -14,11 +14,26 @@ import (
 // (§3.2 read rule on one variable), whatever path a commit took.
 
 // scoped returns "value/rowId/payload" for every row ScanScopedRows
-// yields, at most limit (0: all).
+// yields, at most limit (0: all). A limited scan tells the store it
+// wants limit rows (and the lookahead row a page takes); a full scan is
+// also run with a want far below what it takes, and must yield the same
+// rows: want only sizes the store's reads, it never ends a scan.
 func (e *partitionT) scoped(table, variable string, values []string, after *store.ScopeCursor, limit int) []string {
 	e.t.Helper()
+	if limit > 0 {
+		return e.scopedWant(table, variable, values, after, limit, limit+1)
+	}
+	all := e.scopedWant(table, variable, values, after, 0, 0)
+	if small := e.scopedWant(table, variable, values, after, 0, 1); !slices.Equal(small, all) {
+		e.t.Errorf("ScanScopedRows with want 1 yielded %q, with want 0 %q", small, all)
+	}
+	return all
+}
+
+func (e *partitionT) scopedWant(table, variable string, values []string, after *store.ScopeCursor, limit, want int) []string {
+	e.t.Helper()
 	var out []string
-	if err := e.s.ScanScopedRows(e.ctx, e.p, table, variable, values, after, func(v string, r *store.Row) bool {
+	if err := e.s.ScanScopedRows(e.ctx, e.p, table, variable, values, after, want, func(v string, r *store.Row) bool {
 		if r.Deleted {
 			e.t.Errorf("ScanScopedRows yielded tombstone %q", r.RowID)
 		}
