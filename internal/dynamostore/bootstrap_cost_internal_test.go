@@ -64,25 +64,7 @@ func TestBootstrapReadsOnlyItsPages(t *testing.T) {
 
 	mctx, capacity := WithCapacity(ctx)
 	c.Ctx = mctx
-	got, requests := 0, 0
-	sub := wire.Subscription{ID: "s", Table: "tasks", Scopes: enginetest.Scopes("project_id", "p1"), Cursor: -1}
-	for requests < 20 {
-		requests++
-		resp, err := c.Send(c.Request(nil, &wire.PullHeader{Accept: wire.AcceptInlineRows}, []wire.Subscription{sub}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sec := enginetest.Sections(t, resp)[0]
-		for _, s := range sec.Segments {
-			for _, b := range s.Blocks {
-				got += len(b)
-			}
-		}
-		if !sec.End.BootstrapState.Present {
-			break
-		}
-		sub.Cursor, sub.BootstrapState = sec.End.NextCursor, sec.End.BootstrapState
-	}
+	got, requests := bootstrapAll(t, c, "p1")
 	c.Ctx = nil
 	u := capacity.Snapshot()
 	t.Logf("bootstrap of %d rows (%.0f RCU of row data): %d requests, %d round trips, %.0f RCU (%.2f×)",
