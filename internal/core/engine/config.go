@@ -249,6 +249,8 @@ type Engine struct {
 	// the gate is off; declared holds Config.Checkpoints.
 	gates    store.SchemaStore
 	declared map[string]bool
+	// queueMemo: the commit turns this instance saw (queue.go).
+	queueMemo queueMemo
 }
 
 // New validates cfg and returns an Engine.

@@ -53,6 +53,10 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 	// On a store with a commit queue (queue.go) a lost race, or a queue
 	// already in use, puts the commit in line instead of backing off.
 	qs := e.commitQueue(rs.auth.Partition, rs.head)
+	if qs != nil && rs.early != nil {
+		qs, rs.early = rs.early, nil
+		qs.adopt(rs)
+	}
 	defer qs.release(ctx)
 	readHead := func() error {
 		h, ok, err := e.store.Head(ctx, rs.auth.Partition)
@@ -112,6 +116,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if ev.head != nil {
 				head = *ev.head
 			}
+			e.queueMemo.note(rs.auth.Partition, head)
 			if qs.ticket > 0 {
 				qs.seen = head
 				if head.Turn != qs.ticket-1 {
@@ -214,8 +219,9 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		}
 		switch {
 		case err == nil:
-			if qs != nil {
+			if qs != nil && creq.Ticket > 0 {
 				qs.ticket = 0 // the commit took the turn
+				e.queueMemo.note(rs.auth.Partition, store.Head{Turn: creq.Ticket, TurnAtUs: creq.TurnAtUs, TurnGapUs: creq.TurnGapUs})
 			}
 			rs.head.MaxCommitSeq = seq
 			if e.cfg.OnCommit != nil {
@@ -230,6 +236,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				// skipped as stalled lines up again.
 				qs.queued = true
 				if hm, ok := errors.AsType[*store.HeadMovedError](err); ok {
+					e.queueMemo.note(rs.auth.Partition, hm.Head)
 					qs.seen = hm.Head
 					if qs.ticket > 0 && hm.Head.Turn != qs.ticket-1 {
 						qs.ticket = 0
