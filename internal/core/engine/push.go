@@ -221,7 +221,9 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		case err == nil:
 			if qs != nil && creq.Ticket > 0 {
 				qs.ticket = 0 // the commit took the turn
-				e.queueMemo.note(rs.auth.Partition, store.Head{Turn: creq.Ticket, TurnAtUs: creq.TurnAtUs, TurnGapUs: creq.TurnGapUs})
+				// The turn moved when the commit landed, not when it was
+				// sent: the next turns are estimated from now.
+				e.queueMemo.note(rs.auth.Partition, store.Head{Turn: creq.Ticket, TurnAtUs: time.Now().UnixMicro(), TurnGapUs: creq.TurnGapUs})
 			}
 			rs.head.MaxCommitSeq = seq
 			if e.cfg.OnCommit != nil {
