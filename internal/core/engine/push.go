@@ -318,8 +318,8 @@ func (e *Engine) recordRejection(ctx context.Context, rs *reqState, pc *wire.Pus
 // DynamoDB this backoff alone left 8 writers of one partition at ~9 round
 // trips per commit and 50–70% of one writer's rate, 32 writers at 16–24
 // round trips and under 30% (make load-dynamodb); the queue (queue.go)
-// replaced it there: 8 writers ~5 round trips per commit at 110–135% of
-// one writer's rate, 32 writers ~6, the partition's rate flat at the
+// replaced it there: 8 writers ~4 round trips per commit at 90–140% of
+// one writer's rate, 32 writers ~5, the partition's rate flat at the
 // queue's ceiling of one commit per read-and-commit turn (dynamostore's
 // doc has the numbers). The request's deadline bounds the total wait.
 const (
