@@ -55,7 +55,7 @@ func TestTicketFirstWhenQueueSeen(t *testing.T) {
 	h := enginetest.New(t, s, memstore.NewSegments(), enginetest.Options{})
 	h.Grants.Set("alice", engine.ScopeMap{"project_id": {"p1"}})
 	c := h.Client("q", "alice", "w")
-	turn := queueSeen(t, s, c, 240*time.Millisecond)
+	turn := queueSeen(t, s, c, 400*time.Millisecond)
 	// Another instance holds the next ticket and passes its turn as soon
 	// as the push has taken the ticket after it.
 	ahead, err := s.TakeTicket(ctx, "q")
