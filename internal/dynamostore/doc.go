@@ -153,7 +153,14 @@
 // of writers. Racing for the head optimistically wastes most attempts as
 // writers are added; a writer therefore lines up instead (queue.go and
 // the engine's queue.go) once it lost a race, or at once when the head
-// shows the queue in use (its turn moved in the last 500 ms):
+// shows the queue in use (its turn moved in the last 500 ms). An engine
+// (a Lambda instance) that itself saw a partition's turn move in the
+// last 500 ms takes its ticket before the request's first read, sleeps
+// until its estimated turn and lets that BatchGetItem (head, marker,
+// rows) be the read in its turn: ticket, read, commit. It remembers the
+// last turn, its time and the learned gap of at most 1,024 partitions;
+// an early ticket the request never uses (it failed first) waits for its
+// turn, at most a lease, and is passed:
 //
 //   - Tickets come from their own item (pk of the head, sk QUEUE): one
 //     UpdateItem ADD tk 1, 1 WCU, no condition. A single-item write on
@@ -186,27 +193,28 @@
 //
 // Measured with make load-dynamodb (TestLoad/writers, 3 s per step, 1-op
 // inserts of distinct rows into one partition, every writer its own
-// client) on DynamoDB Local, on a shared 2-core machine at load average
-// 2.5–3, interleaved with the code before the queue (two runs before,
-// three after):
+// client and its own engine, as separate Lambda instances) on DynamoDB
+// Local, on a shared 2-core machine at load average 4–7, interleaved:
+// the queue reading first, then taking its ticket (four runs), and
+// ticket first (four runs):
 //
-//	writers   before: commits/s  trips/commit   queue: commits/s   trips/commit
-//	   1         93 / 98            3.00          116 / 102 / 131     2.00
-//	   2        106 / 99            4.2           142 / 113 / 140     3.85–3.88
-//	   4         81 / 86            5.9–6.2       142 / 133 / 150     4.68–4.72
-//	   8         70 / 68            8.4–9.0       138 / 138 / 146     4.98–5.10
-//	  16         43 / 43           14.5–14.9      125 / 133 / 139     5.26–5.64
-//	  32         24 / 22           26.2–26.4      104 /  53 /  99     5.76–6.70
+//	writers   read first: commits/s   trips/commit   ticket first: commits/s   trips/commit
+//	   1       123 / 114 / 100 / 138      2.00        127 / 112 /  97 / 118       2.00
+//	   2       126 / 146 /  93 / 143      3.74–3.88   156 / 156 / 111 / 147       3.21–3.24
+//	   4       106 / 154 / 130 / 133      4.65–4.77   125 / 150 / 124 / 106       3.45–3.49
+//	   8       106 / 134 / 120 / 129      5.00–5.29   141 / 143 / 135 / 104       3.94–4.02
+//	  16        95 / 101 / 117 / 106      5.44–5.63   146 / 122 / 124 / 113       4.39–4.49
+//	  32        72 /  98 / 110 / 104      5.77–6.09   136 /  87 /  85 / 108       4.85–5.14
 //
-// Eight writers now commit at 111–134% of one writer's rate in the same
-// run (69–75% before). At load average 5–6 the same runs gave 8 writers
-// 59–88% of one writer at 5.1–5.3 round trips (41–53 commits/s before,
-// 63–70 after).
-// A queued commit costs at least 4 round trips (head+rows read, ticket,
-// the read in its turn, commit); the rest, about one per commit, are
-// reads that came before the turn did (the estimate of when it comes is
-// a few turns off when many wait). Rates on DynamoDB Local swing by ±40%
-// with the machine's load; the round trips are exact.
+// Eight writers commit at 88–140% of one writer's rate in the same run
+// (87–120% reading first). Before the queue, backoff alone gave 8 writers
+// 69–75% of one writer at 8.4–9.0 round trips, 32 writers about 26 round
+// trips at a quarter of the rate. A queued commit costs at least 3 round
+// trips (ticket, the read in its turn, commit), 4 when its instance had
+// not seen the queue yet (the first read finds it); the rest are reads
+// that came before the turn did (the estimate of when it comes is a few
+// turns off when many wait). Rates on DynamoDB Local swing by ±40% with
+// the machine's load; the round trips are exact.
 //
 // Ceiling: a partition commits one commit per turn, a consistent read
 // plus a commit transaction plus the hand-off, whatever the number of

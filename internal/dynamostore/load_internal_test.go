@@ -265,17 +265,19 @@ func loadPushCost(t *testing.T, st *Store) {
 	t.Logf("quiet pull: %d round trips, %.0f RCU, %.0f WCU", u.RoundTrips, u.EstRCU, u.EstWCU)
 }
 
-// loadWriters: k writers, each its own client (own Lambda-like store
-// instance), pushing 1-op inserts of distinct rows into one partition
-// for d.
+// loadWriters: k writers, each its own client and its own engine (one
+// Lambda instance each: no in-process state is shared between writers,
+// only the store), pushing 1-op inserts of distinct rows into one
+// partition for d.
 func loadWriters(t *testing.T, st *Store, d time.Duration) {
 	var base float64
+	segs := memstore.NewSegments()
 	for _, k := range []int{1, 2, 4, 8, 16, 32} {
 		p := fmt.Sprintf("hot-%d", k)
-		h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
-		h.Grants.Set("alice", engine.ScopeMap{"project_id": {"p1"}})
 		clients := make([]*enginetest.Client, k)
 		for i := range clients {
+			h := enginetest.New(t, st, segs, enginetest.Options{})
+			h.Grants.Set("alice", engine.ScopeMap{"project_id": {"p1"}})
 			clients[i] = h.Client(p, "alice", fmt.Sprintf("w%02d", i))
 			if r := clients[i].Push("bind", enginetest.Upsert("tasks", fmt.Sprintf("bind%02d", i), clients[i].Task(fmt.Sprintf("bind%02d", i), "p1", "x", false), 0)); r.Status != wire.PushApplied {
 				t.Fatal(r)

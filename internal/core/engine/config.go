@@ -252,6 +252,8 @@ type Engine struct {
 	// cheapScopedLog: the store's ReadLogScoped is read for every
 	// incremental window (store.CheapScopedLog).
 	cheapScopedLog bool
+	// queueMemo: the commit turns this instance saw (queue.go).
+	queueMemo queueMemo
 }
 
 // New validates cfg and returns an Engine.

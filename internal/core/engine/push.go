@@ -53,6 +53,10 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 	// On a store with a commit queue (queue.go) a lost race, or a queue
 	// already in use, puts the commit in line instead of backing off.
 	qs := e.commitQueue(rs.auth.Partition, rs.head)
+	if qs != nil && rs.early != nil {
+		qs, rs.early = rs.early, nil
+		qs.adopt(rs)
+	}
 	defer qs.release(ctx)
 	readHead := func() error {
 		h, ok, err := e.store.Head(ctx, rs.auth.Partition)
@@ -112,6 +116,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			if ev.head != nil {
 				head = *ev.head
 			}
+			e.queueMemo.note(rs.auth.Partition, head)
 			if qs.ticket > 0 {
 				qs.seen = head
 				if head.Turn != qs.ticket-1 {
@@ -214,8 +219,11 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		}
 		switch {
 		case err == nil:
-			if qs != nil {
+			if qs != nil && creq.Ticket > 0 {
 				qs.ticket = 0 // the commit took the turn
+				// The turn moved when the commit landed, not when it was
+				// sent: the next turns are estimated from now.
+				e.queueMemo.note(rs.auth.Partition, store.Head{Turn: creq.Ticket, TurnAtUs: time.Now().UnixMicro(), TurnGapUs: creq.TurnGapUs})
 			}
 			rs.head.MaxCommitSeq = seq
 			if e.cfg.OnCommit != nil {
@@ -230,6 +238,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				// skipped as stalled lines up again.
 				qs.queued = true
 				if hm, ok := errors.AsType[*store.HeadMovedError](err); ok {
+					e.queueMemo.note(rs.auth.Partition, hm.Head)
 					qs.seen = hm.Head
 					if qs.ticket > 0 && hm.Head.Turn != qs.ticket-1 {
 						qs.ticket = 0
@@ -309,8 +318,8 @@ func (e *Engine) recordRejection(ctx context.Context, rs *reqState, pc *wire.Pus
 // DynamoDB this backoff alone left 8 writers of one partition at ~9 round
 // trips per commit and 50–70% of one writer's rate, 32 writers at 16–24
 // round trips and under 30% (make load-dynamodb); the queue (queue.go)
-// replaced it there: 8 writers ~5 round trips per commit at 110–135% of
-// one writer's rate, 32 writers ~6, the partition's rate flat at the
+// replaced it there: 8 writers ~4 round trips per commit at 90–140% of
+// one writer's rate, 32 writers ~5, the partition's rate flat at the
 // queue's ceiling of one commit per read-and-commit turn (dynamostore's
 // doc has the numbers). The request's deadline bounds the total wait.
 const (

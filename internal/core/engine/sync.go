@@ -107,6 +107,9 @@ type reqState struct {
 	// TouchPartitionRows (store.CommitQueue); consumed by its first
 	// evaluation.
 	prefetch *rowPrefetch
+	// early: a commit ticket taken before the first read (queue.go
+	// ticketFirst), handed to the first commit that queues.
+	early *queueState
 }
 
 type rowPrefetch struct {
@@ -239,10 +242,19 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	rs := &reqState{auth: auth, opts: opts, version: req.WireVersion, clientID: req.Header.ClientID, now: e.now(), report: rep}
 	// §2.1: the registry entry is created on first sight and its epoch
 	// compared before any other request work.
+	if len(req.Commits) > 0 {
+		// A partition this instance saw queuing: the ticket comes first
+		// and the read below is the one in its turn (queue.go).
+		if rs.early, err = e.ticketFirst(ctx, auth.Partition); err != nil {
+			return rep, err
+		}
+		defer func() { rs.early.releaseUnused(ctx, e.store) }()
+	}
 	rs.head, err = e.touch(ctx, rs, req)
 	if err != nil {
 		return rep, storeErr(err, "read partition head")
 	}
+	e.queueMemo.note(auth.Partition, rs.head)
 	if err := e.gateAtEntry(rs); err != nil {
 		return rep, err
 	}

@@ -1,0 +1,46 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+)
+
+// The per-instance memory of queue turns is bounded: past queueMemoSize
+// partitions the one whose turn this instance saw move longest ago goes.
+// A turn counts as active for queueActiveWindow, and an older head never
+// replaces a newer turn.
+func TestQueueMemoBoundedAndMonotonic(t *testing.T) {
+	var m queueMemo
+	now := time.Now()
+	at := func(i int) int64 { return now.Add(-time.Duration(queueMemoSize+1-i) * time.Microsecond).UnixMicro() }
+	for i := range queueMemoSize + 1 {
+		m.note(fmt.Sprintf("p%d", i), store.Head{Turn: 1, TurnAtUs: at(i), TurnGapUs: 100})
+	}
+	if len(m.m) != queueMemoSize {
+		t.Fatalf("memory holds %d partitions, want %d", len(m.m), queueMemoSize)
+	}
+	if _, ok := m.active("p0", now); ok {
+		t.Fatal("the partition seen longest ago was kept")
+	}
+	if got, ok := m.active(fmt.Sprint("p", queueMemoSize), now); !ok || got.turn != 1 {
+		t.Fatalf("newest partition: %+v %v", got, ok)
+	}
+	// An older head (lower turn) does not replace the newer turn.
+	m.note("p5", store.Head{Turn: 7, TurnAtUs: now.UnixMicro()})
+	m.note("p5", store.Head{Turn: 6, TurnAtUs: now.UnixMicro() + 1})
+	if got, _ := m.active("p5", now); got.turn != 7 {
+		t.Fatalf("turn %d after an older head, want 7", got.turn)
+	}
+	// Outside the active window: not active; a head that never queued
+	// (no turn time) is not remembered.
+	if _, ok := m.active("p5", now.Add(queueActiveWindow)); ok {
+		t.Fatal("a turn seen a whole active window ago still counts as active")
+	}
+	m.note("lone", store.Head{MaxCommitSeq: 9})
+	if _, ok := m.active("lone", now); ok {
+		t.Fatal("a partition whose queue never moved counts as active")
+	}
+}
