@@ -213,8 +213,11 @@
 // trips (ticket, the read in its turn, commit), 4 when its instance had
 // not seen the queue yet (the first read finds it); the rest are reads
 // that came before the turn did (the estimate of when it comes is a few
-// turns off when many wait). Rates on DynamoDB Local swing by ±40% with
-// the machine's load; the round trips are exact.
+// turns off when many wait). An instance whose last two turns were its
+// own, with no other turn between them, races the head again (2 round
+// trips), so a lone writer that once met contention does not keep paying
+// the queue. Rates on DynamoDB Local swing by ±40% with the machine's
+// load; the round trips are exact.
 //
 // Ceiling: a partition commits one commit per turn, a consistent read
 // plus a commit transaction plus the hand-off, whatever the number of

@@ -3,6 +3,7 @@ package dynamostore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -141,4 +142,38 @@ func TestTicketFirstFailurePassesTurn(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("failed push behind a holder and next push took %s: the turn waited out a lease", took)
 	}
+}
+
+// A lone writer that met contention once goes back to racing the head:
+// after two of its own queued commits in a row, with nobody else's turn
+// between them, its next 1-op insert costs 2 round trips again (a read
+// with its rows, the commit), not 3 (ticket, read, commit) for as long as
+// it keeps committing within the queue's active window.
+func TestLoneWriterLeavesTheQueue(t *testing.T) {
+	s, h := queueHarness(t)
+	c := h.Client("q", "alice", "w")
+	// queueSeen ends with this instance's own queued commit, right after
+	// another instance's turn.
+	turn := queueSeen(t, s, c, 5*time.Millisecond)
+	trips := func(cc string) int {
+		t.Helper()
+		mctx, capacity := dynamostore.WithCapacity(context.Background())
+		c.Ctx = mctx
+		mustApply(t, c, cc, cc)
+		c.Ctx = nil
+		return capacity.Snapshot().RoundTrips
+	}
+	// The queue was in use a moment ago: the next commit lines up.
+	if n := trips("own"); n != 3 {
+		t.Errorf("commit after the queue was seen: %d round trips, want 3 (ticket first)", n)
+	}
+	wantHead(t, s, "q", 4, turn+1)
+	// Two own turns in a row: nobody else is queuing.
+	for i := range 3 {
+		if n := trips(fmt.Sprintf("alone-%d", i)); n != 2 {
+			t.Errorf("commit %d of a lone writer: %d round trips, want 2", i, n)
+		}
+	}
+	// Racing the head takes no turn.
+	wantHead(t, s, "q", 7, turn+1)
 }

@@ -223,7 +223,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				qs.ticket = 0 // the commit took the turn
 				// The turn moved when the commit landed, not when it was
 				// sent: the next turns are estimated from now.
-				e.queueMemo.note(rs.auth.Partition, store.Head{Turn: creq.Ticket, TurnAtUs: time.Now().UnixMicro(), TurnGapUs: creq.TurnGapUs})
+				e.queueMemo.noteOwn(rs.auth.Partition, creq.Ticket, time.Now().UnixMicro(), creq.TurnGapUs)
 			}
 			rs.head.MaxCommitSeq = seq
 			if e.cfg.OnCommit != nil {

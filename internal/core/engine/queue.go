@@ -70,8 +70,10 @@ func (e *Engine) commitQueue(partition string, entry store.Head) *queueState {
 		return nil
 	}
 	qs := &queueState{q: q, partition: partition, seen: entry}
-	// Join directly when the turn moved recently: commits are queuing.
-	if entry.TurnAtUs > 0 && time.Now().UnixMicro()-entry.TurnAtUs < queueActiveWindow.Microseconds() {
+	// Join directly when the turn moved recently: commits are queuing,
+	// unless the queue's last two turns were this instance's own alone.
+	if entry.TurnAtUs > 0 && time.Now().UnixMicro()-entry.TurnAtUs < queueActiveWindow.Microseconds() &&
+		!e.queueMemo.aloneAt(partition, entry.Turn) {
 		qs.queued = true
 	}
 	return qs
@@ -209,6 +211,13 @@ type queueMemo struct {
 
 type memoTurn struct {
 	turn, atUs, gapUs int64
+	// own: this instance's queued commit took the turn. alone: so did
+	// the turn before it, with nobody else's turn between: the queue is
+	// in use only by this instance, a lone writer that once met
+	// contention, and its next commit goes back to racing the head (2
+	// round trips) rather than lining up behind nobody (3). A writer
+	// that loses that race lines up again.
+	own, alone bool
 }
 
 // note records the turn of a head this instance read or wrote.
@@ -239,13 +248,36 @@ func (m *queueMemo) note(partition string, h store.Head) {
 	m.m[partition] = memoTurn{turn: h.Turn, atUs: h.TurnAtUs, gapUs: h.TurnGapUs}
 }
 
+// noteOwn records the turn this instance's queued commit just took.
+func (m *queueMemo) noteOwn(partition string, ticket, atUs, gapUs int64) {
+	m.mu.Lock()
+	prev, ok := m.m[partition]
+	m.mu.Unlock()
+	m.note(partition, store.Head{Turn: ticket, TurnAtUs: atUs, TurnGapUs: gapUs})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t, ok2 := m.m[partition]; ok2 && t.turn == ticket {
+		t.own, t.alone = true, ok && prev.own && prev.turn == ticket-1
+		m.m[partition] = t
+	}
+}
+
+// aloneAt reports whether turn is one of this instance's own that
+// followed another of its own (memoTurn.alone).
+func (m *queueMemo) aloneAt(partition string, turn int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.m[partition]
+	return ok && t.alone && t.turn == turn
+}
+
 // active returns the remembered turn when it moved within
 // queueActiveWindow (the rule commitQueue applies to a head it reads).
 func (m *queueMemo) active(partition string, now time.Time) (memoTurn, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, ok := m.m[partition]
-	if !ok || now.UnixMicro()-t.atUs >= queueActiveWindow.Microseconds() {
+	if !ok || t.alone || now.UnixMicro()-t.atUs >= queueActiveWindow.Microseconds() {
 		return memoTurn{}, false
 	}
 	return t, true

@@ -44,3 +44,32 @@ func TestQueueMemoBoundedAndMonotonic(t *testing.T) {
 		t.Fatal("a partition whose queue never moved counts as active")
 	}
 }
+
+// A queue in use only by this instance (two of its own turns in a row)
+// is not a reason to line up; another writer's turn in between, or after,
+// makes it one again.
+func TestQueueMemoAlone(t *testing.T) {
+	var m queueMemo
+	now := time.Now()
+	us := now.UnixMicro()
+	m.note("p", store.Head{Turn: 4, TurnAtUs: us, TurnGapUs: 100}) // another writer's turn
+	m.noteOwn("p", 5, us+1, 100)
+	if _, ok := m.active("p", now); !ok || m.aloneAt("p", 5) {
+		t.Fatal("an own turn right after another writer's: the queue is in use")
+	}
+	m.noteOwn("p", 6, us+2, 100)
+	if _, ok := m.active("p", now); ok || !m.aloneAt("p", 6) {
+		t.Fatal("two own turns in a row: the queue is this instance's alone")
+	}
+	if m.aloneAt("p", 7) {
+		t.Fatal("alone names only the turn it was recorded for")
+	}
+	m.note("p", store.Head{Turn: 7, TurnAtUs: us + 3, TurnGapUs: 100}) // someone else lined up
+	if _, ok := m.active("p", now); !ok || m.aloneAt("p", 7) {
+		t.Fatal("another writer's turn after them: the queue is in use again")
+	}
+	m.noteOwn("p", 9, us+4, 100) // turn 8 was someone else's
+	if _, ok := m.active("p", now); !ok {
+		t.Fatal("an own turn after a gap is not alone")
+	}
+}
