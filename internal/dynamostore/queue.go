@@ -95,7 +95,7 @@ func (s *Store) SkipTurn(ctx context.Context, partition string, from, to, nowUs 
 func readRowChecks(p string, rr []store.RowRead) map[rowKey]store.RowRead {
 	m := make(map[rowKey]store.RowRead, len(rr))
 	for _, r := range rr {
-		if !validKeyPart(r.RowID) || !validKeyPart(r.Table) || len(rowSK(r.RowID)) > maxSKBytes || len(rowPK(p, r.Table)) > maxPKBytes {
+		if !validKeyPart(r.Table) || !keyableRow(p, r.Table, r.RowID) {
 			continue
 		}
 		m[rowKey{r.Table, r.RowID}] = r

@@ -51,16 +51,7 @@ func (s *Store) getRows(ctx context.Context, partition, table string, rowIDs []s
 	if err := checkName("table", table); err != nil {
 		return nil, nil, err
 	}
-	pk := rowPK(partition, table)
-	seen := make(map[string]bool, len(rowIDs))
-	var keys []map[string]types.AttributeValue
-	for _, id := range rowIDs {
-		if seen[id] || !validKeyPart(id) || len(rowSK(id)) > maxSKBytes || len(pk) > maxPKBytes {
-			continue // duplicates, or ids no row can have
-		}
-		seen[id] = true
-		keys = append(keys, Key(pk, rowSK(id)))
-	}
+	keys := rowKeysOf(partition, table, rowIDs)
 	headKey := Key(headPK(partition), headSK)
 	read := func(withHead bool) (*head, error) {
 		var h *head
@@ -113,6 +104,29 @@ func (s *Store) getRows(ctx context.Context, partition, table string, rowIDs []s
 		}
 	}
 	return out, h, nil
+}
+
+// keyableRow reports whether a row of table could be stored under rowID
+// at all; GetRows and the read checks skip ids no item can have (such a
+// row is absent for good).
+func keyableRow(p, table, rowID string) bool {
+	return validKeyPart(rowID) && len(rowSK(rowID)) <= maxSKBytes && len(rowPK(p, table)) <= maxPKBytes
+}
+
+// rowKeysOf are the item keys of rowIDs of table, duplicates and ids no
+// row can have left out.
+func rowKeysOf(p, table string, rowIDs []string) []map[string]types.AttributeValue {
+	pk := rowPK(p, table)
+	seen := make(map[string]bool, len(rowIDs))
+	var keys []map[string]types.AttributeValue
+	for _, id := range rowIDs {
+		if seen[id] || !keyableRow(p, table, id) {
+			continue
+		}
+		seen[id] = true
+		keys = append(keys, Key(pk, rowSK(id)))
+	}
+	return keys
 }
 
 // ensureApplied reads the head and finishes an unmaterialized commit, so

@@ -176,15 +176,8 @@ func (s *Store) touch(ctx context.Context, partition string, nowMs int64, newEpo
 		return store.Head{}, nil, false, err
 	}
 	var rowKeys []map[string]types.AttributeValue
-	if len(rowIDs) > 0 && checkName("table", table) == nil && len(rowPK(partition, table)) <= maxPKBytes {
-		seen := make(map[string]bool, len(rowIDs))
-		for _, id := range rowIDs {
-			if seen[id] || !validKeyPart(id) || len(rowSK(id)) > maxSKBytes {
-				continue
-			}
-			seen[id] = true
-			rowKeys = append(rowKeys, Key(rowPK(partition, table), rowSK(id)))
-		}
+	if len(rowIDs) > 0 && checkName("table", table) == nil {
+		rowKeys = rowKeysOf(partition, table, rowIDs)
 		if len(rowKeys) > batchGetMax-2 {
 			rowKeys = nil
 		}
