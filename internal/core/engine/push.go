@@ -334,14 +334,7 @@ func commitBackoff(ctx context.Context, attempt int) error {
 	if d > commitBackoffCap {
 		d = commitBackoffCap
 	}
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(d))) + 1)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return sleep(ctx, time.Duration(rand.Int64N(int64(d)))+1)
 }
 
 // replay returns the persisted result for an idempotency key: applied

@@ -125,9 +125,15 @@ func (qs *queueState) delay() time.Duration {
 
 // wait sleeps delay(), or returns the context's error when it ends first.
 func (qs *queueState) wait(ctx context.Context) error {
-	d := qs.delay()
+	return sleep(ctx, qs.delay())
+}
+
+// sleep waits d (nothing when d ≤ 0), or returns the context's error
+// when it ends first: every wait of a commit (backoff, turn) is bounded
+// by its request's deadline.
+func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
-		return nil
+		return ctx.Err()
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -308,13 +314,9 @@ func (e *Engine) ticketFirst(ctx context.Context, partition string) (*queueState
 	if d <= 0 {
 		return qs, nil
 	}
-	timer := time.NewTimer(min(d, maxQueueSleep))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
+	if err := sleep(ctx, min(d, maxQueueSleep)); err != nil {
 		qs.releaseUnused(ctx, e.store)
-		return nil, storeErr(ctx.Err(), "wait for the commit turn")
-	case <-timer.C:
+		return nil, storeErr(err, "wait for the commit turn")
 	}
 	return qs, nil
 }
@@ -363,12 +365,8 @@ func (qs *queueState) releaseUnused(ctx context.Context, st store.Store) {
 		}
 		qs.seen = h
 		d := min(max(time.Duration(qs.ticket-1-h.Turn)*qs.gap()/2, time.Millisecond), maxQueueSleep)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if sleep(ctx, d) != nil {
 			return
-		case <-t.C:
 		}
 	}
 }
