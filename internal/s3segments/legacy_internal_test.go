@@ -15,7 +15,6 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
-	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
 
 // A publication in the earlier layout (sort key PUB#<part hash>#<ctx
@@ -25,15 +24,7 @@ import (
 // that Put both answer from the current layout.
 func TestEarlierLayoutIgnored(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.S3(t)
-	bucket := testenv.UniqueName(t, "legacy")
-	srv.CreateBucket(t, bucket)
-	ddb := testenv.DynamoDB(t).Client(t)
-	table := testenv.UniqueName(t, "legacy")
-	if err := dynamostore.CreateTable(ctx, ddb, table); err != nil {
-		t.Fatal(err)
-	}
-	s := New(srv.Client(t), bucket, "app/", ddb, table, Options{})
+	s, ddb, table := newInternal(t, "legacy")
 	body := []byte("a page published by the previous release")
 	sum := sha256.Sum256(body)
 	h := hex.EncodeToString(sum[:])

@@ -19,6 +19,21 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
 
+// newInternal is a store on a fresh bucket and table, with the DynamoDB
+// client and table name for tests that write its items directly.
+func newInternal(t *testing.T, name string) (*Segments, *dynamodb.Client, string) {
+	t.Helper()
+	srv := testenv.S3(t)
+	bucket := testenv.UniqueName(t, name)
+	srv.CreateBucket(t, bucket)
+	ddb := testenv.DynamoDB(t).Client(t)
+	table := testenv.UniqueName(t, name)
+	if err := dynamostore.CreateTable(context.Background(), ddb, table); err != nil {
+		t.Fatal(err)
+	}
+	return New(srv.Client(t), bucket, "app/", ddb, table, Options{}), ddb, table
+}
+
 // TestLookupCostFlat (issue 11 item 5): a download's Lookup reads only
 // the publications of its partition, epoch and scope digest. With 1 and
 // with 6,001 publications of identical bytes — 3,000 by other tenants
@@ -31,15 +46,7 @@ import (
 // the test fast; TestLookupLoad publishes them with Put.
 func TestLookupCostFlat(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.S3(t)
-	bucket := testenv.UniqueName(t, "lookcost")
-	srv.CreateBucket(t, bucket)
-	ddb := testenv.DynamoDB(t).Client(t)
-	table := testenv.UniqueName(t, "lookcost")
-	if err := dynamostore.CreateTable(ctx, ddb, table); err != nil {
-		t.Fatal(err)
-	}
-	s := New(srv.Client(t), bucket, "app/", ddb, table, Options{})
+	s, ddb, table := newInternal(t, "lookcost")
 	body := []byte(strings.Repeat("an empty page shared by every tenant ", 20))
 	sum := sha256.Sum256(body)
 	h := hex.EncodeToString(sum[:])
