@@ -359,27 +359,21 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 // commit checking them as read: CommitRequest.ReadRows).
 func (e *Engine) touch(ctx context.Context, rs *reqState, req *wire.Request) (store.Head, error) {
 	q, ok := e.store.(store.CommitQueue)
-	if !ok || len(req.Commits) == 0 {
-		return e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, e.epoch())
-	}
-	sv, ok := e.schema.Versions[req.Header.SchemaVersion]
-	if !ok {
-		return e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, e.epoch())
-	}
-	pc := &req.Commits[0]
-	want := wantedRows(sv, pc)
-	if len(want) != 1 {
-		return e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, e.epoch())
-	}
-	for table, ids := range want {
-		if len(ids) > maxReadChecks {
-			break
+	sv, known := e.schema.Versions[req.Header.SchemaVersion]
+	if ok && known && len(req.Commits) > 0 {
+		pc := &req.Commits[0]
+		if want := wantedRows(sv, pc); len(want) == 1 {
+			for table, ids := range want {
+				if len(ids) > maxReadChecks {
+					break
+				}
+				h, rows, rowsOK, err := q.TouchPartitionRows(ctx, rs.auth.Partition, rs.now, e.epoch(), table, ids)
+				if err == nil && rowsOK {
+					rs.prefetch = &rowPrefetch{pc: pc, table: table, ids: ids, rows: rows}
+				}
+				return h, err
+			}
 		}
-		h, rows, rowsOK, err := q.TouchPartitionRows(ctx, rs.auth.Partition, rs.now, e.epoch(), table, ids)
-		if err == nil && rowsOK {
-			rs.prefetch = &rowPrefetch{pc: pc, table: table, ids: ids, rows: rows}
-		}
-		return h, err
 	}
 	return e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, e.epoch())
 }
