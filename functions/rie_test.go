@@ -66,8 +66,10 @@ type emulated struct {
 	second map[string]time.Duration // second response (warm)
 }
 
-func deploy(t *testing.T, overrides map[string]string) *emulated {
-	bins := buildAll(t)
+// storageEnv is env.local.json's settings pointed at a fresh DynamoDB
+// Local table and S3 bucket.
+func storageEnv(t *testing.T) map[string]string {
+	t.Helper()
 	ddb := testenv.DynamoDB(t)
 	s3 := testenv.S3(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -82,6 +84,12 @@ func deploy(t *testing.T, overrides map[string]string) *emulated {
 	env["SYNC_S3_ENDPOINT"] = s3.Endpoint
 	env["SYNC_TABLE_NAME"] = table
 	env["SYNC_BUCKET"] = bucket
+	return env
+}
+
+func deploy(t *testing.T, overrides map[string]string) *emulated {
+	bins := buildAll(t)
+	env := storageEnv(t)
 	for k, v := range overrides {
 		env[k] = v
 	}

@@ -23,7 +23,6 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
-	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
 
@@ -140,20 +139,7 @@ func TestLambdaTiming(t *testing.T) {
 	}
 
 	// One table and bucket for the run, seeded through this tree's push.
-	ddb := testenv.DynamoDB(t)
-	s3 := testenv.S3(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	table, bucket := testenv.UniqueName(t, "timing"), testenv.UniqueName(t, "timing")
-	if err := dynamostore.CreateTable(ctx, ddb.Client(t), table); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	s3.CreateBucket(t, bucket)
-	env := envLocal(t)
-	env["SYNC_DYNAMODB_ENDPOINT"] = ddb.Endpoint
-	env["SYNC_S3_ENDPOINT"] = s3.Endpoint
-	env["SYNC_TABLE_NAME"] = table
-	env["SYNC_BUCKET"] = bucket
+	env := storageEnv(t)
 	env["SYNC_REALTIME_ENDPOINT"] = "http://127.0.0.1:1/realtime" // never reached by the quick runs
 	env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = "60"
 
