@@ -44,12 +44,6 @@ func gcGoalPercent(live, floor uint64) int {
 	return int(headroom * 100 / live)
 }
 
-// gcTuneApplies reports whether the runner may tune the collector: not
-// when the operator set GOGC or GOMEMLIMIT (their settings win).
-func gcTuneApplies(getenv func(string) string) bool {
-	return getenv("GOGC") == "" && getenv("GOMEMLIMIT") == ""
-}
-
 // runGCTuner re-derives GOGC from the live heap every interval until ctx
 // ends, then restores the default. The live heap changes only as the
 // store grows, so a coarse interval is enough; the update is skipped when

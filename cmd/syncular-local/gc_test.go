@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/skyfold/syncular-lambda/internal/app"
+)
 
 // The heap goal GOGC puts is live × (1 + GOGC/100); the tuner's goal is
 // live + max(floor − live, floor/2, live/2).
@@ -48,10 +52,10 @@ func TestGCTuneDefersToOperator(t *testing.T) {
 			return ""
 		}
 	}
-	if !gcTuneApplies(env()) {
+	if app.OperatorSetGC(env()) {
 		t.Error("no GOGC/GOMEMLIMIT: the runner should tune")
 	}
-	if gcTuneApplies(env("GOGC", "200")) || gcTuneApplies(env("GOMEMLIMIT", "1GiB")) {
+	if !app.OperatorSetGC(env("GOGC", "200")) || !app.OperatorSetGC(env("GOMEMLIMIT", "1GiB")) {
 		t.Error("GOGC or GOMEMLIMIT set: the operator's setting must win")
 	}
 }

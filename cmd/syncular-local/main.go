@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
@@ -136,7 +137,7 @@ Ctrl-C stops.
 		defer stopPprof()
 	}
 
-	if *gcFloor > 0 && gcTuneApplies(os.Getenv) {
+	if *gcFloor > 0 && !app.OperatorSetGC(os.Getenv) {
 		go runGCTuner(ctx, uint64(*gcFloor)<<20, 250*time.Millisecond)
 	}
 	srv := &http.Server{Handler: rn, ReadHeaderTimeout: 10 * time.Second}

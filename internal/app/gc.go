@@ -17,7 +17,7 @@ import (
 // ok false when the operator set GOGC or GOMEMLIMIT (their settings win)
 // or the process is not a Lambda function.
 func gcSettings(getenv func(string) string) (limit int64, percent int, ok bool) {
-	if getenv("GOGC") != "" || getenv("GOMEMLIMIT") != "" {
+	if OperatorSetGC(getenv) {
 		return 0, 0, false
 	}
 	mb, err := strconv.ParseInt(getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"), 10, 64)
@@ -27,6 +27,13 @@ func gcSettings(getenv func(string) string) (limit int64, percent int, ok bool) 
 	// Three quarters of the function's memory for the Go heap leaves the
 	// rest to stacks, the runtime and the binary itself.
 	return mb << 20 * 3 / 4, lambdaGCPercent, true
+}
+
+// OperatorSetGC reports whether the environment sets GOGC or GOMEMLIMIT:
+// then the Go runtime applies them and no process of this module tunes
+// its collector over them (functions and the local runner alike).
+func OperatorSetGC(getenv func(string) string) bool {
+	return getenv("GOGC") != "" || getenv("GOMEMLIMIT") != ""
 }
 
 // lambdaGCPercent lets the heap grow to five times the live heap between
