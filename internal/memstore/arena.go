@@ -23,11 +23,13 @@ import (
 // chunk the store drops stays alive for as long as such a string does.
 
 const (
-	// A partition's first chunk is small (a partition that sees a few
-	// commits must not cost a quarter megabyte); each next one doubles
-	// up to maxChunk. An entry larger than the chunk due gets a chunk of
-	// its own size.
-	minChunk = 4 << 10
+	// A new chunk is as large as the chunks the arena holds together,
+	// between minChunk and maxChunk: a partition that sees a few commits
+	// (or whose log was pruned away) does not cost a quarter megabyte,
+	// and the room an arena leaves unused stays within about what it
+	// holds. An entry larger than the chunk due gets a chunk of its own
+	// size.
+	minChunk = 1 << 10
 	maxChunk = 256 << 10
 	// outArenaBit marks an outRef chunk number as one of the outcome
 	// arena rather than the log arena.
@@ -40,7 +42,7 @@ const (
 type arena struct {
 	chunks [][]byte
 	first  uint32
-	size   int // capacity of the next chunk
+	held   int // Σ cap(chunks)
 }
 
 // span locates bytes in an arena.
@@ -54,12 +56,12 @@ func (a *arena) alloc(n int) (span, []byte) {
 	}
 	k := len(a.chunks) - 1
 	if k < 0 || cap(a.chunks[k])-len(a.chunks[k]) < n {
-		size := max(a.size, minChunk)
-		a.size = min(2*size, maxChunk)
 		if a.first+uint32(len(a.chunks)) >= outArenaBit {
 			panic("memstore: arena chunk numbers exhausted")
 		}
-		a.chunks = append(a.chunks, make([]byte, 0, max(size, n)))
+		size := max(min(max(a.held, minChunk), maxChunk), n)
+		a.chunks = append(a.chunks, make([]byte, 0, size))
+		a.held += size
 		k++
 	}
 	c := a.chunks[k]
@@ -86,6 +88,9 @@ func (a *arena) dropBefore(chunk uint32) {
 	k := int(chunk - a.first)
 	if k <= 0 {
 		return
+	}
+	for _, c := range a.chunks[:k] {
+		a.held -= cap(c)
 	}
 	a.chunks = append([][]byte(nil), a.chunks[k:]...)
 	a.first = chunk

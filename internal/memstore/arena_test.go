@@ -226,3 +226,48 @@ func TestArenaConcurrentReadersAndPrune(t *testing.T) {
 	close(done)
 	wg.Wait()
 }
+
+// Chunks grow with what the arena holds, so its unused room stays within
+// about what it uses (plus the tails of a few small chunks); an oversized entry gets a
+// chunk of its own, and an arena emptied by pruning starts small again.
+func TestArenaChunkSizing(t *testing.T) {
+	var a arena
+	used := 0
+	put := func(n int) span {
+		sp, b := a.alloc(n)
+		for i := range b {
+			b[i] = byte(n)
+		}
+		used += n
+		return sp
+	}
+	first := put(300)
+	if cap(a.chunks[0]) != minChunk {
+		t.Fatalf("first chunk holds %d bytes, want %d", cap(a.chunks[0]), minChunk)
+	}
+	for range 5000 {
+		put(300)
+		if a.held > 2*used+8*minChunk {
+			t.Fatalf("%d bytes used in %d held", used, a.held)
+		}
+	}
+	for _, c := range a.chunks {
+		if cap(c) > maxChunk {
+			t.Fatalf("chunk of %d bytes", cap(c))
+		}
+	}
+	big := put(3 * maxChunk)
+	if big.off != 0 || cap(a.chunks[big.chunk-a.first]) != 3*maxChunk {
+		t.Fatalf("oversized entry at offset %d of a %d-byte chunk", big.off, cap(a.chunks[big.chunk-a.first]))
+	}
+	if s := a.str(first); len(s) != 300 || s[0] != byte(300%256) || s[299] != byte(300%256) {
+		t.Fatal("first entry changed")
+	}
+	a.dropBefore(a.end())
+	if len(a.chunks) != 0 || a.held != 0 {
+		t.Fatalf("emptied arena keeps %d chunks, %d bytes", len(a.chunks), a.held)
+	}
+	if sp := put(10); sp.chunk != big.chunk+1 || cap(a.chunks[0]) != minChunk {
+		t.Fatalf("after emptying: chunk %d of %d bytes, want chunk %d of %d", sp.chunk, cap(a.chunks[0]), big.chunk+1, minChunk)
+	}
+}

@@ -697,6 +697,7 @@ func (s *Store) walkLog(ctx context.Context, partition string, afterSeq, through
 		}
 		batch = batch[:0]
 		if from < to {
+			batch = slices.Grow(batch, int(to-from))
 			for _, sp := range p.log[from:to] {
 				batch = append(batch, p.logArena.str(sp))
 			}
