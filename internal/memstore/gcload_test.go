@@ -8,13 +8,14 @@ import (
 	"time"
 )
 
-// liveObjects is the number of heap objects left after a full collection:
-// what the next mark phase has to visit.
-func liveObjects() uint64 {
+// heapAfterGC returns, after a full collection, the number of live heap
+// objects and the bytes of heap the collector has to scan (pointer-free
+// objects are not scanned): what the next mark phase has to visit.
+func heapAfterGC() (objects, scannable uint64) {
 	runtime.GC()
-	s := []metrics.Sample{{Name: "/gc/heap/objects:objects"}}
+	s := []metrics.Sample{{Name: "/gc/heap/objects:objects"}, {Name: "/gc/scan/heap:bytes"}}
 	metrics.Read(s)
-	return s[0].Value.Uint64()
+	return s[0].Value.Uint64(), s[1].Value.Uint64()
 }
 
 // gcTime is the median wall time of a few forced collections.
@@ -39,14 +40,15 @@ func TestLogHeapObjectsDoNotGrowPerCommit(t *testing.T) {
 		t.Skip("loads 200,000 commits")
 	}
 	const commits = 200_000
-	before := liveObjects()
+	before, scanBefore := heapAfterGC()
 	gcBefore := gcTime()
 	s := touched(t)
 	loadLog(t, s, commits, 100)
-	after := liveObjects()
+	after, scanAfter := heapAfterGC()
 	gcAfter := gcTime()
 	grown := int64(after) - int64(before)
-	t.Logf("%d commits: live heap objects %d -> %d (+%d); runtime.GC %v -> %v", commits, before, after, grown, gcBefore, gcAfter)
+	t.Logf("%d commits: live heap objects %d -> %d (+%d); scannable heap %d KiB -> %d KiB; runtime.GC %v -> %v",
+		commits, before, after, grown, scanBefore>>10, scanAfter>>10, gcBefore, gcAfter)
 	if grown > commits/20 {
 		t.Errorf("the store holds %d heap objects for %d commits, want at most %d", grown, commits, commits/20)
 	}
