@@ -4,20 +4,20 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
-	"unsafe"
+	"slices"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
 
-// The log keeps each commit as one immutable string in a compact binary
-// layout instead of a Go object graph (a Commit, its Changes, a string
-// header per field, a byte slice per row): one allocation per commit and
-// no pointers for the collector to trace. A reader decodes it into fresh
-// memory: the strings of the result are substrings of the entry (strings
-// are immutable, so sharing them is safe), the row bytes and the scope
-// slices are copied into two arenas, so a caller may modify what it gets
-// without reaching the store.
+// The log keeps each commit in a compact binary layout instead of a Go
+// object graph (a Commit, its Changes, a string header per field, a byte
+// slice per row): a run of bytes in the partition's log arena (arena.go),
+// with no pointers for the collector to trace. A reader decodes it into
+// fresh memory: the strings of the result are substrings of the entry
+// (arena bytes are never modified once written, so sharing them is safe),
+// the row bytes and the scope slices are copied into two arenas, so a
+// caller may modify what it gets without reaching the store.
 //
 //	entry  := seq(8, LE) createdAtMs(8, LE) varint(writerVersion)
 //	          str(actorId) key count(changes) uvarint(Σ scopes)
@@ -29,10 +29,10 @@ import (
 //	count  := uvarint(0 for nil, n+1 for n elements)
 //
 // nil and empty slices stay distinct through the count's +1. The commit's
-// outcome (below) ends the entry, and the outcome map keys it by the
-// entry's own key bytes: both map strings are substrings of the entry, so
-// an applied commit costs one allocation in all (Prune copies them out
-// when it drops the entry).
+// outcome (below) ends the entry, and the outcome index points at the
+// entry's own key and outcome bytes, so an applied commit is stored once
+// (Prune copies the outcome out to the outcome arena when it drops the
+// entry's chunk).
 
 // countOf encodes a slice length with nil kept apart from empty.
 func countOf(n int, isNil bool) uint64 {
@@ -47,20 +47,30 @@ func appendStr(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// loggedCommit is an entry with the positions of its key and outcome.
+// entryLayout gives the positions, relative to an entry's start, of its
+// key and of its outcome (the entry's length when it carries none).
+type entryLayout struct{ keyOff, keyEnd, outcomeOff int }
+
+// loggedCommit is a standalone entry with its layout (tests and
+// benchmarks; the store appends entries into its arena).
 type loggedCommit struct {
-	entry          string
-	keyOff, keyEnd int
-	outcomeOff     int // len(entry) when it carries no outcome
+	entry string
+	entryLayout
 }
 
 func (l *loggedCommit) key() string     { return l.entry[l.keyOff:l.keyEnd] }
 func (l *loggedCommit) outcome() string { return l.entry[l.outcomeOff:] }
 
-// encodeCommit returns c in the entry layout, ending with o unless nil.
+// encodeCommit returns c as a standalone entry, ending with o unless nil.
 func encodeCommit(c *store.Commit, writerVersion int64, o *store.Outcome) loggedCommit {
-	// The exact length first: the entry is then built in one allocation
-	// that becomes the string itself (no copy, no spare capacity kept).
+	b, l := appendCommit(nil, c, writerVersion, o)
+	return loggedCommit{entry: string(b), entryLayout: l}
+}
+
+// appendCommit appends c in the entry layout, ending with o unless nil,
+// to b.
+func appendCommit(b []byte, c *store.Commit, writerVersion int64, o *store.Outcome) ([]byte, entryLayout) {
+	// The exact length first: b then grows at most once.
 	scopes, rowBytes := 0, 0
 	n := 16 + varintLen(writerVersion) + strLen(c.ActorID) + strLen(c.ClientID) + strLen(c.ClientCommitID) +
 		uvarintLen(countOf(len(c.Changes), c.Changes == nil))
@@ -78,15 +88,16 @@ func encodeCommit(c *store.Commit, writerVersion int64, o *store.Outcome) logged
 	if o != nil {
 		n += 1 + varintLen(o.CommitSeq) + varintLen(o.RecordedAtMs) + strLen(o.ActorID) + len(o.Result)
 	}
-	b := make([]byte, 16, n)
-	binary.LittleEndian.PutUint64(b, uint64(c.Seq))
-	binary.LittleEndian.PutUint64(b[8:], uint64(c.CreatedAtMs))
+	b = slices.Grow(b, n)
+	start := len(b)
+	b = binary.LittleEndian.AppendUint64(b, uint64(c.Seq))
+	b = binary.LittleEndian.AppendUint64(b, uint64(c.CreatedAtMs))
 	b = binary.AppendVarint(b, writerVersion)
 	b = appendStr(b, c.ActorID)
-	var l loggedCommit
-	l.keyOff = len(b)
+	var l entryLayout
+	l.keyOff = len(b) - start
 	b = appendOutcomeKey(b, c.ClientID, c.ClientCommitID)
-	l.keyEnd = len(b)
+	l.keyEnd = len(b) - start
 	b = binary.AppendUvarint(b, countOf(len(c.Changes), c.Changes == nil))
 	b = binary.AppendUvarint(b, uint64(scopes))
 	b = binary.AppendUvarint(b, uint64(rowBytes))
@@ -104,16 +115,14 @@ func encodeCommit(c *store.Commit, writerVersion int64, o *store.Outcome) logged
 		b = binary.AppendUvarint(b, countOf(len(ch.Row), ch.Row == nil))
 		b = append(b, ch.Row...)
 	}
-	l.outcomeOff = len(b)
+	l.outcomeOff = len(b) - start
 	if o != nil {
 		b = appendOutcome(b, o)
 	}
-	if len(b) != n || cap(b) != n {
+	if len(b)-start != n {
 		panic("memstore: commit entry length miscounted")
 	}
-	// b is never written again: the string takes its memory over.
-	l.entry = unsafe.String(unsafe.SliceData(b), n)
-	return l
+	return b, l
 }
 
 func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
@@ -243,13 +252,14 @@ func decodeCommit(e string) *store.Commit {
 	return c
 }
 
-// Outcomes are kept the same way: one string per outcome, keyed by one
-// string per (clientId, clientCommitId).
+// Outcomes are kept the same way: as bytes in an arena, found through
+// the maphash of their key (arena.go).
 //
 //	outcome := flags(1: 1 applied, 2 result non-nil) varint(commitSeq)
 //	           varint(recordedAtMs) str(actorId) result
 //
-// and keyed by the key of the entry layout.
+// and keyed by the key of the entry layout. In the outcome arena a
+// record is the key followed by the outcome.
 
 func encodeOutcome(o *store.Outcome) string {
 	return string(appendOutcome(make([]byte, 0, 24+len(o.ActorID)+len(o.Result)), o))

@@ -92,20 +92,9 @@ func (p *partState) scopedBatchLocked(batch []string, table, variable string, va
 		}
 		// Pruning trims the index with the log, so every listed seq is
 		// logged; the bound check only guards the invariant.
-		if i := seq - p.logFirst; i >= 0 && i < int64(len(p.log)) {
-			batch = append(batch, p.log[i])
+		if i := seq - p.logBase; seq >= p.logFirst && i < int64(len(p.log)) {
+			batch = append(batch, p.logArena.str(p.log[i]))
 		}
 	}
 	return batch
-}
-
-// ownOutcomeLocked copies the outcome of a logged commit that is about to
-// leave the log out of its entry (key and value are substrings of it).
-// Called under the write lock.
-func (p *partState) ownOutcomeLocked(e string) {
-	k := entryKey(e)
-	if v, ok := p.outcomes[k]; ok {
-		delete(p.outcomes, k)
-		p.outcomes[strings.Clone(k)] = strings.Clone(v)
-	}
 }

@@ -5,14 +5,17 @@
 //
 // Every byte slice is copied on the way in and on the way out, so callers
 // may reuse their buffers and may modify what they get back. Commits and
-// outcomes are kept encoded (logcodec.go), and the log has a scope index
-// (logindex.go) so a scoped read touches only the commits it returns.
+// outcomes are kept encoded (logcodec.go) in pointer-free arenas
+// (arena.go), so a long log costs the garbage collector next to nothing,
+// and the log has a scope index (logindex.go) so a scoped read touches
+// only the commits it returns.
 package memstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"time"
@@ -51,6 +54,8 @@ func WithRefreshInterval(d time.Duration) Option {
 // for another.
 type Store struct {
 	refreshMs int64
+	// seed hashes outcome keys (arena.go).
+	seed maphash.Seed
 
 	mu         sync.RWMutex // guards partitions (the map, not its values) and marker
 	partitions map[string]*partState
@@ -65,18 +70,24 @@ var _ store.Store = (*Store)(nil)
 type partState struct {
 	mu   sync.RWMutex
 	head store.Head
-	// log holds encoded commits (logcodec.go), never modified once
-	// appended: log[i] has seq logFirst+i.
-	log      []string
+	// log locates the encoded commits (logcodec.go) in logArena: log[i]
+	// has seq logBase+i. Those below logFirst are pruned; they stay
+	// listed only while their chunk holds a commit that is not, so that
+	// dropping the chunk finds their outcomes (Prune).
+	log      []span
+	logBase  int64
 	logFirst int64
+	logArena arena
 	// logIdx lists, per (table, scope variable, value), the seqs of the
 	// logged commits with a change of that table holding that value
 	// (§3.1 inverted index), ascending.
 	logIdx map[logKey][]int64
 	tables map[string]*table
-	// outcomes maps appendOutcomeKey to the encoded outcome
-	// (logcodec.go); for a logged commit both are substrings of its entry.
-	outcomes map[string]string
+	// outcomes finds the encoded outcome (logcodec.go) of a key
+	// (appendOutcomeKey): in the commit's log entry while its chunk is
+	// kept, else in outArena (rejections, pruned commits).
+	outcomes outcomeIndex
+	outArena arena
 	// clients is guarded by clientsMu, not mu: every pull records its
 	// client, and taking the partition's write lock for it made pulls
 	// queue behind commits. Lock order: mu before clientsMu (AckCursor
@@ -145,6 +156,7 @@ func (t *table) unindex(e *rowEntry) {
 func New(opts ...Option) *Store {
 	s := &Store{
 		refreshMs:  DefaultRefreshInterval.Milliseconds(),
+		seed:       maphash.MakeSeed(),
 		partitions: make(map[string]*partState),
 	}
 	for _, o := range opts {
@@ -180,7 +192,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 				fence:    s.marker, // a new partition starts fenced at the marker
 				tables:   make(map[string]*table),
 				logIdx:   make(map[logKey][]int64),
-				outcomes: make(map[string]string),
+				outcomes: outcomeIndex{seed: s.seed, byHash: make(map[uint64]outRef)},
 				clients:  make(map[string]*store.Client),
 				refs:     make(map[refKey]map[string]struct{}),
 			}
@@ -262,9 +274,14 @@ func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommi
 		return nil, nil
 	}
 	var buf [96]byte
-	k := appendOutcomeKey(buf[:0], clientID, clientCommitID)
+	k := viewBytes(appendOutcomeKey(buf[:0], clientID, clientCommitID))
+	h := p.outcomes.hash(k)
+	var o string
 	p.mu.RLock()
-	o, ok := p.outcomes[string(k)]
+	r, _, ok := p.findOutcomeLocked(h, k)
+	if ok {
+		o = p.outcomeLocked(r)
+	}
 	p.mu.RUnlock()
 	if !ok {
 		return nil, nil
@@ -281,11 +298,17 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	if p == nil {
 		return ErrUnknownPartition
 	}
-	c := encodeOutcome(&o)
-	k := string(appendOutcomeKey(nil, clientID, clientCommitID))
+	buf := getScratch()
+	defer putScratch(buf)
+	b := appendOutcomeKey((*buf)[:0], clientID, clientCommitID)
+	kl := len(b)
+	b = appendOutcome(b, &o)
+	*buf = b
+	k := viewBytes(b[:kl])
+	h := p.outcomes.hash(k)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.outcomes[k]; ok {
+	if _, _, ok := p.findOutcomeLocked(h, k); ok {
 		return store.ErrOutcomeExists
 	}
 	if w.WriterVersion < p.fence {
@@ -294,7 +317,7 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	if w.CheckGate && w.GateToken != p.gateToken {
 		return store.ErrGateMoved
 	}
-	p.outcomes[k] = c
+	p.addOutcomeLocked(h, k, p.putOutcomeLocked(k, viewBytes(b[kl:])))
 	return nil
 }
 
@@ -314,10 +337,14 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	if p == nil {
 		return ErrUnknownPartition
 	}
-	// Copy outside the lock: it is the expensive part and touches only
-	// caller memory.
-	c := encodeCommit(&req.Commit, req.WriterVersion, &req.Outcome)
-	k := c.key()
+	// Encode outside the lock: it is the expensive part and touches only
+	// caller memory. The lock only copies the entry into the arena.
+	buf := getScratch()
+	defer putScratch(buf)
+	entry, l := appendCommit((*buf)[:0], &req.Commit, req.WriterVersion, &req.Outcome)
+	*buf = entry
+	k := viewBytes(entry[l.keyOff:l.keyEnd])
+	h := p.outcomes.hash(k)
 	rows := make([]*rowEntry, len(req.Rows))
 	for i := range req.Rows {
 		w := &req.Rows[i]
@@ -334,7 +361,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	defer p.mu.Unlock()
 	// The idempotency check goes first: when both fail, replaying the
 	// recorded outcome is what the engine ends up doing anyway.
-	if _, ok := p.outcomes[k]; ok {
+	if _, _, ok := p.findOutcomeLocked(h, k); ok {
 		return store.ErrOutcomeExists
 	}
 	if req.WriterVersion < p.fence {
@@ -395,15 +422,21 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		p.applyRef(w)
 	}
 	if len(p.log) == 0 {
-		p.logFirst = seq
-	} else if p.logFirst+int64(len(p.log)) != seq {
+		p.logBase, p.logFirst = seq, seq
+	} else if p.logBase+int64(len(p.log)) != seq {
 		// Unreachable while the head check above holds; guards the log
 		// indexing invariant against future edits.
 		panic("memstore: log is not contiguous")
 	}
-	p.log = append(p.log, c.entry)
+	sp, dst := p.logArena.alloc(len(entry))
+	copy(dst, entry)
+	p.log = append(p.log, sp)
 	p.indexCommit(req.Commit.Changes, seq)
-	p.outcomes[k] = c.outcome()
+	p.addOutcomeLocked(h, k, outRef{
+		chunk:  sp.chunk,
+		keyOff: sp.off + uint32(l.keyOff), keyLen: uint32(l.keyEnd - l.keyOff),
+		outOff: sp.off + uint32(l.outcomeOff), outLen: sp.n - uint32(l.outcomeOff),
+	})
 	p.head.MaxCommitSeq = seq
 	if adv != nil {
 		applyAdvance(adv, req.Advance, req.Commit.CreatedAtMs)
@@ -639,7 +672,7 @@ func (s *Store) CommitTimes(ctx context.Context, partition string, afterSeq int6
 
 // walkLog calls fn for the entries with afterSeq < Seq ≤ throughSeq (no
 // upper bound when throughSeq < 0), in batches. An entry is never
-// modified once appended (pruning drops whole entries), so the read lock
+// modified once appended (arena.go), so the read lock
 // is held only to collect a batch of entries and fn decodes them after it
 // is released: a pull reading many commits must not keep a committing
 // writer — and, behind it, every other reader — waiting.
@@ -657,14 +690,17 @@ func (s *Store) walkLog(ctx context.Context, partition string, afterSeq, through
 			return err
 		}
 		p.mu.RLock()
-		from := max(afterSeq+1, p.logFirst) - p.logFirst
+		from := max(afterSeq+1, p.logFirst) - p.logBase
 		to := min(int64(len(p.log)), from+scanBatchCommits)
-		if last := throughSeq - p.logFirst; last < to-1 {
+		if last := throughSeq - p.logBase; last < to-1 {
 			to = last + 1
 		}
 		batch = batch[:0]
 		if from < to {
-			batch = append(batch, p.log[from:to]...)
+			batch = slices.Grow(batch, int(to-from))
+			for _, sp := range p.log[from:to] {
+				batch = append(batch, p.logArena.str(sp))
+			}
 		}
 		p.mu.RUnlock()
 		for _, e := range batch {
@@ -802,15 +838,9 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 		return 0, nil
 	}
 	p.head.HorizonSeq = h
-	n := int(min(max(h-p.logFirst+1, 0), int64(len(p.log))))
-	// A pruned commit's outcome stays: its key and value are substrings
-	// of the entry (logcodec.go), copied out so the entry's memory goes.
-	for _, e := range p.log[:n] {
-		p.ownOutcomeLocked(e)
-	}
-	// Copy the survivors so the pruned commits' memory is released.
-	p.log = append([]string(nil), p.log[n:]...)
-	p.logFirst += int64(n)
+	n := min(max(h-p.logFirst+1, 0), p.logBase+int64(len(p.log))-p.logFirst)
+	p.logFirst += n
+	p.releaseLogLocked()
 	p.pruneIndexLocked(h)
 	k := 0
 	for k < len(p.tombs) && p.tombs[k].seq <= h {
@@ -823,5 +853,43 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 		k++
 	}
 	p.tombs = append([]tombRef(nil), p.tombs[k:]...)
-	return n, nil
+	return int(n), nil
+}
+
+// releaseLogLocked drops the log chunks that hold only pruned commits:
+// every chunk before the first unpruned commit's, all of them when none
+// is left. A dropped commit's outcome stays (store.Store.Prune): it is
+// copied to the outcome arena first. Called under the write lock.
+func (p *partState) releaseLogLocked() {
+	keep := p.logArena.end()
+	if i := p.logFirst - p.logBase; i < int64(len(p.log)) {
+		keep = p.log[i].chunk
+	}
+	j := 0
+	for j < len(p.log) && p.log[j].chunk < keep {
+		p.keepOutcomeLocked(p.logArena.str(p.log[j]))
+		j++
+	}
+	if j > 0 {
+		// Copy the survivors so the dropped positions' memory goes too.
+		p.log = append([]span(nil), p.log[j:]...)
+		p.logBase += int64(j)
+	}
+	p.logArena.dropBefore(keep)
+}
+
+// scratch holds the buffers commits and rejections are encoded into
+// before the lock copies them into an arena.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxScratch bounds the buffers kept for reuse: one huge commit must not
+// pin its size forever.
+const maxScratch = 64 << 10
+
+func getScratch() *[]byte { return scratch.Get().(*[]byte) }
+
+func putScratch(b *[]byte) {
+	if cap(*b) <= maxScratch {
+		scratch.Put(b)
+	}
 }

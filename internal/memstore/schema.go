@@ -230,7 +230,8 @@ func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, 
 	if p.fence < c.SchemaVersion {
 		return "", store.ErrFenceMissing
 	}
-	for _, e := range p.log {
+	for _, sp := range p.log[p.logFirst-p.logBase:] {
+		e := p.logArena.str(sp)
 		if entrySeq(e) <= c.Watermark {
 			continue
 		}
