@@ -144,7 +144,11 @@ func RequestFromHTTP(r *http.Request, body []byte, requestID string) (*httpapi.R
 			h["X-Forwarded-Proto"] = httpProto
 		}
 	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
+	var q url.Values // nil for no query, as FromV2 gives
+	var err error
+	if r.URL.RawQuery != "" {
+		q, err = url.ParseQuery(r.URL.RawQuery)
+	}
 	if err != nil {
 		// The event carries the parameters url.Values could parse, each
 		// comma-joined, and FromV2 falls back to them.
