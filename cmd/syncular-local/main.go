@@ -60,7 +60,7 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&o.s3Endpoint, "s3-endpoint", "", "use this S3 endpoint (path-style) for segments instead of memory")
 	fs.StringVar(&o.table, "table", "syncular-local", "DynamoDB table with -dynamodb-endpoint")
 	fs.StringVar(&o.bucket, "bucket", "syncular-local", "S3 bucket with -s3-endpoint")
-	fs.BoolVar(&o.jsonEvents, "json-events", false, "pass each request to its function as the JSON event document the Lambda runtime delivers, and parse the JSON response document (slower; the default hands over the same event as a typed value)")
+	fs.BoolVar(&o.jsonEvents, "json-events", false, "pass each request to its function as the JSON event document the Lambda runtime delivers, and parse the JSON response document (slower; the default converts the request directly into what that event converts to)")
 	fs.BoolVar(&o.create, "create", false, "create the table and bucket first")
 	cors := fs.String("cors-origins", "*", "comma-separated browser origins allowed by CORS (\"*\" for any, empty for none)")
 	pprofAddr := fs.String("pprof", "", "serve net/http/pprof (CPU, heap, allocs, mutex, block profiles) on this loopback address, e.g. 127.0.0.1:6060")

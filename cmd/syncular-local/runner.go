@@ -91,7 +91,7 @@ type runner struct {
 	// memBlobs is the in-memory blob store whose URLs point at the runner.
 	memBlobs *memblobs.Store
 	// jsonEvents sends every request through Invoke as the JSON document
-	// the Lambda runtime delivers (-json-events) instead of InvokeV2.
+	// the Lambda runtime delivers (-json-events) instead of InvokeHTTP.
 	jsonEvents bool
 }
 
@@ -282,9 +282,9 @@ func derive(secret []byte, purpose string) []byte {
 }
 
 // ServeHTTP routes like API Gateway (unknown route → 404), then invokes the
-// function's handler with the API Gateway v2 event: as a typed value
-// (InvokeV2), or with -json-events as the JSON document exactly as the
-// Lambda runtime hands it over (Invoke).
+// function's handler with the request the API Gateway v2 event converts
+// to (InvokeHTTP), or with -json-events with the event's JSON document
+// exactly as the Lambda runtime hands it over (Invoke).
 func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// CORS like the deployed HTTP API's CorsConfiguration (template.yaml),
 	// so a browser client on another local origin can sync.
@@ -320,13 +320,14 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, syncerr.New(syncerr.NotFound, "no route for %s %s", r.Method, r.URL.EscapedPath()).WithStatus(http.StatusNotFound))
 		return
 	}
-	ev := lambdahttp.EventFromHTTP(r, body, r.Method+" "+r.URL.Path, reqID)
 	if !rn.jsonEvents {
-		// The typed event through the same conversion and handler; only
-		// the JSON encoding of event and response document is skipped.
-		_ = lambdahttp.WriteResponse(w, rn.handlers[fn.Name].InvokeV2(r.Context(), &ev))
+		// The request the event would convert to, straight from net/http
+		// (lambdahttp holds the two conversions equal), through the same
+		// handler; the event and response documents are skipped.
+		_ = lambdahttp.WriteResponse(w, rn.handlers[fn.Name].InvokeHTTP(r.Context(), r, body, reqID))
 		return
 	}
+	ev := lambdahttp.EventFromHTTP(r, body, r.Method+" "+r.URL.Path, reqID)
 	payload, err := json.Marshal(ev)
 	if err != nil {
 		writeErr(w, syncerr.Internal(err))
@@ -345,13 +346,18 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = lambdahttp.WriteV2Response(w, &resp)
 }
 
-// readBody reads at most maxRequestBytes+1 bytes of the body, into one
-// buffer when the request declares its length.
+// readBody reads at most maxRequestBytes+1 bytes of the body: a declared
+// length within the limit into a buffer of exactly that size (net/http
+// ends such a body at its length), anything else through a growing one.
 func readBody(r *http.Request) ([]byte, error) {
-	var b bytes.Buffer
 	if n := r.ContentLength; n > 0 && n <= maxRequestBytes {
-		b.Grow(int(n) + bytes.MinRead)
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
 	}
+	var b bytes.Buffer
 	_, err := b.ReadFrom(io.LimitReader(r.Body, maxRequestBytes+1))
 	return b.Bytes(), err
 }

@@ -176,7 +176,11 @@ func fromV2Parts(rawPath, rawQuery string, qp map[string]string, method string, 
 		vals = append(vals, v)
 		h[textproto.CanonicalMIMEHeaderKey(k)] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	q, err := url.ParseQuery(rawQuery)
+	var q url.Values // nil for no query: reads of a nil map are empty
+	var err error
+	if rawQuery != "" {
+		q, err = url.ParseQuery(rawQuery)
+	}
 	if err != nil || (rawQuery == "" && len(qp) > 0) {
 		q = url.Values{}
 		for k, v := range qp {

@@ -1,6 +1,7 @@
 package lambdahttp
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -274,5 +276,67 @@ func TestEventFromHTTPHeaderNames(t *testing.T) {
 		if got := r.Header[http.CanonicalHeaderKey(name)]; len(got) != 1 || got[0] != fmt.Sprintf("value %d", i) {
 			t.Fatalf("back: %s = %q", name, got)
 		}
+	}
+}
+
+// The runner's direct conversion gives the request the event path gives:
+// FromV2(EventFromHTTP(r)) is the reference, for requests as net/http's
+// server parses them and for hand-built ones with odd header names.
+func TestRequestFromHTTPMatchesEvent(t *testing.T) {
+	raw := func(s string) func() *http.Request {
+		return func() *http.Request {
+			r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(strings.ReplaceAll(s, "\n", "\r\n"))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.RemoteAddr = "127.0.0.1:40000"
+			return r
+		}
+	}
+	built := func(method, target string, h http.Header) func() *http.Request {
+		return func() *http.Request {
+			r := httptest.NewRequest(method, target, nil)
+			for k, vs := range h {
+				r.Header[k] = append([]string(nil), vs...)
+			}
+			return r
+		}
+	}
+	cases := map[string]struct {
+		req  func() *http.Request
+		body []byte
+	}{
+		"sync":          {raw("POST /sync HTTP/1.1\nHost: 127.0.0.1:8787\nContent-Type: application/vnd.syncular.sync.v2\nAuthorization: Bearer abc.def.ghi\nAccept-Encoding: zstd\nAccept-Encoding: gzip\nContent-Length: 4\n\n"), []byte{0x53, 0x53, 0x50, 0x32}},
+		"json body":     {raw("PUT /blobs/x HTTP/1.1\nHost: h\nContent-Type: application/json\nX-Forwarded-Proto: https\n\n"), []byte(`{"a":1}`)},
+		"segment query": {raw("GET /segments/sha256%3Aab?st=x.y&st=z&e=1 HTTP/1.1\nHost: h\nIf-None-Match: \"e\"\n\n"), nil},
+		"bad query":     {raw("GET /segments/a?st=%zz&ok=1&ok=2 HTTP/1.1\nHost: h\n\n"), nil},
+		"empty path":    {built("GET", "http://h", nil), nil},
+		"odd names": {built("post", "http://h/sync?x", http.Header{
+			"content-type": {"text/plain"}, "X-Odd Name": {"1", "2"}, "x-lower": {"v"}, "X-Many": {"a", "b", "c"},
+		}), []byte("hello")},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			r1 := c.req()
+			ev := EventFromHTTP(r1, c.body, r1.Method+" "+r1.URL.Path, "rid")
+			want, wantCreds, err := FromV2(&ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r2 := c.req()
+			got, gotCreds := RequestFromHTTP(r2, bytes.Clone(c.body), "rid")
+			if got.Method != want.Method || got.Path != want.Path || got.RequestID != want.RequestID || !bytes.Equal(got.Body, want.Body) || (got.Body == nil) != (want.Body == nil) {
+				t.Errorf("request line/body: got %s %s %q %q, want %s %s %q %q", got.Method, got.Path, got.RequestID, got.Body, want.Method, want.Path, want.RequestID, want.Body)
+			}
+			if !reflect.DeepEqual(got.Header, want.Header) {
+				t.Errorf("headers:\n got %v\nwant %v", got.Header, want.Header)
+			}
+			if !reflect.DeepEqual(got.Query, want.Query) {
+				t.Errorf("query: got %v, want %v", got.Query, want.Query)
+			}
+			if !reflect.DeepEqual(gotCreds, wantCreds) {
+				t.Errorf("credentials: got %+v, want %+v", gotCreds, wantCreds)
+			}
+		})
 	}
 }

@@ -105,16 +105,22 @@ func (h *Handler) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 // which would otherwise marshal every event and unmarshal every response
 // only to undo it. The Lambda runtime path stays Invoke.
 func (h *Handler) InvokeV2(ctx context.Context, ev *events.APIGatewayV2HTTPRequest) *httpapi.Response {
-	ctx, cancel := h.softDeadline(ctx)
-	defer cancel()
 	req, cr, err := FromV2(ev)
 	if err != nil {
 		// FromV2 fails only on a body that is not base64 (Invoke's 400).
 		return httpapi.ErrorResponse(syncerr.New(syncerr.InvalidRequest, "%s", err.Error()))
 	}
-	resp := h.serve(ctx, &converted{req: req, creds: cr})
+	return h.invoke(ctx, &converted{req: req, creds: cr})
+}
+
+// invoke is the in-process hosts' common path: soft deadline, serve, and
+// Invoke's response-size rule.
+func (h *Handler) invoke(ctx context.Context, c *converted) *httpapi.Response {
+	ctx, cancel := h.softDeadline(ctx)
+	defer cancel()
+	resp := h.serve(ctx, c)
 	if !fitsLambda(resp) {
-		h.logger().ErrorContext(ctx, "response document exceeds the Lambda payload limit; sending 500 instead of the logged status", "requestId", req.RequestID)
+		h.logger().ErrorContext(ctx, "response document exceeds the Lambda payload limit; sending 500 instead of the logged status", "requestId", c.req.RequestID)
 		return httpapi.ErrorResponse(syncerr.Internal(errors.New("response too large for Lambda")))
 	}
 	return resp

@@ -1,16 +1,19 @@
 package lambdahttp
 
 import (
+	"context"
 	"encoding/base64"
 	"mime"
 	"net"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 )
 
@@ -97,6 +100,108 @@ func EventFromHTTP(r *http.Request, body []byte, routeKey, requestID string) eve
 		}
 	}
 	return ev
+}
+
+// RequestFromHTTP converts r (its body already read into body) straight
+// into the request that FromV2(EventFromHTTP(r, body, …)) yields, without
+// building the event in between: no lower-cased header map, no base64
+// round trip of the body, no second canonicalisation of every header name.
+// It is the local runner's per-request path; TestRequestFromHTTPMatchesEvent
+// holds it equal to the event path, which stays the reference.
+//
+// It adopts r.Header (repeated values are joined with commas, Host and
+// X-Forwarded-Proto are added, as API Gateway does) and body, so the
+// caller must not use either afterwards.
+func RequestFromHTTP(r *http.Request, body []byte, requestID string) (*httpapi.Request, auth.Credentials) {
+	h := r.Header
+	if h == nil {
+		h = make(http.Header, 2)
+	}
+	for k, vs := range h {
+		name := k
+		if textproto.CanonicalMIMEHeaderKey(k) != k || !isToken(k) {
+			// The event path lower-cases every name and canonicalises it
+			// again, which changes only a name that was not canonical or
+			// (left as it is by textproto) not a valid token. net/http's
+			// server never delivers either; a hand-built request may.
+			name = textproto.CanonicalMIMEHeaderKey(strings.ToLower(k))
+		}
+		switch {
+		case name != k:
+			delete(h, k)
+			// Two spellings of one name share one event key: which one
+			// the event keeps depends on map order, so any is faithful.
+			h[name] = []string{strings.Join(vs, ",")}
+		case len(vs) > 1:
+			h[k] = []string{strings.Join(vs, ",")}
+		}
+	}
+	h["Host"] = []string{r.Host}
+	if _, ok := h["X-Forwarded-Proto"]; !ok {
+		if r.TLS != nil {
+			h["X-Forwarded-Proto"] = httpsProto
+		} else {
+			h["X-Forwarded-Proto"] = httpProto
+		}
+	}
+	var q url.Values // nil for no query, as FromV2 gives
+	var err error
+	if r.URL.RawQuery != "" {
+		q, err = url.ParseQuery(r.URL.RawQuery)
+	}
+	if err != nil {
+		// The event carries the parameters url.Values could parse, each
+		// comma-joined, and FromV2 falls back to them.
+		q = url.Values{}
+		for k, vs := range r.URL.Query() {
+			q.Set(k, strings.Join(vs, ","))
+		}
+	}
+	path := r.URL.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return &httpapi.Request{
+		Method:    strings.ToUpper(r.Method),
+		Path:      path,
+		Query:     q,
+		Header:    h,
+		Body:      body,
+		RequestID: requestID,
+	}, auth.Credentials{Authorization: h.Get("Authorization")}
+}
+
+// isToken reports whether name is an RFC 9110 token (the header name
+// syntax).
+func isToken(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// The added header values, shared and capped (an append copies them).
+var (
+	httpProto  = []string{"http"}[:1:1]
+	httpsProto = []string{"https"}[:1:1]
+)
+
+// InvokeHTTP serves a net/http request exactly as InvokeV2 serves the v2
+// event EventFromHTTP would build from it: same soft deadline,
+// authentication, handler and response-size rule, with the request
+// converted by RequestFromHTTP (which adopts r.Header and body).
+func (h *Handler) InvokeHTTP(ctx context.Context, r *http.Request, body []byte, requestID string) *httpapi.Response {
+	req, cr := RequestFromHTTP(r, body, requestID)
+	return h.invoke(ctx, &converted{req: req, creds: cr})
 }
 
 func textual(contentType, contentEncoding string) bool {

@@ -148,16 +148,25 @@ func (e *Engine) gateAfterResponse(ctx context.Context, partition string, entry 
 }
 
 // handleGated runs handleSync into a buffer so the after-response check
-// can still replace the whole response with a refusal.
+// can still replace the whole response with a refusal. A host that
+// already collects the response in a bytes.Buffer (httpapi does) gets it
+// written there directly, cut back to where it started on a refusal: no
+// second buffer grown per request, no copy.
 func (e *Engine) handleGated(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
-	var buf bytes.Buffer
-	rep, err := e.handleSync(ctx, auth, body, opts, &buf)
-	if err == nil && rep.ErrorCode == "" && gateNeedsRecheck(rep) {
-		if gerr := e.gateAfterResponse(ctx, auth.Partition, rep.gate); gerr != nil {
-			rep.BytesOut = 0
-			return rep, gerr
+	if bw, ok := w.(*bytes.Buffer); ok {
+		start := bw.Len()
+		rep, err := e.handleSync(ctx, auth, body, opts, bw)
+		if err == nil && rep.ErrorCode == "" && gateNeedsRecheck(rep) {
+			if gerr := e.gateAfterResponse(ctx, auth.Partition, rep.gate); gerr != nil {
+				bw.Truncate(start)
+				rep.BytesOut = 0
+				return rep, gerr
+			}
 		}
+		return rep, err
 	}
+	var buf bytes.Buffer
+	rep, err := e.handleGated(ctx, auth, body, opts, &buf)
 	if buf.Len() > 0 {
 		if _, werr := w.Write(buf.Bytes()); werr != nil {
 			return rep, errors.Join(err, fmt.Errorf("write response: %w", werr))

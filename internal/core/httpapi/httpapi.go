@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -98,6 +99,27 @@ type Handler struct {
 	// BlobURLs, when set, answers native presigned blob URLs on the blob
 	// route (blobs.go).
 	BlobURLs BlobURLHost
+
+	// lastSegBase caches the segment base URL of the last BaseURL seen:
+	// a host's BaseURL is its configured public URL, the same on every
+	// request, so the URL is built once rather than per request.
+	lastSegBase atomic.Pointer[segBase]
+}
+
+type segBase struct{ baseURL, url string }
+
+// segmentBase is the URL under which native segment downloads are minted
+// for a host at baseURL ("" when the host has none).
+func (h *Handler) segmentBase(baseURL string) string {
+	if baseURL == "" {
+		return ""
+	}
+	if c := h.lastSegBase.Load(); c != nil && c.baseURL == baseURL {
+		return c.url
+	}
+	u := strings.TrimRight(baseURL, "/") + h.Mount + "/segments"
+	h.lastSegBase.Store(&segBase{baseURL: baseURL, url: u})
+	return u
 }
 
 // DefaultMaxBodyBytes is the decoded request body cap (limits package).
@@ -281,10 +303,7 @@ func (h *Handler) sync(ctx context.Context, r *Request, mode engine.Mode) (*Resp
 	enc := negotiate(r.Header.Get("Accept-Encoding"))
 	plain := getBuffer()
 	defer putBuffer(plain)
-	segBase := ""
-	if r.BaseURL != "" {
-		segBase = strings.TrimRight(r.BaseURL, "/") + h.Mount + "/segments"
-	}
+	segBase := h.segmentBase(r.BaseURL)
 	rep, err := h.Engine.HandleSync(ctx, *r.Auth, body, engine.SyncOptions{Mode: mode, SegmentBaseURL: segBase}, plain)
 	if err != nil && (rep == nil || rep.BytesOut == 0) {
 		return errorResponse(err), rep, r.Auth.Partition, r.Auth.ActorID

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 
@@ -175,7 +176,16 @@ type Client struct {
 	// Ctx, when set, is the context of every request (e.g. one that
 	// meters storage cost).
 	Ctx context.Context
+	// Stream hands the engine a plain io.Writer instead of the
+	// *bytes.Buffer it writes into directly (the engine buffers such a
+	// host's response itself).
+	Stream bool
 }
+
+// plainWriter hides the buffer's type from the engine.
+type plainWriter struct{ w io.Writer }
+
+func (p plainWriter) Write(b []byte) (int, error) { return p.w.Write(b) }
 
 // Client returns a wire-v2 client that has acquired the epoch.
 func (h *Harness) Client(partition, actor, clientID string) *Client {
@@ -244,10 +254,15 @@ func (c *Client) SendMode(m *wire.Message, mode engine.Mode) (*wire.Message, err
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	_, err = c.H.Engine.HandleSync(ctx, engine.Auth{Partition: c.Partition, ActorID: c.Actor}, body, engine.SyncOptions{Mode: mode, SegmentBaseURL: c.BaseURL}, &out)
+	var w io.Writer = &out
+	if c.Stream {
+		w = plainWriter{&out}
+	}
+	_, err = c.H.Engine.HandleSync(ctx, engine.Auth{Partition: c.Partition, ActorID: c.Actor}, body, engine.SyncOptions{Mode: mode, SegmentBaseURL: c.BaseURL}, w)
 	if err != nil {
 		if out.Len() != 0 {
-			return nil, fmt.Errorf("engine wrote %d bytes and returned %w", out.Len(), err)
+			// Not wrapped: a test expecting the error code must fail.
+			return nil, fmt.Errorf("engine wrote %d bytes and returned %v", out.Len(), err)
 		}
 		return nil, err
 	}

@@ -30,7 +30,10 @@ func RollingUpgrade(t *testing.T, newStore func(t testing.TB) SchemaBackend, seg
 		{"UndeclaredCheckpointRefusesUntilActivated", rollingCheckpointGate},
 		{"WriterRacingMigrationFenced", rollingRacingWriter},
 		{"RejectionRacingMigrationFenced", rollingRacingRejection},
-		{"RefusedAfterResponseBuilt", rollingAfterResponse},
+		{"RefusedAfterResponseBuilt", func(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+			rollingAfterResponse(t, st, segs, false)
+		}},
+		{"RefusedAfterResponseBuiltStreamingHost", func(t *testing.T, st SchemaBackend, segs store.SegmentStore) { rollingAfterResponse(t, st, segs, true) }},
 		{"GateReadsOnlyWhenDataServed", rollingGateReads},
 	} {
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, newStore(t), segs()) })
@@ -260,10 +263,13 @@ func (m *markerOnRead) ReadGate(ctx context.Context, p string) (store.Gate, erro
 	return m.SchemaBackend.ReadGate(ctx, p)
 }
 
-func rollingAfterResponse(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+// rollingAfterResponse: stream is a host whose writer is not a
+// *bytes.Buffer, which the engine buffers for instead of writing into.
+func rollingAfterResponse(t *testing.T, st SchemaBackend, segs store.SegmentStore, stream bool) {
 	m := &markerOnRead{SchemaBackend: st}
 	h := rollingHarness(t, m, segs)
 	c := h.ClientV3("tenant", "actor-a", "client-a")
+	c.Stream = stream
 	applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
 	m.arm.Store(true)
 	_, err := c.pull(0) // Send fails the test if bytes came with the error
