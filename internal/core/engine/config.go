@@ -254,6 +254,8 @@ type Engine struct {
 	cheapScopedLog bool
 	// queueMemo: the commit turns this instance saw (queue.go).
 	queueMemo queueMemo
+	// spareEpoch: a minted epoch that no partition took (sync.go).
+	spareEpoch spareEpoch
 }
 
 // New validates cfg and returns an Engine.

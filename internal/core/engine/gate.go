@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
@@ -150,8 +151,9 @@ func (e *Engine) gateAfterResponse(ctx context.Context, partition string, entry 
 // handleGated runs handleSync into a buffer so the after-response check
 // can still replace the whole response with a refusal.
 func (e *Engine) handleGated(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
-	var buf bytes.Buffer
-	rep, err := e.handleSync(ctx, auth, body, opts, &buf)
+	buf := gateBufs.Get().(*bytes.Buffer)
+	defer releaseGateBuf(buf)
+	rep, err := e.handleSync(ctx, auth, body, opts, buf)
 	if err == nil && rep.ErrorCode == "" && gateNeedsRecheck(rep) {
 		if gerr := e.gateAfterResponse(ctx, auth.Partition, rep.gate); gerr != nil {
 			rep.BytesOut = 0
@@ -164,4 +166,20 @@ func (e *Engine) handleGated(ctx context.Context, auth Auth, body []byte, opts S
 		}
 	}
 	return rep, err
+}
+
+// gateBufs are handleGated's response buffers: the bytes are written to
+// w before handleGated returns, so a buffer is free again after it.
+var gateBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledGateBuf: a large response's buffer is left to the GC rather
+// than pinned in the pool.
+const maxPooledGateBuf = 256 << 10
+
+func releaseGateBuf(b *bytes.Buffer) {
+	if b.Cap() > maxPooledGateBuf {
+		return
+	}
+	b.Reset()
+	gateBufs.Put(b)
 }

@@ -49,15 +49,17 @@ type subPlan struct {
 	table     *schema.Table
 	active    bool
 	effective ScopeMap
+	// wireEffective is effective in SUB_START form (set when active).
+	wireEffective wire.ScopeMap
 }
 
 // planPull performs every request-level pull validation before the first
 // response byte (§1.7 request-level surface) and computes effective scopes.
-func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) ([]*subPlan, error) {
+func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) ([]subPlan, error) {
 	if req.Pull.Accept&(wire.AcceptInlineRows|wire.AcceptExternalRows) == 0 {
 		return nil, syncerr.New(syncerr.InvalidRequest, "accept must include rows segments (bit 0 or bit 1, §4.2)")
 	}
-	plans := make([]*subPlan, len(req.Subscriptions))
+	plans := make([]subPlan, len(req.Subscriptions))
 	ids := make(map[string]bool, len(req.Subscriptions))
 	for i := range req.Subscriptions {
 		s := &req.Subscriptions[i]
@@ -77,7 +79,7 @@ func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) 
 				return nil, syncerr.New(syncerr.InvalidSubscription, "subscription %q requests '*' for %q; wildcards are for allowed scopes only (§3.2)", s.ID, sc.Key)
 			}
 		}
-		plans[i] = &subPlan{sub: s, table: t}
+		plans[i] = subPlan{sub: s, table: t}
 	}
 	if len(plans) == 0 {
 		return plans, nil
@@ -89,15 +91,19 @@ func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) 
 		// and revokes below (§3.2 rule 5).
 		return nil, err
 	}
-	for _, p := range plans {
+	for i := range plans {
+		p := &plans[i]
 		p.effective, p.active = effectiveScopes(p.sub.Scopes, allowed)
+		if p.active {
+			p.wireEffective = wireEffective(p.sub.Scopes, p.effective)
+		}
 	}
 	return plans, nil
 }
 
 // servePull writes every subscription section in request order (§1.6)
 // and returns the minimum nextCursor of the active subscriptions (§4.5).
-func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request, plans []*subPlan, enc *wire.Encoder, cw *countingWriter) (int64, bool, error) {
+func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request, plans []subPlan, enc *wire.Encoder, cw *countingWriter) (int64, bool, error) {
 	lim := clampLimits(req.Pull)
 	head := rs.head
 	if rs.acceptedMax > head.MaxCommitSeq {
@@ -119,10 +125,11 @@ func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request,
 	// Push results already written count as progress: then the pull half
 	// may stop short of its first commit rather than pass the budget.
 	ps := &pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: head.MaxCommitSeq, horizon: head.HorizonSeq, sentData: len(req.Commits) > 0}
-	ps.log = &logWindow{e: e, partition: rs.auth.Partition, through: ps.maxSeq, lo: -2}
+	ps.logw = logWindow{e: e, partition: rs.auth.Partition, through: ps.maxSeq, lo: -2}
+	ps.log = &ps.logw
 	minCursor, has := int64(0), false
-	for _, p := range plans {
-		next, active, err := ps.section(ctx, p)
+	for i := range plans {
+		next, active, err := ps.section(ctx, &plans[i])
 		if err != nil {
 			return 0, false, err
 		}
@@ -142,6 +149,12 @@ type pullState struct {
 	maxSeq  int64
 	horizon int64
 	log     *logWindow
+	logw    logWindow // what log points to (one allocation with ps)
+	// start and end are SUB_START and SUB_END of an incremental section:
+	// WriteFrame encodes a frame before it returns, so one of each serves
+	// every section of the request.
+	start wire.SubStart
+	end   wire.SubEnd
 	// sentData is set once any COMMIT or segment frame went out: from then
 	// on the byte budget may stop the response short (progress is made).
 	sentData bool
@@ -225,14 +238,15 @@ func (ps *pullState) section(ctx context.Context, p *subPlan) (int64, bool, erro
 // re-check, and the common path costs no extra storage read.
 func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, error) {
 	sub := p.sub
-	start := &wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: toWireScopes(p.effective)}
+	start := &ps.start
+	*start = wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: p.wireEffective}
 	next := sub.Cursor
 	if sub.Cursor >= ps.maxSeq {
 		// Quiet subscription: no log read at all.
 		if err := ps.write(start); err != nil {
 			return 0, false, err
 		}
-		return next, true, ps.write(&wire.SubEnd{NextCursor: next})
+		return next, true, ps.writeEnd(next)
 	}
 	// The walk's state is one value: the log callback below escapes, and
 	// each variable it writes would otherwise be a heap allocation.
@@ -366,7 +380,13 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	if w.exhausted && w.next < ps.maxSeq {
 		w.next = ps.maxSeq
 	}
-	return w.next, true, ps.write(&wire.SubEnd{NextCursor: w.next})
+	return w.next, true, ps.writeEnd(w.next)
+}
+
+// writeEnd writes the section's SUB_END (ps.end).
+func (ps *pullState) writeEnd(next int64) error {
+	ps.end = wire.SubEnd{NextCursor: next}
+	return ps.write(&ps.end)
 }
 
 // scopedLogMinWindow is the window length from which an incremental

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -98,6 +99,14 @@ type reqState struct {
 	allowedErr  error
 
 	report *Report
+
+	// Per-request values the response path hands out by pointer, kept
+	// here so they share the request's one allocation (reqAlloc).
+	cw         countingWriter
+	hdr        wire.RespHeader
+	clientBuf  store.Client // rs.client when it came from the cache
+	clientNext store.Client // rs.client after recordClient wrote it
+	regBuf     [1]Registration
 
 	// details is the PUSH_RESULT_DETAILS companion of the push result
 	// being produced (§6.3.1), written right after it.
@@ -206,8 +215,16 @@ func resultForWire(res *wire.PushResult, v uint16) *wire.PushResult {
 	return &c
 }
 
+// reqAlloc is one request's report and state in one allocation: the
+// report is returned to the host, the state lives as long as the request.
+type reqAlloc struct {
+	rep Report
+	rs  reqState
+}
+
 func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
-	rep := &Report{}
+	ra := &reqAlloc{}
+	rep := &ra.rep
 	if auth.Partition == "" || auth.ActorID == "" {
 		return rep, syncerr.New(syncerr.AuthRequired, "authentication required")
 	}
@@ -239,7 +256,8 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		}
 	}
 
-	rs := &reqState{auth: auth, opts: opts, version: req.WireVersion, clientID: req.Header.ClientID, now: e.now(), report: rep}
+	rs := &ra.rs
+	rs.auth, rs.opts, rs.version, rs.clientID, rs.now, rs.report = auth, opts, req.WireVersion, req.Header.ClientID, e.now(), rep
 	// §2.1: the registry entry is created on first sight and its epoch
 	// compared before any other request work.
 	if len(req.Commits) > 0 {
@@ -270,7 +288,8 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		epochReset = !req.Header.LogEpoch.Present || req.Header.LogEpoch.Value != rs.head.LogEpoch
 	}
 
-	cw := &countingWriter{w: w}
+	cw := &rs.cw
+	cw.w = w
 	defer func() { rep.BytesOut = cw.n }()
 
 	// §1.6 schema floor: an unserved version processes nothing.
@@ -311,7 +330,7 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	if ops > e.limits.MaxOperations {
 		return rep, syncerr.New(syncerr.TooManyOperations, "request carries %d operations; the cap is %d (§6.1)", ops, e.limits.MaxOperations)
 	}
-	var plans []*subPlan
+	var plans []subPlan
 	if req.Pull != nil {
 		if plans, err = e.planPull(ctx, rs, req); err != nil {
 			return rep, err
@@ -327,7 +346,8 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		}
 	}
 
-	enc := wire.NewEncoder(cw, req.WireVersion, wire.KindResponse)
+	enc := wire.AcquireEncoder(cw, req.WireVersion, wire.KindResponse)
+	defer enc.Release()
 	if err := enc.WriteFrame(e.respHeader(rs, false)); err != nil {
 		return rep, fmt.Errorf("write response header: %w", err)
 	}
@@ -367,7 +387,9 @@ func (e *Engine) touch(ctx context.Context, rs *reqState, req *wire.Request) (st
 				if len(ids) > maxReadChecks {
 					break
 				}
-				h, rows, rowsOK, err := q.TouchPartitionRows(ctx, rs.auth.Partition, rs.now, e.epoch(), table, ids)
+				epoch := e.takeEpoch()
+				h, rows, rowsOK, err := q.TouchPartitionRows(ctx, rs.auth.Partition, rs.now, epoch, table, ids)
+				e.spareEpoch.giveBack(epoch, h, err)
 				if err == nil && rowsOK {
 					rs.prefetch = &rowPrefetch{pc: pc, table: table, ids: ids, rows: rows}
 				}
@@ -375,11 +397,50 @@ func (e *Engine) touch(ctx context.Context, rs *reqState, req *wire.Request) (st
 			}
 		}
 	}
-	return e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, e.epoch())
+	epoch := e.takeEpoch()
+	h, err := e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, epoch)
+	e.spareEpoch.giveBack(epoch, h, err)
+	return h, err
 }
 
+// spareEpoch keeps one minted log epoch that the partition it was
+// offered to did not take (the partition existed, the common case), so
+// the next request's TouchPartition offers it again instead of minting
+// one per request. A candidate is held by one request at a time and is
+// dropped once a head shows it installed, or when the outcome is unknown
+// (an error), so no two partitions are ever created with one epoch. It
+// was never sent anywhere, so it is as unpredictable as a fresh one.
+type spareEpoch struct {
+	mu sync.Mutex
+	s  string
+}
+
+func (e *Engine) takeEpoch() string {
+	e.spareEpoch.mu.Lock()
+	s := e.spareEpoch.s
+	e.spareEpoch.s = ""
+	e.spareEpoch.mu.Unlock()
+	if s == "" {
+		s = e.epoch()
+	}
+	return s
+}
+
+func (p *spareEpoch) giveBack(epoch string, h store.Head, err error) {
+	if err != nil || epoch == "" || h.LogEpoch == "" || h.LogEpoch == epoch {
+		return
+	}
+	p.mu.Lock()
+	if p.s == "" {
+		p.s = epoch
+	}
+	p.mu.Unlock()
+}
+
+// respHeader fills the request's RESP_HEADER (rs.hdr, written at once).
 func (e *Engine) respHeader(rs *reqState, reset bool) *wire.RespHeader {
-	h := &wire.RespHeader{LatestSchemaVersion: wire.Some(e.schema.Latest)}
+	h := &rs.hdr
+	*h = wire.RespHeader{LatestSchemaVersion: wire.Some(e.schema.Latest)}
 	if rs.version >= wire.Version2 {
 		h.LogEpoch = rs.head.LogEpoch
 		h.ResetRequired = reset
@@ -388,7 +449,7 @@ func (e *Engine) respHeader(rs *reqState, reset bool) *wire.RespHeader {
 }
 
 // serve runs the push half then the pull half after the header is out.
-func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, plans []*subPlan, enc *wire.Encoder, cw *countingWriter) error {
+func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, plans []subPlan, enc *wire.Encoder, cw *countingWriter) error {
 	seen := make(map[string]bool, len(req.Commits))
 	deferred := false
 	for i := range req.Commits {
@@ -443,14 +504,21 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 	if err != nil {
 		return err
 	}
-	rs.registration, rs.hasRegistration = encodeRegistration(req.Header.SchemaVersion, req.Subscriptions), true
+	prevReg := ""
+	if rs.client != nil {
+		prevReg = rs.client.Registration
+	}
+	rs.registration, rs.hasRegistration = registrationOf(prevReg, req.Header.SchemaVersion, req.Subscriptions), true
 	if err := e.recordClient(ctx, rs, minCursor, hasCursor); err != nil {
 		return err
 	}
 	rs.report.Pulled = true
 	rs.report.SchemaVersion = req.Header.SchemaVersion
-	for _, p := range plans {
-		if p.active {
+	for i := range plans {
+		if p := &plans[i]; p.active {
+			if rs.report.Registrations == nil {
+				rs.report.Registrations = rs.regBuf[:0:len(rs.regBuf)] // the usual one fits
+			}
 			rs.report.Registrations = append(rs.report.Registrations, Registration{ID: p.sub.ID, Table: p.sub.Table, Requested: p.sub.Scopes, Effective: p.effective})
 		}
 	}
