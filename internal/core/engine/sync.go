@@ -228,14 +228,10 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	if auth.Partition == "" || auth.ActorID == "" {
 		return rep, syncerr.New(syncerr.AuthRequired, "authentication required")
 	}
-	msg, err := wire.Decode(body)
-	if err != nil {
-		return rep, err
-	}
-	if msg.Kind != wire.KindRequest {
+	req, err := wire.DecodeRequest(body)
+	if errors.Is(err, wire.ErrNotRequest) {
 		return rep, syncerr.New(syncerr.InvalidRequest, "expected an SSP2 request message (§1.2)")
 	}
-	req, err := msg.Request()
 	if err != nil {
 		return rep, err
 	}
