@@ -443,16 +443,26 @@ func commitFrame(c *store.Commit, table string, eff ScopeMap) *wire.Commit {
 // frameSize estimates a COMMIT frame's encoded size from its variable
 // parts (exact enough for a budget that has headroom under the hard cap).
 func frameSize(f *wire.Commit) int {
-	n := 5 + 8 + 8 + 4 + len(f.ActorID) + 4 + 4
+	n := commitFixedSize(f.ActorID)
 	for _, t := range f.Tables {
 		n += 4 + len(t)
 	}
 	for i := range f.Changes {
 		ch := &f.Changes[i]
-		n += 2 + 4 + len(ch.RowID) + 1 + 9 + 4 + 1 + 4 + len(ch.Row.Value)
-		for _, s := range ch.Scopes {
-			n += 8 + len(s.Key) + len(s.Value)
-		}
+		n += changeSize(ch.RowID, ch.Scopes, len(ch.Row.Value))
+	}
+	return n
+}
+
+// commitFixedSize is frameSize's part of a COMMIT frame outside its
+// tables and changes.
+func commitFixedSize(actorID string) int { return 5 + 8 + 8 + 4 + len(actorID) + 4 + 4 }
+
+// changeSize is frameSize's part of one change with a row of rowLen bytes.
+func changeSize(rowID string, scopes wire.StoredScopes, rowLen int) int {
+	n := 2 + 4 + len(rowID) + 1 + 9 + 4 + 1 + 4 + rowLen
+	for _, s := range scopes {
+		n += 8 + len(s.Key) + len(s.Value)
 	}
 	return n
 }

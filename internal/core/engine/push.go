@@ -179,7 +179,19 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			return res, err
 		}
 		seq := head.MaxCommitSeq + 1
-		res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushApplied, CommitSeq: wire.Some(seq), Results: make([]wire.OpResult, len(pc.Operations))}
+		// The result and (for the usual one-operation commit) its record
+		// in one allocation.
+		ar := &struct {
+			res wire.PushResult
+			one [1]wire.OpResult
+		}{}
+		res := &ar.res
+		*res = wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushApplied, CommitSeq: wire.Some(seq)}
+		if len(pc.Operations) <= len(ar.one) {
+			res.Results = ar.one[:len(pc.Operations)]
+		} else {
+			res.Results = make([]wire.OpResult, len(pc.Operations))
+		}
 		for i := range res.Results {
 			res.Results[i] = wire.OpResult{OpIndex: int32(i), Status: wire.OpApplied}
 		}
@@ -401,6 +413,9 @@ type evaluation struct {
 	// blobChecks are the blob references §5.9.6 checks (blobs.go).
 	blobChecks []blobCheck
 
+	changeBuf [1]store.Change
+	rowBuf    [1]store.RowWrite
+
 	// head, when set, is the head read with the rows (evaluate's
 	// withHead), and read the rows as read, for CommitRequest.ReadRows.
 	head *store.Head
@@ -530,8 +545,16 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		}
 	}
 	// The §6.11 pass needs the pre-commit state (tombstones included)
-	// after evaluation has staged its writes over current.
-	ev := &evaluation{stored: maps.Clone(current)}
+	// after evaluation has staged its writes over current; so does the
+	// blob index (§5.9.4). Nothing else reads ev.stored: without either
+	// the copy is not made.
+	ev := &evaluation{}
+	if e.blobs != nil || storageV.HasReferences() {
+		ev.stored = maps.Clone(current)
+	}
+	// The usual commit has one operation: its change and row write live
+	// in the evaluation's own allocation.
+	ev.changes, ev.rows = ev.changeBuf[:0:len(ev.changeBuf)], ev.rowBuf[:0:len(ev.rowBuf)]
 	if head != nil {
 		ev.head, ev.read = head, read
 	}
@@ -702,8 +725,10 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 		return r, nil, nil
 	}
 	// §6.2 apply: present columns replace the stored ones, absent columns
-	// stay; the stored payload is always a full row (§2.4).
-	merged := slices.Clone(sc.stored)
+	// stay; the stored payload is always a full row (§2.4). Merged in
+	// place: sc.stored is this operation's scratch decode of the stored
+	// row, read no further.
+	merged := sc.stored
 	for j := range merged {
 		if present[j] {
 			merged[j] = vals[j]
@@ -888,8 +913,12 @@ func valueText(t rowcodec.Type, v rowcodec.Value) string {
 // outcome). Outcomes are stored at wire version 3, the richest layout
 // (conflictColumns survive); a replay is re-encoded in the requesting
 // client's version, its details frame included.
+// outcomeHeader is the empty RESP_HEADER of every stored outcome; the
+// encoder only reads it (never modified, so shared by all requests).
+var outcomeHeader = &wire.RespHeader{}
+
 func encodeOutcome(res *wire.PushResult, det *wire.PushResultDetails) ([]byte, error) {
-	frames := []wire.Frame{&wire.RespHeader{}, res}
+	frames := []wire.Frame{outcomeHeader, res}
 	if det != nil {
 		frames = append(frames, det)
 	}

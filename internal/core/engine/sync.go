@@ -200,8 +200,8 @@ func errorForWire(err error, v uint16) error {
 // through syncerr.ForWire, and no conflictColumns below version 3 (§6.3).
 // res is not modified.
 func resultForWire(res *wire.PushResult, v uint16) *wire.PushResult {
-	if v >= wire.Version3 {
-		return res
+	if v >= wire.Version3 || !needsAdapting(res, v) {
+		return res // nothing would change: res itself (it is only read)
 	}
 	c := *res
 	c.Results = append([]wire.OpResult(nil), res.Results...)
@@ -220,6 +220,18 @@ func resultForWire(res *wire.PushResult, v uint16) *wire.PushResult {
 type reqAlloc struct {
 	rep Report
 	rs  reqState
+}
+
+// needsAdapting reports whether resultForWire changes anything of res
+// for a client of version v < 3: a code unknown to v, or conflictColumns.
+func needsAdapting(res *wire.PushResult, v uint16) bool {
+	for i := range res.Results {
+		r := &res.Results[i]
+		if r.ConflictColumns != nil || (r.Code != "" && syncerr.ForWire(syncerr.Code(r.Code), v) != syncerr.Code(r.Code)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
