@@ -256,17 +256,18 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 		exhausted, gap, sentData bool
 		expect                   int64
 		frames                   []*wire.Commit
+		frameBuf                 [1]*wire.Commit
 		werr                     error
 	}
+	w.frames = w.frameBuf[:0]
 	w.next, w.exhausted, w.expect, w.sentData = next, true, sub.Cursor+1, ps.sentData
 	// The held-back SUB_START counts against the byte budget too (its
-	// encoding is only measured: a stack buffer fits the usual one).
-	var scratch [256]byte
-	startBytes, err := wire.AppendFrame(scratch[:0], ps.rs.version, start)
+	// encoding is only measured, in the encoder's scratch).
+	startBytes, err := ps.enc.FrameSize(start)
 	if err != nil {
 		return 0, false, err
 	}
-	w.pendingBytes = len(startBytes)
+	w.pendingBytes = startBytes
 	// A long window — any window when the store's scope index costs no
 	// more than the log it lists (store.CheapScopedLog) — is read through
 	// the log's scope index (§3.1): only the commits touching the
@@ -428,7 +429,16 @@ func commitFrame(c *store.Commit, table string, eff ScopeMap) *wire.Commit {
 			continue
 		}
 		if f == nil {
-			f = &wire.Commit{CommitSeq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Tables: []string{table}}
+			// The frame, its one table and its first change in one
+			// allocation (a commit usually has one change per table).
+			a := &struct {
+				c       wire.Commit
+				tables  [1]string
+				changes [1]wire.Change
+			}{}
+			a.tables[0] = table
+			f = &a.c
+			*f = wire.Commit{CommitSeq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Tables: a.tables[:], Changes: a.changes[:0]}
 		}
 		wc := wire.Change{TableIndex: 0, RowID: ch.RowID, Op: ch.Op, Scopes: ch.Scopes}
 		if ch.Op == wire.OpUpsert {

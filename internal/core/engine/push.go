@@ -199,7 +199,8 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		if err != nil {
 			return nil, err
 		}
-		creq := &store.CommitRequest{
+		creq := &ev.creq
+		*creq = store.CommitRequest{
 			ExpectedMaxSeq: head.MaxCommitSeq,
 			Commit: store.Commit{
 				Seq: seq, CreatedAtMs: rs.now, ActorID: rs.auth.ActorID,
@@ -415,6 +416,10 @@ type evaluation struct {
 
 	changeBuf [1]store.Change
 	rowBuf    [1]store.RowWrite
+	// current is evaluate's working state of the rows (its own).
+	current rowSet
+	// creq is the commit request built from the evaluation (pushCommit).
+	creq store.CommitRequest
 
 	// head, when set, is the head read with the rows (evaluate's
 	// withHead), and read the rows as read, for CommitRequest.ReadRows.
@@ -426,20 +431,47 @@ type evaluation struct {
 // with the commit's rows (it names 1 to maxReadChecks rows).
 func headWithRows(rs *reqState, pc *wire.PushCommit) bool {
 	n := 0
-	for _, ids := range wantedRows(rs.schemaV, pc) {
-		n += len(ids)
+	for _, tr := range wantedRows(rs.schemaV, pc) {
+		n += len(tr.ids)
 	}
 	return n > 0 && n <= maxReadChecks
 }
 
+// tableRows are the rows of one table an evaluation reads.
+type tableRows struct {
+	table string
+	ids   []string
+}
+
 // wantedRows lists, per table of sv, the rows the operations of pc name
-// (what evaluation reads).
-func wantedRows(sv *schema.Version, pc *wire.PushCommit) map[string][]string {
-	want := map[string][]string{}
-	for _, op := range pc.Operations {
-		if _, ok := sv.Table(op.Table); ok {
-			want[op.Table] = append(want[op.Table], op.RowID)
+// (what evaluation reads), tables in order of first mention.
+func wantedRows(sv *schema.Version, pc *wire.PushCommit) []tableRows {
+	if len(pc.Operations) == 1 {
+		// The usual commit: its one table and row in one allocation.
+		op := &pc.Operations[0]
+		if _, ok := sv.Table(op.Table); !ok {
+			return nil
 		}
+		a := &struct {
+			tr [1]tableRows
+			id [1]string
+		}{}
+		a.id[0] = op.RowID
+		a.tr[0] = tableRows{table: op.Table, ids: a.id[:]}
+		return a.tr[:]
+	}
+	var want []tableRows
+	for _, op := range pc.Operations {
+		if _, ok := sv.Table(op.Table); !ok {
+			continue
+		}
+		// A linear search: a commit names at most the schema's tables.
+		j := slices.IndexFunc(want, func(w tableRows) bool { return w.table == op.Table })
+		if j < 0 {
+			want = append(want, tableRows{table: op.Table})
+			j = len(want) - 1
+		}
+		want[j].ids = append(want[j].ids, op.RowID)
 	}
 	return want
 }
@@ -452,6 +484,69 @@ func commitSeqOf(r *store.Row) int64 {
 }
 
 type rowKey struct{ table, rowID string }
+
+// rowSet maps rowKey to rows: a slice searched linearly while it holds
+// at most rowSetSmall entries (the usual commit names one or two rows),
+// a map from then on, so a large commit stays linear.
+type rowSet struct {
+	small []rowSetEntry // nil once m is in use
+	buf   [2]rowSetEntry
+	m     map[rowKey]*store.Row
+}
+
+type rowSetEntry struct {
+	k rowKey
+	r *store.Row
+}
+
+const rowSetSmall = 8
+
+func (s *rowSet) get(k rowKey) *store.Row {
+	if s.m != nil {
+		return s.m[k]
+	}
+	for i := range s.small {
+		if s.small[i].k == k {
+			return s.small[i].r
+		}
+	}
+	return nil
+}
+
+func (s *rowSet) set(k rowKey, r *store.Row) {
+	if s.m != nil {
+		s.m[k] = r
+		return
+	}
+	for i := range s.small {
+		if s.small[i].k == k {
+			s.small[i].r = r
+			return
+		}
+	}
+	if len(s.small) < rowSetSmall {
+		s.small = append(s.small, rowSetEntry{k, r})
+		return
+	}
+	s.m = make(map[rowKey]*store.Row, 2*rowSetSmall)
+	for _, e := range s.small {
+		s.m[e.k] = e.r
+	}
+	s.m[k] = r
+	s.small = nil
+}
+
+// clone returns the set's entries as a map of their own.
+func (s *rowSet) clone() map[rowKey]*store.Row {
+	if s.m != nil {
+		return maps.Clone(s.m)
+	}
+	m := make(map[rowKey]*store.Row, len(s.small))
+	for _, e := range s.small {
+		m[e.k] = e.r
+	}
+	return m
+}
 
 // pushRules are the edges where §6.2 evaluation differs by wire version;
 // everything else is one code path. Version 3 follows the 0.21+ spec,
@@ -507,14 +602,20 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	rs.prefetch = nil
 	// current holds live rows and tombstones (Deleted); a missing entry
 	// is a row never seen or whose tombstone was pruned.
-	current := map[rowKey]*store.Row{}
+	//
+	// It lives in the evaluation's allocation: a few rows in a slice
+	// (rowSet), the usual commit naming one.
+	ev := &evaluation{}
+	current := &ev.current
+	current.small = current.buf[:0]
 	var q store.CommitQueue
 	if withHead && headWithRows(rs, pc) {
 		q, _ = e.store.(store.CommitQueue)
 	}
 	var head *store.Head
 	var read []store.RowRead
-	for table, ids := range want {
+	for _, tr := range want {
+		table, ids := tr.table, tr.ids
 		var rows map[string]*store.Row
 		var err error
 		if q != nil && pre != nil && pre.pc == pc && len(want) == 1 && pre.table == table && slices.Equal(pre.ids, ids) {
@@ -535,7 +636,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			return nil, storeErr(err, "read rows")
 		}
 		for id, r := range rows {
-			current[rowKey{table, id}] = r
+			current.set(rowKey{table, id}, r)
 		}
 		if q != nil {
 			for _, id := range ids {
@@ -548,9 +649,8 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	// after evaluation has staged its writes over current; so does the
 	// blob index (§5.9.4). Nothing else reads ev.stored: without either
 	// the copy is not made.
-	ev := &evaluation{}
 	if e.blobs != nil || storageV.HasReferences() {
-		ev.stored = maps.Clone(current)
+		ev.stored = current.clone()
 	}
 	// The usual commit has one operation: its change and row write live
 	// in the evaluation's own allocation.
@@ -569,7 +669,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		// The schema loader guarantees every served table is stored.
 		st, _ := storageV.Table(op.Table)
 		k := rowKey{op.Table, op.RowID}
-		stored := current[k]
+		stored := current.get(k)
 		var tomb *store.Row // the row's tombstone within the horizon, if any
 		if stored != nil && stored.Deleted {
 			tomb, stored = stored, nil
@@ -589,7 +689,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Delete: true, Row: store.Row{RowID: op.RowID, Scopes: stored.Scopes}})
 			// §2.2: the delete leaves a tombstone, also for later
 			// operations of this commit.
-			current[k] = &store.Row{RowID: op.RowID, Deleted: true, Scopes: stored.Scopes}
+			current.set(k, &store.Row{RowID: op.RowID, Deleted: true, Scopes: stored.Scopes})
 			continue
 		}
 
@@ -606,7 +706,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		}
 		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: nr.Payload})
 		ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Row: *nr})
-		current[k] = nr
+		current.set(k, nr)
 	}
 	return ev, nil
 }

@@ -391,10 +391,7 @@ func (e *Engine) touch(ctx context.Context, rs *reqState, req *wire.Request) (st
 	if ok && known && len(req.Commits) > 0 {
 		pc := &req.Commits[0]
 		if want := wantedRows(sv, pc); len(want) == 1 {
-			for table, ids := range want {
-				if len(ids) > maxReadChecks {
-					break
-				}
+			if table, ids := want[0].table, want[0].ids; len(ids) <= maxReadChecks {
 				epoch := e.takeEpoch()
 				h, rows, rowsOK, err := q.TouchPartitionRows(ctx, rs.auth.Partition, rs.now, epoch, table, ids)
 				e.spareEpoch.giveBack(epoch, h, err)

@@ -543,6 +543,18 @@ func (e *Encoder) Reset(w io.Writer, version uint16, kind MsgKind) {
 	e.g.pr.errIdx = errIdx
 }
 
+// FrameSize returns the length f's frame would take in this message
+// (frame header included, envelope header not), checking its fields as
+// WriteFrame does but not its order; nothing is written. It measures in
+// the encoder's scratch, so it costs no allocation once that is grown.
+func (e *Encoder) FrameSize(f Frame) (int, error) {
+	e.e.b = e.e.b[:0]
+	if err := e.e.frame(f); err != nil {
+		return 0, err
+	}
+	return len(e.e.b), nil
+}
+
 // inlineDirect is the SEGMENT_INLINE size above which WriteFrame sends
 // the payload from the caller's slice instead of copying it.
 const inlineDirect = 4096

@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+)
+
+// rowSet answers like a map on both sides of its slice-to-map switch:
+// later writes replace earlier ones, absent keys are nil, and clone is a
+// copy later writes do not reach.
+func TestRowSetIsAMap(t *testing.T) {
+	for _, n := range []int{0, 1, 2, rowSetSmall, rowSetSmall + 1, 3 * rowSetSmall} {
+		var s rowSet
+		s.small = s.buf[:0]
+		want := map[rowKey]*store.Row{}
+		for i := range n {
+			k := rowKey{fmt.Sprint("t", i%3), fmt.Sprint("r", i)}
+			r := &store.Row{RowID: k.rowID}
+			s.set(k, r)
+			want[k] = r
+		}
+		snap := s.clone()
+		for i := range n {
+			k := rowKey{fmt.Sprint("t", i%3), fmt.Sprint("r", i)}
+			if got := s.get(k); got != want[k] {
+				t.Fatalf("n=%d: get(%v) = %v, want %v", n, k, got, want[k])
+			}
+			if snap[k] != want[k] {
+				t.Fatalf("n=%d: clone[%v] = %v, want %v", n, k, snap[k], want[k])
+			}
+			s.set(k, nil) // a replaced entry
+			if s.get(k) != nil || snap[k] != want[k] {
+				t.Fatalf("n=%d: replacing %v: set %v, clone %v", n, k, s.get(k), snap[k])
+			}
+		}
+		if len(snap) != n {
+			t.Fatalf("n=%d: clone has %d entries", n, len(snap))
+		}
+		if s.get(rowKey{"t0", "absent"}) != nil {
+			t.Fatalf("n=%d: an absent key is not nil", n)
+		}
+	}
+}
