@@ -59,7 +59,12 @@ func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) 
 	if req.Pull.Accept&(wire.AcceptInlineRows|wire.AcceptExternalRows) == 0 {
 		return nil, syncerr.New(syncerr.InvalidRequest, "accept must include rows segments (bit 0 or bit 1, §4.2)")
 	}
-	plans := make([]subPlan, len(req.Subscriptions))
+	var plans []subPlan
+	if len(req.Subscriptions) <= len(rs.planBuf) {
+		plans = rs.planBuf[:len(req.Subscriptions)] // the usual one subscription
+	} else {
+		plans = make([]subPlan, len(req.Subscriptions))
+	}
 	ids := make(map[string]bool, len(req.Subscriptions))
 	for i := range req.Subscriptions {
 		s := &req.Subscriptions[i]
@@ -124,7 +129,9 @@ func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request,
 	}
 	// Push results already written count as progress: then the pull half
 	// may stop short of its first commit rather than pass the budget.
-	ps := &pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: head.MaxCommitSeq, horizon: head.HorizonSeq, sentData: len(req.Commits) > 0}
+	// The pull state lives in the request's allocation (rs.pull).
+	ps := &rs.pull
+	*ps = pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: head.MaxCommitSeq, horizon: head.HorizonSeq, sentData: len(req.Commits) > 0}
 	ps.logw = logWindow{e: e, partition: rs.auth.Partition, through: ps.maxSeq, lo: -2}
 	ps.log = &ps.logw
 	minCursor, has := int64(0), false

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
@@ -578,10 +579,38 @@ func rulesFor(wireVersion uint16) pushRules {
 	return pushRules{}
 }
 
-// opScratch holds the per-operation value buffers, reused across a commit.
+// opScratch holds the per-operation value buffers, reused across a commit
+// and, through scratchPool, across requests.
 type opScratch struct {
 	cvals, svals, stored []rowcodec.Value
 	cpresent, spresent   []bool
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(opScratch) }}
+
+// maxPooledColumns: the buffers of a very wide table are left to the GC.
+const maxPooledColumns = 256
+
+// getScratch takes an opScratch from the pool; putScratch returns it.
+// Nothing evaluate returns refers to the buffers (payloads are encoded
+// into new slices, scopes and messages are strings), so they are free
+// once evaluate is done; the values are cleared first so the pool keeps
+// no request's strings or bytes alive.
+func getScratch() *opScratch { return scratchPool.Get().(*opScratch) }
+
+func putScratch(sc *opScratch) {
+	for _, v := range [][]rowcodec.Value{sc.cvals, sc.svals, sc.stored} {
+		if cap(v) > maxPooledColumns {
+			return
+		}
+	}
+	if cap(sc.cpresent) > maxPooledColumns || cap(sc.spresent) > maxPooledColumns {
+		return
+	}
+	clear(sc.cvals[:cap(sc.cvals)])
+	clear(sc.svals[:cap(sc.svals)])
+	clear(sc.stored[:cap(sc.stored)])
+	scratchPool.Put(sc)
 }
 
 // evaluate applies §6.2 and §3.4 to every operation in order against a
@@ -658,7 +687,8 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	if head != nil {
 		ev.head, ev.read = head, read
 	}
-	var sc opScratch
+	sc := getScratch()
+	defer putScratch(sc)
 	for i := range pc.Operations {
 		op := &pc.Operations[i]
 		t, ok := rs.schemaV.Table(op.Table)
@@ -693,7 +723,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			continue
 		}
 
-		reject, nr, err := e.evalUpsert(rules, i, op, t, st, stored, tomb, allowed, resolveErr, &sc)
+		reject, nr, err := e.evalUpsert(rules, i, op, t, st, stored, tomb, allowed, resolveErr, sc)
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -107,6 +108,8 @@ type reqState struct {
 	clientBuf  store.Client // rs.client when it came from the cache
 	clientNext store.Client // rs.client after recordClient wrote it
 	regBuf     [1]Registration
+	planBuf    [1]subPlan
+	pull       pullState // servePull's state
 
 	// details is the PUSH_RESULT_DETAILS companion of the push result
 	// being produced (§6.3.1), written right after it.
@@ -158,9 +161,15 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
 	// Work budget (issue 11): the request ends by RequestTimeout at the
 	// latest; storage calls past it fail with the context's error, which
-	// storeErr answers as a retryable sync.internal_error.
-	ctx, cancel := context.WithTimeout(ctx, e.limits.RequestTimeout)
-	defer cancel()
+	// storeErr answers as a retryable sync.internal_error. A caller's
+	// deadline that comes first already bounds it (the host's soft
+	// deadline): no context of our own then, whose only other effect
+	// would be a cancellation at return, when nothing uses it any more.
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > e.limits.RequestTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.limits.RequestTimeout)
+		defer cancel()
+	}
 	var rep *Report
 	var err error
 	if e.gates != nil {

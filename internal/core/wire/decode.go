@@ -286,6 +286,7 @@ type requestAlloc struct {
 	pull   PullHeader
 	commit [1]PushCommit
 	sub    [1]Subscription
+	op     [1]Operation // the first commit's operation, when it has one
 }
 
 // DecodeRequest is Decode followed by Message.Request for a request
@@ -380,7 +381,11 @@ func (a *requestAlloc) parse(version uint16, t FrameType, payload []byte) (Frame
 	case FramePushCommit:
 		a.req.Commits = append(a.req.Commits, PushCommit{})
 		c := &a.req.Commits[len(a.req.Commits)-1]
-		r.pushCommit(c)
+		var opBuf []Operation
+		if len(a.req.Commits) == 1 {
+			opBuf = a.op[:]
+		}
+		r.pushCommit(c, opBuf)
 		f = c
 	case FramePullHeader:
 		r.pullHeader(&a.pull)

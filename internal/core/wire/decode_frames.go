@@ -52,7 +52,7 @@ func parseFrame(version uint16, kind MsgKind, t FrameType, payload []byte) (Fram
 		f = h
 	case FramePushCommit:
 		c := &PushCommit{}
-		r.pushCommit(c)
+		r.pushCommit(c, nil)
 		f = c
 	case FrameSubscription:
 		sub := &Subscription{}
@@ -104,12 +104,13 @@ func (r *rd) reqHeader(h *ReqHeader, version uint16) {
 }
 
 // pushCommit: §6.1. An empty operation list is sync.empty_commit.
-func (r *rd) pushCommit(c *PushCommit) {
+// opBuf, when it fits, holds the operations (see readListBuf).
+func (r *rd) pushCommit(c *PushCommit, opBuf []Operation) {
 	c.ClientCommitID = r.str("clientCommitId")
 	if r.err == nil && c.ClientCommitID == "" {
 		r.fail("clientCommitId must be non-empty")
 	}
-	c.Operations = readList(r, "operations", 4+4+1+1+1, r.operation)
+	c.Operations = readListBuf(r, "operations", 4+4+1+1+1, opBuf, r.operation)
 	if r.err == nil && len(c.Operations) == 0 {
 		r.err = syncerr.New(syncerr.EmptyCommit, "PUSH_COMMIT %q carries no operations", c.ClientCommitID)
 	}
