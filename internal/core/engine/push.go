@@ -403,7 +403,7 @@ type evaluation struct {
 
 	// stored is the pre-commit state of every row the operations named
 	// (absent key: not read; nil: no such row).
-	stored map[rowKey]*store.Row
+	stored rowSet
 	// The §6.11 pass (references.go) adds the companion details of a
 	// reference rejection, the reference-index writes, and how many
 	// operations it appended on behalf of which client operation.
@@ -537,16 +537,50 @@ func (s *rowSet) set(k rowKey, r *store.Row) {
 	s.small = nil
 }
 
-// clone returns the set's entries as a map of their own.
-func (s *rowSet) clone() map[rowKey]*store.Row {
+// lookup is get that also reports whether k is in the set.
+func (s *rowSet) lookup(k rowKey) (*store.Row, bool) {
 	if s.m != nil {
-		return maps.Clone(s.m)
+		r, ok := s.m[k]
+		return r, ok
 	}
-	m := make(map[rowKey]*store.Row, len(s.small))
+	for i := range s.small {
+		if s.small[i].k == k {
+			return s.small[i].r, true
+		}
+	}
+	return nil, false
+}
+
+// size is the number of entries.
+func (s *rowSet) size() int {
+	if s.m != nil {
+		return len(s.m)
+	}
+	return len(s.small)
+}
+
+// each calls fn for every entry, in no particular order.
+func (s *rowSet) each(fn func(k rowKey, r *store.Row)) {
+	if s.m != nil {
+		for k, r := range s.m {
+			fn(k, r)
+		}
+		return
+	}
 	for _, e := range s.small {
-		m[e.k] = e.r
+		fn(e.k, e.r)
 	}
-	return m
+}
+
+// copyTo makes dst a copy of s that later writes to either do not reach
+// (dst's own buffer holds a small copy).
+func (s *rowSet) copyTo(dst *rowSet) {
+	*dst = rowSet{}
+	if s.m != nil {
+		dst.m = maps.Clone(s.m)
+		return
+	}
+	dst.small = append(dst.buf[:0], s.small...)
 }
 
 // pushRules are the edges where §6.2 evaluation differs by wire version;
@@ -679,7 +713,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	// blob index (§5.9.4). Nothing else reads ev.stored: without either
 	// the copy is not made.
 	if e.blobs != nil || storageV.HasReferences() {
-		ev.stored = current.clone()
+		current.copyTo(&ev.stored)
 	}
 	// The usual commit has one operation: its change and row write live
 	// in the evaluation's own allocation.
