@@ -181,15 +181,11 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		}
 		seq := head.MaxCommitSeq + 1
 		// The result and (for the usual one-operation commit) its record
-		// in one allocation.
-		ar := &struct {
-			res wire.PushResult
-			one [1]wire.OpResult
-		}{}
-		res := &ar.res
+		// live in the evaluation's allocation.
+		res := &ev.result
 		*res = wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushApplied, CommitSeq: wire.Some(seq)}
-		if len(pc.Operations) <= len(ar.one) {
-			res.Results = ar.one[:len(pc.Operations)]
+		if len(pc.Operations) <= len(ev.oneResult) {
+			res.Results = ev.oneResult[:len(pc.Operations)]
 		} else {
 			res.Results = make([]wire.OpResult, len(pc.Operations))
 		}
@@ -419,8 +415,13 @@ type evaluation struct {
 	rowBuf    [1]store.RowWrite
 	// current is evaluate's working state of the rows (its own).
 	current rowSet
-	// creq is the commit request built from the evaluation (pushCommit).
-	creq store.CommitRequest
+	// creq is the commit request built from the evaluation, result and
+	// oneResult its applied result (pushCommit).
+	creq      store.CommitRequest
+	result    wire.PushResult
+	oneResult [1]wire.OpResult
+	// wantBuf backs wantedRows for a one-operation commit.
+	wantBuf wantBuf
 
 	// head, when set, is the head read with the rows (evaluate's
 	// withHead), and read the rows as read, for CommitRequest.ReadRows.
@@ -447,16 +448,24 @@ type tableRows struct {
 // wantedRows lists, per table of sv, the rows the operations of pc name
 // (what evaluation reads), tables in order of first mention.
 func wantedRows(sv *schema.Version, pc *wire.PushCommit) []tableRows {
+	return new(wantBuf).wantedRows(sv, pc)
+}
+
+// wantBuf holds wantedRows' answer for a one-operation commit.
+type wantBuf struct {
+	tr [1]tableRows
+	id [1]string
+}
+
+// wantedRows is the function wantedRows, answering a one-operation
+// commit in a (no allocation of its own when a is).
+func (a *wantBuf) wantedRows(sv *schema.Version, pc *wire.PushCommit) []tableRows {
 	if len(pc.Operations) == 1 {
-		// The usual commit: its one table and row in one allocation.
+		// The usual commit: its one table and row.
 		op := &pc.Operations[0]
 		if _, ok := sv.Table(op.Table); !ok {
 			return nil
 		}
-		a := &struct {
-			tr [1]tableRows
-			id [1]string
-		}{}
 		a.id[0] = op.RowID
 		a.tr[0] = tableRows{table: op.Table, ids: a.id[:]}
 		return a.tr[:]
@@ -660,7 +669,8 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	storageV := e.schema.Versions[e.schema.Latest]
 	rules := rulesFor(rs.version)
 	// One consistent batched read per touched table.
-	want := wantedRows(rs.schemaV, pc)
+	ev := &evaluation{}
+	want := ev.wantBuf.wantedRows(rs.schemaV, pc)
 	pre := rs.prefetch
 	rs.prefetch = nil
 	// current holds live rows and tombstones (Deleted); a missing entry
@@ -668,7 +678,6 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	//
 	// It lives in the evaluation's allocation: a few rows in a slice
 	// (rowSet), the usual commit naming one.
-	ev := &evaluation{}
 	current := &ev.current
 	current.small = current.buf[:0]
 	var q store.CommitQueue

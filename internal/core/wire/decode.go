@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
@@ -287,7 +288,18 @@ type requestAlloc struct {
 	commit [1]PushCommit
 	sub    [1]Subscription
 	op     [1]Operation // the first commit's operation, when it has one
+
+	// meta is the payloads of the REQ_HEADER and SUBSCRIPTION frames as
+	// one string (their str fields are sliced from it: one copy, not one
+	// per frame), metaOff the next frame's place in it.
+	meta    string
+	metaOff int
 }
+
+// maxSharedMeta bounds meta: a string kept from one frame (a clientId in
+// a cache) keeps the whole of meta alive, so a large subscription list
+// is copied frame by frame as before.
+const maxSharedMeta = 512
 
 // DecodeRequest is Decode followed by Message.Request for a request
 // message, with the same checks in the same order and the same errors,
@@ -310,7 +322,10 @@ func DecodeRequest(b []byte) (*Request, error) {
 	req.WireVersion = v
 	// The counts come from unchecked frame headers: they size the slices
 	// up to a bound, append grows past it.
-	commits, subs := countRequestFrames(b)
+	commits, subs, metaLen := countRequestFrames(b)
+	if metaLen > 0 && metaLen <= maxSharedMeta {
+		a.meta = requestMeta(b, metaLen)
+	}
 	if commits > len(a.commit) {
 		req.Commits = make([]PushCommit, 0, min(commits, 64))
 	} else {
@@ -373,6 +388,14 @@ func (a *requestAlloc) parse(version uint16, t FrameType, payload []byte) (Frame
 		return parseFrame(version, KindRequest, t, payload)
 	}
 	r := rd{b: payload}
+	if t == FrameReqHeader || t == FrameSubscription {
+		// meta holds this frame's bytes at metaOff (both walk the frames
+		// in order); checked, so a disagreement only costs the copy.
+		if end := a.metaOff + len(payload); end <= len(a.meta) && a.meta[a.metaOff:end] == string(payload) {
+			r.s = a.meta[a.metaOff:end]
+		}
+		a.metaOff += len(payload)
+	}
 	var f Frame
 	switch t {
 	case FrameReqHeader:
@@ -408,9 +431,10 @@ func (a *requestAlloc) parse(version uint16, t FrameType, payload []byte) (Frame
 }
 
 // countRequestFrames counts the PUSH_COMMIT and SUBSCRIPTION frames of a
-// request by their frame headers only (a malformed message stops the
-// count; the decode reports it).
-func countRequestFrames(b []byte) (commits, subs int) {
+// request and the payload bytes of its REQ_HEADER and SUBSCRIPTION frames
+// by their frame headers only (a malformed message stops the count; the
+// decode reports it).
+func countRequestFrames(b []byte) (commits, subs, metaLen int) {
 	for off := headerLen; len(b)-off >= frameHeaderLen; {
 		t := FrameType(b[off])
 		n := binary.LittleEndian.Uint32(b[off+1:])
@@ -423,8 +447,31 @@ func countRequestFrames(b []byte) (commits, subs int) {
 			commits++
 		case FrameSubscription:
 			subs++
+			metaLen += int(n)
+		case FrameReqHeader:
+			metaLen += int(n)
 		}
 		off += int(n)
 	}
-	return commits, subs
+	return commits, subs, metaLen
+}
+
+// requestMeta copies the REQ_HEADER and SUBSCRIPTION payloads of b, in
+// frame order, into one string of size bytes (countRequestFrames' walk).
+func requestMeta(b []byte, size int) string {
+	var sb strings.Builder
+	sb.Grow(size)
+	for off := headerLen; len(b)-off >= frameHeaderLen; {
+		t := FrameType(b[off])
+		n := binary.LittleEndian.Uint32(b[off+1:])
+		off += frameHeaderLen
+		if t == FrameEnd || uint64(n) > uint64(len(b)-off) {
+			break
+		}
+		if t == FrameReqHeader || t == FrameSubscription {
+			sb.Write(b[off : off+int(n)])
+		}
+		off += int(n)
+	}
+	return sb.String()
 }
