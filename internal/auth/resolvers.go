@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -26,6 +28,74 @@ import (
 // purges its rows because of it.
 type ClaimResolver struct {
 	Claim string
+
+	memo claimMemo
+}
+
+// claimMemo remembers the scope maps of claim values already converted:
+// a cached token's claims (tokenCache) are the same map on every request
+// of its client, and API Gateway's string claims the same text, so each
+// is converted once instead of per request. Keys cannot mix up two
+// grants: a string claim is keyed by its whole text (equal text, equal
+// map), an object claim by the identity of its map, which the entry
+// keeps alive, so no other map can take its address while the entry
+// exists; claim maps are read only once verified (tokenCache shares
+// them). The returned maps are shared between requests, which the
+// engine only reads (engine.ScopeResolver). Bounded: when full it is
+// emptied.
+type claimMemo struct {
+	mu   sync.Mutex
+	strs map[string]engine.ScopeMap
+	objs map[*byte]claimMemoObj // key: the claim map's pointer (see objKey)
+}
+
+type claimMemoObj struct {
+	claim map[string]any // keeps the keyed map alive
+	m     engine.ScopeMap
+}
+
+const maxClaimMemo = 512
+
+// objKey is the identity of a claim map (nil for a nil map).
+func objKey(m map[string]any) *byte {
+	return (*byte)(reflect.ValueOf(m).UnsafePointer())
+}
+
+func (c *claimMemo) get(v any) (engine.ScopeMap, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch t := v.(type) {
+	case string:
+		m, ok := c.strs[t]
+		return m, ok
+	case map[string]any:
+		e, ok := c.objs[objKey(t)]
+		return e.m, ok
+	}
+	return nil, false
+}
+
+func (c *claimMemo) put(v any, m engine.ScopeMap) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.strs)+len(c.objs) >= maxClaimMemo {
+		c.strs, c.objs = nil, nil
+	}
+	switch t := v.(type) {
+	case string:
+		if len(t) > maxCachedTokenBytes {
+			return
+		}
+		if c.strs == nil {
+			c.strs = make(map[string]engine.ScopeMap)
+		}
+		c.strs[t] = m
+	case map[string]any:
+		if c.objs == nil {
+			c.objs = make(map[*byte]claimMemoObj)
+		}
+		c.objs[objKey(t)] = claimMemoObj{claim: t, m: m}
+	}
 }
 
 // ResolveScopes implements engine.ScopeResolver.
@@ -38,10 +108,14 @@ func (r *ClaimResolver) ResolveScopes(ctx context.Context, _, _, _ string) (engi
 	if !ok || v == nil {
 		return nil, fmt.Errorf("claim resolver: claim %q is absent: %w", r.Claim, engine.ErrNoGrant)
 	}
+	if m, ok := r.memo.get(v); ok {
+		return m, nil
+	}
 	m, err := scopeMapFromAny(v)
 	if err != nil {
 		return nil, fmt.Errorf("claim resolver: claim %q: %w", r.Claim, err)
 	}
+	r.memo.put(v, m)
 	return m, nil
 }
 

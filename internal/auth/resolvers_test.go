@@ -233,3 +233,47 @@ func TestTableResolverThrottled(t *testing.T) {
 		t.Fatalf("metered %d round trips; want 3", u.RoundTrips)
 	}
 }
+
+// The claim resolver converts a claim value once: a cached token's
+// claims (one map on every request of its client) and a string claim
+// (the same text) cost no allocation after the first request. Two
+// tokens' grants never mix, and a malformed claim is refused every time.
+func TestClaimResolverMemo(t *testing.T) {
+	r := &ClaimResolver{Claim: "syncular_scopes"}
+	ctxA := WithClaims(context.Background(), Claims{"syncular_scopes": map[string]any{"project_id": []any{"p1"}}})
+	ctxB := WithClaims(context.Background(), Claims{"syncular_scopes": map[string]any{"project_id": []any{"p2"}}})
+	ctxS := WithClaims(context.Background(), Claims{"syncular_scopes": `{"project_id":["p3"]}`})
+	bad := WithClaims(context.Background(), Claims{"syncular_scopes": map[string]any{"project_id": "p1"}})
+	for i := 0; i < 3; i++ {
+		for _, c := range []struct {
+			ctx  context.Context
+			want engine.ScopeMap
+		}{{ctxA, engine.ScopeMap{"project_id": {"p1"}}}, {ctxB, engine.ScopeMap{"project_id": {"p2"}}}, {ctxS, engine.ScopeMap{"project_id": {"p3"}}}} {
+			if got, err := r.ResolveScopes(c.ctx, "p", "a", "c"); err != nil || !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("round %d: got %v %v, want %v", i, got, err, c.want)
+			}
+		}
+		if _, err := r.ResolveScopes(bad, "p", "a", "c"); err == nil {
+			t.Fatalf("round %d: a malformed claim was accepted", i)
+		}
+	}
+	for _, ctx := range []context.Context{ctxA, ctxS} {
+		if n := testing.AllocsPerRun(100, func() {
+			if _, err := r.ResolveScopes(ctx, "p", "a", "c"); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("resolving a known claim allocates %v times; want 0", n)
+		}
+	}
+	// Bounded: a flood of distinct claims never grows it past its cap.
+	for i := 0; i < 3*maxClaimMemo; i++ {
+		ctx := WithClaims(context.Background(), Claims{"syncular_scopes": map[string]any{"project_id": []any{strings.Repeat("x", i%7+1)}}})
+		if _, err := r.ResolveScopes(ctx, "p", "a", "c"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(r.memo.strs) + len(r.memo.objs); n > maxClaimMemo {
+		t.Fatalf("memo holds %d entries; cap %d", n, maxClaimMemo)
+	}
+}

@@ -201,11 +201,11 @@ func (e *Engine) blobIndexWrites(ctx context.Context, rs *reqState, ev *evaluati
 	// Rows the operations did not name (cascaded deletes) were not read.
 	missing := map[string][]string{}
 	for _, k := range keys {
-		if _, ok := ev.stored[k]; !ok {
+		if _, ok := ev.stored.lookup(k); !ok {
 			missing[k.table] = append(missing[k.table], k.rowID)
 		}
 	}
-	before := func(k rowKey) *store.Row { return ev.stored[k] }
+	before := func(k rowKey) *store.Row { return ev.stored.get(k) }
 	if len(missing) > 0 {
 		extra := map[rowKey]*store.Row{}
 		for table, ids := range missing {
@@ -218,7 +218,7 @@ func (e *Engine) blobIndexWrites(ctx context.Context, rs *reqState, ev *evaluati
 			}
 		}
 		before = func(k rowKey) *store.Row {
-			if r, ok := ev.stored[k]; ok {
+			if r, ok := ev.stored.lookup(k); ok {
 				return r
 			}
 			return extra[k]

@@ -27,10 +27,10 @@ type bootstrapToken struct {
 // parseBootstrapToken reads a resume token; ok is false for an absent or
 // unusable token, which restarts the bootstrap silently (§4.7).
 func parseBootstrapToken(raw wire.Opt[wire.JSON], table string) (bootstrapToken, bool) {
-	var t bootstrapToken
 	if !raw.Present {
-		return t, false
+		return bootstrapToken{}, false // before t, which escapes (Unmarshal)
 	}
+	var t bootstrapToken
 	var probe map[string]json.RawMessage
 	if json.Unmarshal([]byte(raw.Value), &probe) != nil {
 		return t, false
@@ -78,7 +78,7 @@ func (ps *pullState) bootstrap(ctx context.Context, p *subPlan, tok bootstrapTok
 	// has the client clear stale rows only on the first page of the
 	// response to its fresh request — so a fresh bootstrap must never
 	// start in a response that the byte budget ends before its first page.
-	start := &wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: toWireScopes(p.effective), Bootstrap: true}
+	start := &wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: p.wireEffective, Bootstrap: true}
 	ps.pending = start
 	digest := scopeDigest(p.effective)
 	var pre *reuse

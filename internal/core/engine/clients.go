@@ -56,7 +56,8 @@ func (c *clientCache) put(k clientKey, v store.Client) {
 func (e *Engine) checkClient(ctx context.Context, rs *reqState) error {
 	k := clientKey{rs.auth.Partition, rs.head.LogEpoch, rs.clientID}
 	if c, ok := e.clients.get(k); ok {
-		rs.client = &c
+		rs.clientBuf = c
+		rs.client = &rs.clientBuf
 	} else {
 		c, err := e.store.GetClient(ctx, rs.auth.Partition, rs.clientID)
 		if err != nil {
@@ -102,10 +103,13 @@ func (e *Engine) recordClient(ctx context.Context, rs *reqState, cursor int64, h
 		now-prev.UpdatedAtMs < e.limits.CursorRecordMaxAge.Milliseconds() {
 		return nil
 	}
-	if err := e.store.PutClient(ctx, rs.auth.Partition, &next); err != nil {
+	// The record written lives in rs (no allocation of its own); stores
+	// copy or marshal what PutClient is given.
+	rs.clientNext = next
+	if err := e.store.PutClient(ctx, rs.auth.Partition, &rs.clientNext); err != nil {
 		return storeErr(err, "write client record")
 	}
 	e.clients.put(clientKey{rs.auth.Partition, rs.head.LogEpoch, rs.clientID}, next)
-	rs.client = &next
+	rs.client = &rs.clientNext
 	return nil
 }

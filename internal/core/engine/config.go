@@ -30,7 +30,9 @@ type ScopeMap map[string][]string
 // map (or an error wrapping ErrNoGrant): its subscriptions revoke and its
 // writes are forbidden. Any other error means "could not find out" (an
 // outage, throttling, a timeout): the request fails with a retryable
-// error and nothing is applied, recorded, revoked or purged.
+// error and nothing is applied, recorded, revoked or purged. The engine
+// only reads the returned map, so a resolver may share one between
+// requests.
 type ScopeResolver interface {
 	ResolveScopes(ctx context.Context, partition, actorID, clientID string) (ScopeMap, error)
 }
@@ -254,6 +256,8 @@ type Engine struct {
 	cheapScopedLog bool
 	// queueMemo: the commit turns this instance saw (queue.go).
 	queueMemo queueMemo
+	// spareEpoch: a minted epoch that no partition took (sync.go).
+	spareEpoch spareEpoch
 }
 
 // New validates cfg and returns an Engine.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
@@ -165,12 +166,30 @@ func (e *Engine) handleGated(ctx context.Context, auth Auth, body []byte, opts S
 		}
 		return rep, err
 	}
-	var buf bytes.Buffer
-	rep, err := e.handleGated(ctx, auth, body, opts, &buf)
+	buf := gateBufs.Get().(*bytes.Buffer)
+	defer releaseGateBuf(buf)
+	rep, err := e.handleGated(ctx, auth, body, opts, buf)
 	if buf.Len() > 0 {
 		if _, werr := w.Write(buf.Bytes()); werr != nil {
 			return rep, errors.Join(err, fmt.Errorf("write response: %w", werr))
 		}
 	}
 	return rep, err
+}
+
+// gateBufs are handleGated's response buffers for a host writer that is
+// not a bytes.Buffer: the bytes are written to w before handleGated
+// returns, so a buffer is free again after it.
+var gateBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledGateBuf: a large response's buffer is left to the GC rather
+// than pinned in the pool.
+const maxPooledGateBuf = 256 << 10
+
+func releaseGateBuf(b *bytes.Buffer) {
+	if b.Cap() > maxPooledGateBuf {
+		return
+	}
+	b.Reset()
+	gateBufs.Put(b)
 }

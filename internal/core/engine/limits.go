@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -115,32 +116,40 @@ func (e *Engine) checkCommitSize(actorID string, pc *wire.PushCommit, ev *evalua
 				fmt.Sprintf("row is about %d bytes; one row may hold at most %d", n, e.limits.MaxRowBytes))
 		}
 	}
-	frames := map[string]*wire.Commit{}
-	var order []string
+	// frameSize's arithmetic, without building the frames: a table's
+	// COMMIT frame is its fixed part plus its changes' parts; the total
+	// counts each change as a frame of its own with no actor or tables.
+	type tableShare struct {
+		table, lastRowID string
+		size             int
+	}
+	var buf [4]tableShare
+	shares := buf[:0]
 	total := 0
 	for i := range ev.changes {
 		ch := &ev.changes[i]
-		f := frames[ch.Table]
-		if f == nil {
-			f = &wire.Commit{ActorID: actorID, Tables: []string{ch.Table}}
-			frames[ch.Table] = f
-			order = append(order, ch.Table)
-		}
-		wc := wire.Change{RowID: ch.RowID, Op: ch.Op, Scopes: ch.Scopes}
+		rowLen := 0
 		if ch.Op == wire.OpUpsert {
-			wc.RowVersion, wc.Row = wire.Some(ch.RowVersion), wire.Some(ch.Row)
+			rowLen = len(ch.Row)
 		}
-		f.Changes = append(f.Changes, wc)
-		total += frameSize(&wire.Commit{Changes: []wire.Change{wc}})
+		cs := changeSize(ch.RowID, ch.Scopes, rowLen)
+		j := slices.IndexFunc(shares, func(s tableShare) bool { return s.table == ch.Table })
+		if j < 0 {
+			shares = append(shares, tableShare{table: ch.Table, size: commitFixedSize(actorID) + 4 + len(ch.Table)})
+			j = len(shares) - 1
+		}
+		shares[j].size += cs
+		shares[j].lastRowID = ch.RowID
+		total += commitFixedSize("") + cs
 		if total > e.limits.MaxCommitBytes {
 			return opError(opIndexOf(pc, ch.Table, ch.RowID), syncerr.ConstraintViolation,
 				fmt.Sprintf("the commit's changes pass %d bytes, the most one commit may store; split it", e.limits.MaxCommitBytes))
 		}
 	}
-	for _, t := range order {
-		if n := frameSize(frames[t]); n > e.limits.MaxCommitFrameBytes {
-			return opError(opIndexOf(pc, t, frames[t].Changes[len(frames[t].Changes)-1].RowID), syncerr.ConstraintViolation,
-				fmt.Sprintf("the commit's changes to table %q are about %d bytes, more than one pull response can deliver (%d); split it", t, n, e.limits.MaxCommitFrameBytes))
+	for _, sh := range shares {
+		if sh.size > e.limits.MaxCommitFrameBytes {
+			return opError(opIndexOf(pc, sh.table, sh.lastRowID), syncerr.ConstraintViolation,
+				fmt.Sprintf("the commit's changes to table %q are about %d bytes, more than one pull response can deliver (%d); split it", sh.table, sh.size, e.limits.MaxCommitFrameBytes))
 		}
 	}
 	return nil

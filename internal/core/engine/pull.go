@@ -49,15 +49,22 @@ type subPlan struct {
 	table     *schema.Table
 	active    bool
 	effective ScopeMap
+	// wireEffective is effective in SUB_START form (set when active).
+	wireEffective wire.ScopeMap
 }
 
 // planPull performs every request-level pull validation before the first
 // response byte (§1.7 request-level surface) and computes effective scopes.
-func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) ([]*subPlan, error) {
+func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) ([]subPlan, error) {
 	if req.Pull.Accept&(wire.AcceptInlineRows|wire.AcceptExternalRows) == 0 {
 		return nil, syncerr.New(syncerr.InvalidRequest, "accept must include rows segments (bit 0 or bit 1, §4.2)")
 	}
-	plans := make([]*subPlan, len(req.Subscriptions))
+	var plans []subPlan
+	if len(req.Subscriptions) <= len(rs.planBuf) {
+		plans = rs.planBuf[:len(req.Subscriptions)] // the usual one subscription
+	} else {
+		plans = make([]subPlan, len(req.Subscriptions))
+	}
 	ids := make(map[string]bool, len(req.Subscriptions))
 	for i := range req.Subscriptions {
 		s := &req.Subscriptions[i]
@@ -77,7 +84,7 @@ func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) 
 				return nil, syncerr.New(syncerr.InvalidSubscription, "subscription %q requests '*' for %q; wildcards are for allowed scopes only (§3.2)", s.ID, sc.Key)
 			}
 		}
-		plans[i] = &subPlan{sub: s, table: t}
+		plans[i] = subPlan{sub: s, table: t}
 	}
 	if len(plans) == 0 {
 		return plans, nil
@@ -89,15 +96,19 @@ func (e *Engine) planPull(ctx context.Context, rs *reqState, req *wire.Request) 
 		// and revokes below (§3.2 rule 5).
 		return nil, err
 	}
-	for _, p := range plans {
+	for i := range plans {
+		p := &plans[i]
 		p.effective, p.active = effectiveScopes(p.sub.Scopes, allowed)
+		if p.active {
+			p.wireEffective = wireEffective(p.sub.Scopes, p.effective)
+		}
 	}
 	return plans, nil
 }
 
 // servePull writes every subscription section in request order (§1.6)
 // and returns the minimum nextCursor of the active subscriptions (§4.5).
-func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request, plans []*subPlan, enc *wire.Encoder, cw *countingWriter) (int64, bool, error) {
+func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request, plans []subPlan, enc *wire.Encoder, cw *countingWriter) (int64, bool, error) {
 	lim := clampLimits(req.Pull)
 	head := rs.head
 	if rs.acceptedMax > head.MaxCommitSeq {
@@ -118,11 +129,14 @@ func (e *Engine) servePull(ctx context.Context, rs *reqState, req *wire.Request,
 	}
 	// Push results already written count as progress: then the pull half
 	// may stop short of its first commit rather than pass the budget.
-	ps := &pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: head.MaxCommitSeq, horizon: head.HorizonSeq, sentData: len(req.Commits) > 0}
-	ps.log = &logWindow{e: e, partition: rs.auth.Partition, through: ps.maxSeq, lo: -2}
+	// The pull state lives in the request's allocation (rs.pull).
+	ps := &rs.pull
+	*ps = pullState{e: e, rs: rs, lim: lim, enc: enc, cw: cw, maxSeq: head.MaxCommitSeq, horizon: head.HorizonSeq, sentData: len(req.Commits) > 0}
+	ps.logw = logWindow{e: e, partition: rs.auth.Partition, through: ps.maxSeq, lo: -2}
+	ps.log = &ps.logw
 	minCursor, has := int64(0), false
-	for _, p := range plans {
-		next, active, err := ps.section(ctx, p)
+	for i := range plans {
+		next, active, err := ps.section(ctx, &plans[i])
 		if err != nil {
 			return 0, false, err
 		}
@@ -142,6 +156,12 @@ type pullState struct {
 	maxSeq  int64
 	horizon int64
 	log     *logWindow
+	logw    logWindow // what log points to (one allocation with ps)
+	// start and end are SUB_START and SUB_END of an incremental section:
+	// WriteFrame encodes a frame before it returns, so one of each serves
+	// every section of the request.
+	start wire.SubStart
+	end   wire.SubEnd
 	// sentData is set once any COMMIT or segment frame went out: from then
 	// on the byte budget may stop the response short (progress is made).
 	sentData bool
@@ -225,14 +245,15 @@ func (ps *pullState) section(ctx context.Context, p *subPlan) (int64, bool, erro
 // re-check, and the common path costs no extra storage read.
 func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, error) {
 	sub := p.sub
-	start := &wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: toWireScopes(p.effective)}
+	start := &ps.start
+	*start = wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: p.wireEffective}
 	next := sub.Cursor
 	if sub.Cursor >= ps.maxSeq {
 		// Quiet subscription: no log read at all.
 		if err := ps.write(start); err != nil {
 			return 0, false, err
 		}
-		return next, true, ps.write(&wire.SubEnd{NextCursor: next})
+		return next, true, ps.writeEnd(next)
 	}
 	// The walk's state is one value: the log callback below escapes, and
 	// each variable it writes would otherwise be a heap allocation.
@@ -242,17 +263,18 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 		exhausted, gap, sentData bool
 		expect                   int64
 		frames                   []*wire.Commit
+		frameBuf                 [1]*wire.Commit
 		werr                     error
 	}
+	w.frames = w.frameBuf[:0]
 	w.next, w.exhausted, w.expect, w.sentData = next, true, sub.Cursor+1, ps.sentData
 	// The held-back SUB_START counts against the byte budget too (its
-	// encoding is only measured: a stack buffer fits the usual one).
-	var scratch [256]byte
-	startBytes, err := wire.AppendFrame(scratch[:0], ps.rs.version, start)
+	// encoding is only measured, in the encoder's scratch).
+	startBytes, err := ps.enc.FrameSize(start)
 	if err != nil {
 		return 0, false, err
 	}
-	w.pendingBytes = len(startBytes)
+	w.pendingBytes = startBytes
 	// A long window — any window when the store's scope index costs no
 	// more than the log it lists (store.CheapScopedLog) — is read through
 	// the log's scope index (§3.1): only the commits touching the
@@ -366,7 +388,13 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	if w.exhausted && w.next < ps.maxSeq {
 		w.next = ps.maxSeq
 	}
-	return w.next, true, ps.write(&wire.SubEnd{NextCursor: w.next})
+	return w.next, true, ps.writeEnd(w.next)
+}
+
+// writeEnd writes the section's SUB_END (ps.end).
+func (ps *pullState) writeEnd(next int64) error {
+	ps.end = wire.SubEnd{NextCursor: next}
+	return ps.write(&ps.end)
 }
 
 // scopedLogMinWindow is the window length from which an incremental
@@ -408,7 +436,16 @@ func commitFrame(c *store.Commit, table string, eff ScopeMap) *wire.Commit {
 			continue
 		}
 		if f == nil {
-			f = &wire.Commit{CommitSeq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Tables: []string{table}}
+			// The frame, its one table and its first change in one
+			// allocation (a commit usually has one change per table).
+			a := &struct {
+				c       wire.Commit
+				tables  [1]string
+				changes [1]wire.Change
+			}{}
+			a.tables[0] = table
+			f = &a.c
+			*f = wire.Commit{CommitSeq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Tables: a.tables[:], Changes: a.changes[:0]}
 		}
 		wc := wire.Change{TableIndex: 0, RowID: ch.RowID, Op: ch.Op, Scopes: ch.Scopes}
 		if ch.Op == wire.OpUpsert {
@@ -423,16 +460,26 @@ func commitFrame(c *store.Commit, table string, eff ScopeMap) *wire.Commit {
 // frameSize estimates a COMMIT frame's encoded size from its variable
 // parts (exact enough for a budget that has headroom under the hard cap).
 func frameSize(f *wire.Commit) int {
-	n := 5 + 8 + 8 + 4 + len(f.ActorID) + 4 + 4
+	n := commitFixedSize(f.ActorID)
 	for _, t := range f.Tables {
 		n += 4 + len(t)
 	}
 	for i := range f.Changes {
 		ch := &f.Changes[i]
-		n += 2 + 4 + len(ch.RowID) + 1 + 9 + 4 + 1 + 4 + len(ch.Row.Value)
-		for _, s := range ch.Scopes {
-			n += 8 + len(s.Key) + len(s.Value)
-		}
+		n += changeSize(ch.RowID, ch.Scopes, len(ch.Row.Value))
+	}
+	return n
+}
+
+// commitFixedSize is frameSize's part of a COMMIT frame outside its
+// tables and changes.
+func commitFixedSize(actorID string) int { return 5 + 8 + 8 + 4 + len(actorID) + 4 + 4 }
+
+// changeSize is frameSize's part of one change with a row of rowLen bytes.
+func changeSize(rowID string, scopes wire.StoredScopes, rowLen int) int {
+	n := 2 + 4 + len(rowID) + 1 + 9 + 4 + 1 + 4 + rowLen
+	for _, s := range scopes {
+		n += 8 + len(s.Key) + len(s.Value)
 	}
 	return n
 }

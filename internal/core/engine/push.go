@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
@@ -179,7 +180,15 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			return res, err
 		}
 		seq := head.MaxCommitSeq + 1
-		res := &wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushApplied, CommitSeq: wire.Some(seq), Results: make([]wire.OpResult, len(pc.Operations))}
+		// The result and (for the usual one-operation commit) its record
+		// live in the evaluation's allocation.
+		res := &ev.result
+		*res = wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushApplied, CommitSeq: wire.Some(seq)}
+		if len(pc.Operations) <= len(ev.oneResult) {
+			res.Results = ev.oneResult[:len(pc.Operations)]
+		} else {
+			res.Results = make([]wire.OpResult, len(pc.Operations))
+		}
 		for i := range res.Results {
 			res.Results[i] = wire.OpResult{OpIndex: int32(i), Status: wire.OpApplied}
 		}
@@ -187,7 +196,8 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		if err != nil {
 			return nil, err
 		}
-		creq := &store.CommitRequest{
+		creq := &ev.creq
+		*creq = store.CommitRequest{
 			ExpectedMaxSeq: head.MaxCommitSeq,
 			Commit: store.Commit{
 				Seq: seq, CreatedAtMs: rs.now, ActorID: rs.auth.ActorID,
@@ -389,7 +399,7 @@ type evaluation struct {
 
 	// stored is the pre-commit state of every row the operations named
 	// (absent key: not read; nil: no such row).
-	stored map[rowKey]*store.Row
+	stored rowSet
 	// The §6.11 pass (references.go) adds the companion details of a
 	// reference rejection, the reference-index writes, and how many
 	// operations it appended on behalf of which client operation.
@@ -401,6 +411,18 @@ type evaluation struct {
 	// blobChecks are the blob references §5.9.6 checks (blobs.go).
 	blobChecks []blobCheck
 
+	changeBuf [1]store.Change
+	rowBuf    [1]store.RowWrite
+	// current is evaluate's working state of the rows (its own).
+	current rowSet
+	// creq is the commit request built from the evaluation, result and
+	// oneResult its applied result (pushCommit).
+	creq      store.CommitRequest
+	result    wire.PushResult
+	oneResult [1]wire.OpResult
+	// wantBuf backs wantedRows for a one-operation commit.
+	wantBuf wantBuf
+
 	// head, when set, is the head read with the rows (evaluate's
 	// withHead), and read the rows as read, for CommitRequest.ReadRows.
 	head *store.Head
@@ -411,20 +433,55 @@ type evaluation struct {
 // with the commit's rows (it names 1 to maxReadChecks rows).
 func headWithRows(rs *reqState, pc *wire.PushCommit) bool {
 	n := 0
-	for _, ids := range wantedRows(rs.schemaV, pc) {
-		n += len(ids)
+	for _, tr := range wantedRows(rs.schemaV, pc) {
+		n += len(tr.ids)
 	}
 	return n > 0 && n <= maxReadChecks
 }
 
+// tableRows are the rows of one table an evaluation reads.
+type tableRows struct {
+	table string
+	ids   []string
+}
+
 // wantedRows lists, per table of sv, the rows the operations of pc name
-// (what evaluation reads).
-func wantedRows(sv *schema.Version, pc *wire.PushCommit) map[string][]string {
-	want := map[string][]string{}
-	for _, op := range pc.Operations {
-		if _, ok := sv.Table(op.Table); ok {
-			want[op.Table] = append(want[op.Table], op.RowID)
+// (what evaluation reads), tables in order of first mention.
+func wantedRows(sv *schema.Version, pc *wire.PushCommit) []tableRows {
+	return new(wantBuf).wantedRows(sv, pc)
+}
+
+// wantBuf holds wantedRows' answer for a one-operation commit.
+type wantBuf struct {
+	tr [1]tableRows
+	id [1]string
+}
+
+// wantedRows is the function wantedRows, answering a one-operation
+// commit in a (no allocation of its own when a is).
+func (a *wantBuf) wantedRows(sv *schema.Version, pc *wire.PushCommit) []tableRows {
+	if len(pc.Operations) == 1 {
+		// The usual commit: its one table and row.
+		op := &pc.Operations[0]
+		if _, ok := sv.Table(op.Table); !ok {
+			return nil
 		}
+		a.id[0] = op.RowID
+		a.tr[0] = tableRows{table: op.Table, ids: a.id[:]}
+		return a.tr[:]
+	}
+	var want []tableRows
+	for _, op := range pc.Operations {
+		if _, ok := sv.Table(op.Table); !ok {
+			continue
+		}
+		// A linear search: a commit names at most the schema's tables.
+		j := slices.IndexFunc(want, func(w tableRows) bool { return w.table == op.Table })
+		if j < 0 {
+			want = append(want, tableRows{table: op.Table})
+			j = len(want) - 1
+		}
+		want[j].ids = append(want[j].ids, op.RowID)
 	}
 	return want
 }
@@ -437,6 +494,103 @@ func commitSeqOf(r *store.Row) int64 {
 }
 
 type rowKey struct{ table, rowID string }
+
+// rowSet maps rowKey to rows: a slice searched linearly while it holds
+// at most rowSetSmall entries (the usual commit names one or two rows),
+// a map from then on, so a large commit stays linear.
+type rowSet struct {
+	small []rowSetEntry // nil once m is in use
+	buf   [2]rowSetEntry
+	m     map[rowKey]*store.Row
+}
+
+type rowSetEntry struct {
+	k rowKey
+	r *store.Row
+}
+
+const rowSetSmall = 8
+
+func (s *rowSet) get(k rowKey) *store.Row {
+	if s.m != nil {
+		return s.m[k]
+	}
+	for i := range s.small {
+		if s.small[i].k == k {
+			return s.small[i].r
+		}
+	}
+	return nil
+}
+
+func (s *rowSet) set(k rowKey, r *store.Row) {
+	if s.m != nil {
+		s.m[k] = r
+		return
+	}
+	for i := range s.small {
+		if s.small[i].k == k {
+			s.small[i].r = r
+			return
+		}
+	}
+	if len(s.small) < rowSetSmall {
+		s.small = append(s.small, rowSetEntry{k, r})
+		return
+	}
+	s.m = make(map[rowKey]*store.Row, 2*rowSetSmall)
+	for _, e := range s.small {
+		s.m[e.k] = e.r
+	}
+	s.m[k] = r
+	s.small = nil
+}
+
+// lookup is get that also reports whether k is in the set.
+func (s *rowSet) lookup(k rowKey) (*store.Row, bool) {
+	if s.m != nil {
+		r, ok := s.m[k]
+		return r, ok
+	}
+	for i := range s.small {
+		if s.small[i].k == k {
+			return s.small[i].r, true
+		}
+	}
+	return nil, false
+}
+
+// size is the number of entries.
+func (s *rowSet) size() int {
+	if s.m != nil {
+		return len(s.m)
+	}
+	return len(s.small)
+}
+
+// each calls fn for every entry, in no particular order.
+func (s *rowSet) each(fn func(k rowKey, r *store.Row)) {
+	if s.m != nil {
+		for k, r := range s.m {
+			fn(k, r)
+		}
+		return
+	}
+	for _, e := range s.small {
+		fn(e.k, e.r)
+	}
+}
+
+// copyTo makes dst a copy of s that later writes to either do not reach
+// (dst's own buffer holds a small copy).
+func (s *rowSet) copyTo(dst *rowSet) {
+	*dst = rowSet{}
+	if s.m != nil {
+		dst.m = maps.Clone(s.m)
+		return
+	}
+	dst.small = append(dst.buf[:0], s.small...)
+}
 
 // pushRules are the edges where §6.2 evaluation differs by wire version;
 // everything else is one code path. Version 3 follows the 0.21+ spec,
@@ -468,10 +622,38 @@ func rulesFor(wireVersion uint16) pushRules {
 	return pushRules{}
 }
 
-// opScratch holds the per-operation value buffers, reused across a commit.
+// opScratch holds the per-operation value buffers, reused across a commit
+// and, through scratchPool, across requests.
 type opScratch struct {
 	cvals, svals, stored []rowcodec.Value
 	cpresent, spresent   []bool
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(opScratch) }}
+
+// maxPooledColumns: the buffers of a very wide table are left to the GC.
+const maxPooledColumns = 256
+
+// getScratch takes an opScratch from the pool; putScratch returns it.
+// Nothing evaluate returns refers to the buffers (payloads are encoded
+// into new slices, scopes and messages are strings), so they are free
+// once evaluate is done; the values are cleared first so the pool keeps
+// no request's strings or bytes alive.
+func getScratch() *opScratch { return scratchPool.Get().(*opScratch) }
+
+func putScratch(sc *opScratch) {
+	for _, v := range [][]rowcodec.Value{sc.cvals, sc.svals, sc.stored} {
+		if cap(v) > maxPooledColumns {
+			return
+		}
+	}
+	if cap(sc.cpresent) > maxPooledColumns || cap(sc.spresent) > maxPooledColumns {
+		return
+	}
+	clear(sc.cvals[:cap(sc.cvals)])
+	clear(sc.svals[:cap(sc.svals)])
+	clear(sc.stored[:cap(sc.stored)])
+	scratchPool.Put(sc)
 }
 
 // evaluate applies §6.2 and §3.4 to every operation in order against a
@@ -487,19 +669,25 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	storageV := e.schema.Versions[e.schema.Latest]
 	rules := rulesFor(rs.version)
 	// One consistent batched read per touched table.
-	want := wantedRows(rs.schemaV, pc)
+	ev := &evaluation{}
+	want := ev.wantBuf.wantedRows(rs.schemaV, pc)
 	pre := rs.prefetch
 	rs.prefetch = nil
 	// current holds live rows and tombstones (Deleted); a missing entry
 	// is a row never seen or whose tombstone was pruned.
-	current := map[rowKey]*store.Row{}
+	//
+	// It lives in the evaluation's allocation: a few rows in a slice
+	// (rowSet), the usual commit naming one.
+	current := &ev.current
+	current.small = current.buf[:0]
 	var q store.CommitQueue
 	if withHead && headWithRows(rs, pc) {
 		q, _ = e.store.(store.CommitQueue)
 	}
 	var head *store.Head
 	var read []store.RowRead
-	for table, ids := range want {
+	for _, tr := range want {
+		table, ids := tr.table, tr.ids
 		var rows map[string]*store.Row
 		var err error
 		if q != nil && pre != nil && pre.pc == pc && len(want) == 1 && pre.table == table && slices.Equal(pre.ids, ids) {
@@ -520,7 +708,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			return nil, storeErr(err, "read rows")
 		}
 		for id, r := range rows {
-			current[rowKey{table, id}] = r
+			current.set(rowKey{table, id}, r)
 		}
 		if q != nil {
 			for _, id := range ids {
@@ -530,12 +718,20 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		}
 	}
 	// The §6.11 pass needs the pre-commit state (tombstones included)
-	// after evaluation has staged its writes over current.
-	ev := &evaluation{stored: maps.Clone(current)}
+	// after evaluation has staged its writes over current; so does the
+	// blob index (§5.9.4). Nothing else reads ev.stored: without either
+	// the copy is not made.
+	if e.blobs != nil || storageV.HasReferences() {
+		current.copyTo(&ev.stored)
+	}
+	// The usual commit has one operation: its change and row write live
+	// in the evaluation's own allocation.
+	ev.changes, ev.rows = ev.changeBuf[:0:len(ev.changeBuf)], ev.rowBuf[:0:len(ev.rowBuf)]
 	if head != nil {
 		ev.head, ev.read = head, read
 	}
-	var sc opScratch
+	sc := getScratch()
+	defer putScratch(sc)
 	for i := range pc.Operations {
 		op := &pc.Operations[i]
 		t, ok := rs.schemaV.Table(op.Table)
@@ -546,7 +742,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		// The schema loader guarantees every served table is stored.
 		st, _ := storageV.Table(op.Table)
 		k := rowKey{op.Table, op.RowID}
-		stored := current[k]
+		stored := current.get(k)
 		var tomb *store.Row // the row's tombstone within the horizon, if any
 		if stored != nil && stored.Deleted {
 			tomb, stored = stored, nil
@@ -566,11 +762,11 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Delete: true, Row: store.Row{RowID: op.RowID, Scopes: stored.Scopes}})
 			// §2.2: the delete leaves a tombstone, also for later
 			// operations of this commit.
-			current[k] = &store.Row{RowID: op.RowID, Deleted: true, Scopes: stored.Scopes}
+			current.set(k, &store.Row{RowID: op.RowID, Deleted: true, Scopes: stored.Scopes})
 			continue
 		}
 
-		reject, nr, err := e.evalUpsert(rules, i, op, t, st, stored, tomb, allowed, resolveErr, &sc)
+		reject, nr, err := e.evalUpsert(rules, i, op, t, st, stored, tomb, allowed, resolveErr, sc)
 		if err != nil {
 			return nil, err
 		}
@@ -583,7 +779,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		}
 		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: nr.Payload})
 		ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Row: *nr})
-		current[k] = nr
+		current.set(k, nr)
 	}
 	return ev, nil
 }
@@ -702,8 +898,10 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 		return r, nil, nil
 	}
 	// §6.2 apply: present columns replace the stored ones, absent columns
-	// stay; the stored payload is always a full row (§2.4).
-	merged := slices.Clone(sc.stored)
+	// stay; the stored payload is always a full row (§2.4). Merged in
+	// place: sc.stored is this operation's scratch decode of the stored
+	// row, read no further.
+	merged := sc.stored
 	for j := range merged {
 		if present[j] {
 			merged[j] = vals[j]
@@ -888,8 +1086,12 @@ func valueText(t rowcodec.Type, v rowcodec.Value) string {
 // outcome). Outcomes are stored at wire version 3, the richest layout
 // (conflictColumns survive); a replay is re-encoded in the requesting
 // client's version, its details frame included.
+// outcomeHeader is the empty RESP_HEADER of every stored outcome; the
+// encoder only reads it (never modified, so shared by all requests).
+var outcomeHeader = &wire.RespHeader{}
+
 func encodeOutcome(res *wire.PushResult, det *wire.PushResultDetails) ([]byte, error) {
-	frames := []wire.Frame{&wire.RespHeader{}, res}
+	frames := []wire.Frame{outcomeHeader, res}
 	if det != nil {
 		frames = append(frames, det)
 	}

@@ -51,7 +51,23 @@ type registeredSub struct {
 // recordClient compares it with the stored one; written by hand because
 // every pull makes one (reflection was a twentieth of a quiet request).
 func encodeRegistration(schemaVersion int32, subs []wire.Subscription) string {
-	b := make([]byte, 0, 64+96*len(subs))
+	return string(appendRegistration(make([]byte, 0, 64+96*len(subs)), schemaVersion, subs))
+}
+
+// registrationOf is encodeRegistration returning prev itself when the
+// encoding equals it (a returning client's usual pull): no string is
+// built then.
+func registrationOf(prev string, schemaVersion int32, subs []wire.Subscription) string {
+	var scratch [512]byte
+	b := appendRegistration(scratch[:0], schemaVersion, subs)
+	if string(b) == prev {
+		return prev
+	}
+	return string(b)
+}
+
+// appendRegistration appends encodeRegistration's encoding to b.
+func appendRegistration(b []byte, schemaVersion int32, subs []wire.Subscription) []byte {
 	b = append(b, `{"sv":`...)
 	b = strconv.AppendInt(b, int64(schemaVersion), 10)
 	b = append(b, `,"subs":[`...)
@@ -65,8 +81,13 @@ func encodeRegistration(schemaVersion int32, subs []wire.Subscription) string {
 		b = append(b, `,"table":`...)
 		b = appendJSONString(b, subs[i].Table)
 		b = append(b, `,"scopes":{`...)
-		scopes = append(scopes[:0], subs[i].Scopes...)
-		slices.SortStableFunc(scopes, func(x, y wire.ScopeEntry) int { return strings.Compare(x.Key, y.Key) })
+		scopes = subs[i].Scopes
+		if !slices.IsSortedFunc(scopes, func(x, y wire.ScopeEntry) int { return strings.Compare(x.Key, y.Key) }) {
+			// A sorted copy; decoded maps are usually in order already
+			// (only read then).
+			scopes = slices.Clone(scopes)
+			slices.SortStableFunc(scopes, func(x, y wire.ScopeEntry) int { return strings.Compare(x.Key, y.Key) })
+		}
 		first := true
 		for j, sc := range scopes {
 			if j+1 < len(scopes) && scopes[j+1].Key == sc.Key {
@@ -93,8 +114,7 @@ func encodeRegistration(schemaVersion int32, subs []wire.Subscription) string {
 		}
 		b = append(b, "}}"...)
 	}
-	b = append(b, "]}"...)
-	return string(b)
+	return append(b, "]}"...)
 }
 
 // appendJSONString appends s as encoding/json writes a string with HTML

@@ -88,16 +88,14 @@ func (e *Engine) enforceReferences(ctx context.Context, rs *reqState, pc *wire.P
 		e: e, ctx: ctx, rs: rs, pc: pc, ev: ev, sv: sv,
 		cap:       e.limits.MaxCascadeOperationsPerCommit,
 		final:     make(map[rowKey]*store.Row, len(ev.rows)),
-		committed: make(map[rowKey]*store.Row, len(ev.stored)),
+		committed: make(map[rowKey]*store.Row, ev.stored.size()),
 	}
 	// evaluate read every row the operations name; one it did not find
 	// is known to be absent.
 	for i := range pc.Operations {
 		p.committed[rowKey{pc.Operations[i].Table, pc.Operations[i].RowID}] = nil
 	}
-	for k, r := range ev.stored {
-		p.committed[k] = r
-	}
+	ev.stored.each(func(k rowKey, r *store.Row) { p.committed[k] = r })
 	for i := range ev.rows {
 		w := &ev.rows[i]
 		k := rowKey{w.Table, w.Row.RowID}
@@ -305,7 +303,7 @@ func (p *refPass) deletes() (bool, error) {
 		}
 		// Only a row that existed before the commit can have children in
 		// the index; children staged in this commit were checked above.
-		if r, ok := p.final[k]; !ok || r != nil || !live(p.ev.stored[k]) {
+		if r, ok := p.final[k]; !ok || r != nil || !live(p.ev.stored.get(k)) {
 			continue
 		}
 		queued[k] = true

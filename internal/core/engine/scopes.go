@@ -12,6 +12,10 @@ import (
 // effectiveScopes computes requested ∩ allowed per §3.2 rule 4 and
 // reports whether the subscription stays active under rule 5.
 // requested keys were validated against the table beforehand.
+//
+// The returned values may alias requested's (when every requested value
+// is allowed and they are already sorted and distinct, the usual
+// request): neither is ever modified, both live as long as the request.
 func effectiveScopes(requested wire.ScopeMap, allowed ScopeMap) (ScopeMap, bool) {
 	eff := make(ScopeMap, len(requested))
 	for _, r := range requested {
@@ -20,7 +24,7 @@ func effectiveScopes(requested wire.ScopeMap, allowed ScopeMap) (ScopeMap, bool)
 			return nil, false // rule 5: a requested key missing from effective
 		}
 		var vals []string
-		if slices.Contains(av, "*") {
+		if slices.Contains(av, "*") || allAllowed(r.Values, av) {
 			vals = dedupSorted(r.Values)
 		} else {
 			for _, v := range r.Values {
@@ -41,7 +45,22 @@ func effectiveScopes(requested wire.ScopeMap, allowed ScopeMap) (ScopeMap, bool)
 	return eff, true
 }
 
+// allAllowed reports whether every value of vals is one of av.
+func allAllowed(vals, av []string) bool {
+	for _, v := range vals {
+		if !slices.Contains(av, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// dedupSorted returns v sorted and without repeats: v itself when it
+// already is (no copy; the result is only read), else a sorted copy.
 func dedupSorted(v []string) []string {
+	if sortedDistinct(v) {
+		return v
+	}
 	out := slices.Clone(v)
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -118,4 +137,31 @@ func toWireScopes(m ScopeMap) wire.ScopeMap {
 	}
 	slices.SortFunc(out, func(a, b wire.ScopeEntry) int { return canonjson.CompareUTF16(a.Key, b.Key) })
 	return out
+}
+
+func sortedDistinct(v []string) bool {
+	for i := 1; i < len(v); i++ {
+		if v[i-1] >= v[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// wireEffective is toWireScopes for an effective map computed from
+// requested: when eff has requested's keys with the same values (every
+// requested value allowed, the usual request), requested already is the
+// SUB_START form (the decoder checked its canonical key order) and is
+// returned as is; it is only read.
+func wireEffective(requested wire.ScopeMap, eff ScopeMap) wire.ScopeMap {
+	if len(requested) != len(eff) || !slices.IsSortedFunc(requested, func(a, b wire.ScopeEntry) int { return canonjson.CompareUTF16(a.Key, b.Key) }) {
+		return toWireScopes(eff)
+	}
+	for _, r := range requested {
+		v, ok := eff[r.Key]
+		if !ok || len(v) != len(r.Values) || (len(v) > 0 && &v[0] != &r.Values[0]) {
+			return toWireScopes(eff)
+		}
+	}
+	return requested
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -99,6 +101,16 @@ type reqState struct {
 
 	report *Report
 
+	// Per-request values the response path hands out by pointer, kept
+	// here so they share the request's one allocation (reqAlloc).
+	cw         countingWriter
+	hdr        wire.RespHeader
+	clientBuf  store.Client // rs.client when it came from the cache
+	clientNext store.Client // rs.client after recordClient wrote it
+	regBuf     [1]Registration
+	planBuf    [1]subPlan
+	pull       pullState // servePull's state
+
 	// details is the PUSH_RESULT_DETAILS companion of the push result
 	// being produced (§6.3.1), written right after it.
 	details *wire.PushResultDetails
@@ -149,9 +161,15 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
 	// Work budget (issue 11): the request ends by RequestTimeout at the
 	// latest; storage calls past it fail with the context's error, which
-	// storeErr answers as a retryable sync.internal_error.
-	ctx, cancel := context.WithTimeout(ctx, e.limits.RequestTimeout)
-	defer cancel()
+	// storeErr answers as a retryable sync.internal_error. A caller's
+	// deadline that comes first already bounds it (the host's soft
+	// deadline): no context of our own then, whose only other effect
+	// would be a cancellation at return, when nothing uses it any more.
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > e.limits.RequestTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.limits.RequestTimeout)
+		defer cancel()
+	}
 	var rep *Report
 	var err error
 	if e.gates != nil {
@@ -191,8 +209,8 @@ func errorForWire(err error, v uint16) error {
 // through syncerr.ForWire, and no conflictColumns below version 3 (§6.3).
 // res is not modified.
 func resultForWire(res *wire.PushResult, v uint16) *wire.PushResult {
-	if v >= wire.Version3 {
-		return res
+	if v >= wire.Version3 || !needsAdapting(res, v) {
+		return res // nothing would change: res itself (it is only read)
 	}
 	c := *res
 	c.Results = append([]wire.OpResult(nil), res.Results...)
@@ -206,19 +224,35 @@ func resultForWire(res *wire.PushResult, v uint16) *wire.PushResult {
 	return &c
 }
 
+// reqAlloc is one request's report and state in one allocation: the
+// report is returned to the host, the state lives as long as the request.
+type reqAlloc struct {
+	rep Report
+	rs  reqState
+}
+
+// needsAdapting reports whether resultForWire changes anything of res
+// for a client of version v < 3: a code unknown to v, or conflictColumns.
+func needsAdapting(res *wire.PushResult, v uint16) bool {
+	for i := range res.Results {
+		r := &res.Results[i]
+		if r.ConflictColumns != nil || (r.Code != "" && syncerr.ForWire(syncerr.Code(r.Code), v) != syncerr.Code(r.Code)) {
+			return true
+		}
+	}
+	return false
+}
+
 func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts SyncOptions, w io.Writer) (*Report, error) {
-	rep := &Report{}
+	ra := &reqAlloc{}
+	rep := &ra.rep
 	if auth.Partition == "" || auth.ActorID == "" {
 		return rep, syncerr.New(syncerr.AuthRequired, "authentication required")
 	}
-	msg, err := wire.Decode(body)
-	if err != nil {
-		return rep, err
-	}
-	if msg.Kind != wire.KindRequest {
+	req, err := wire.DecodeRequest(body)
+	if errors.Is(err, wire.ErrNotRequest) {
 		return rep, syncerr.New(syncerr.InvalidRequest, "expected an SSP2 request message (§1.2)")
 	}
-	req, err := msg.Request()
 	if err != nil {
 		return rep, err
 	}
@@ -239,7 +273,8 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		}
 	}
 
-	rs := &reqState{auth: auth, opts: opts, version: req.WireVersion, clientID: req.Header.ClientID, now: e.now(), report: rep}
+	rs := &ra.rs
+	rs.auth, rs.opts, rs.version, rs.clientID, rs.now, rs.report = auth, opts, req.WireVersion, req.Header.ClientID, e.now(), rep
 	// §2.1: the registry entry is created on first sight and its epoch
 	// compared before any other request work.
 	if len(req.Commits) > 0 {
@@ -270,7 +305,8 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		epochReset = !req.Header.LogEpoch.Present || req.Header.LogEpoch.Value != rs.head.LogEpoch
 	}
 
-	cw := &countingWriter{w: w}
+	cw := &rs.cw
+	cw.w = w
 	defer func() { rep.BytesOut = cw.n }()
 
 	// §1.6 schema floor: an unserved version processes nothing.
@@ -311,7 +347,7 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	if ops > e.limits.MaxOperations {
 		return rep, syncerr.New(syncerr.TooManyOperations, "request carries %d operations; the cap is %d (§6.1)", ops, e.limits.MaxOperations)
 	}
-	var plans []*subPlan
+	var plans []subPlan
 	if req.Pull != nil {
 		if plans, err = e.planPull(ctx, rs, req); err != nil {
 			return rep, err
@@ -327,7 +363,8 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		}
 	}
 
-	enc := wire.NewEncoder(cw, req.WireVersion, wire.KindResponse)
+	enc := wire.AcquireEncoder(cw, req.WireVersion, wire.KindResponse)
+	defer enc.Release()
 	if err := enc.WriteFrame(e.respHeader(rs, false)); err != nil {
 		return rep, fmt.Errorf("write response header: %w", err)
 	}
@@ -363,11 +400,10 @@ func (e *Engine) touch(ctx context.Context, rs *reqState, req *wire.Request) (st
 	if ok && known && len(req.Commits) > 0 {
 		pc := &req.Commits[0]
 		if want := wantedRows(sv, pc); len(want) == 1 {
-			for table, ids := range want {
-				if len(ids) > maxReadChecks {
-					break
-				}
-				h, rows, rowsOK, err := q.TouchPartitionRows(ctx, rs.auth.Partition, rs.now, e.epoch(), table, ids)
+			if table, ids := want[0].table, want[0].ids; len(ids) <= maxReadChecks {
+				epoch := e.takeEpoch()
+				h, rows, rowsOK, err := q.TouchPartitionRows(ctx, rs.auth.Partition, rs.now, epoch, table, ids)
+				e.spareEpoch.giveBack(epoch, h, err)
 				if err == nil && rowsOK {
 					rs.prefetch = &rowPrefetch{pc: pc, table: table, ids: ids, rows: rows}
 				}
@@ -375,11 +411,50 @@ func (e *Engine) touch(ctx context.Context, rs *reqState, req *wire.Request) (st
 			}
 		}
 	}
-	return e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, e.epoch())
+	epoch := e.takeEpoch()
+	h, err := e.store.TouchPartition(ctx, rs.auth.Partition, rs.now, epoch)
+	e.spareEpoch.giveBack(epoch, h, err)
+	return h, err
 }
 
+// spareEpoch keeps one minted log epoch that the partition it was
+// offered to did not take (the partition existed, the common case), so
+// the next request's TouchPartition offers it again instead of minting
+// one per request. A candidate is held by one request at a time and is
+// dropped once a head shows it installed, or when the outcome is unknown
+// (an error), so no two partitions are ever created with one epoch. It
+// was never sent anywhere, so it is as unpredictable as a fresh one.
+type spareEpoch struct {
+	mu sync.Mutex
+	s  string
+}
+
+func (e *Engine) takeEpoch() string {
+	e.spareEpoch.mu.Lock()
+	s := e.spareEpoch.s
+	e.spareEpoch.s = ""
+	e.spareEpoch.mu.Unlock()
+	if s == "" {
+		s = e.epoch()
+	}
+	return s
+}
+
+func (p *spareEpoch) giveBack(epoch string, h store.Head, err error) {
+	if err != nil || epoch == "" || h.LogEpoch == "" || h.LogEpoch == epoch {
+		return
+	}
+	p.mu.Lock()
+	if p.s == "" {
+		p.s = epoch
+	}
+	p.mu.Unlock()
+}
+
+// respHeader fills the request's RESP_HEADER (rs.hdr, written at once).
 func (e *Engine) respHeader(rs *reqState, reset bool) *wire.RespHeader {
-	h := &wire.RespHeader{LatestSchemaVersion: wire.Some(e.schema.Latest)}
+	h := &rs.hdr
+	*h = wire.RespHeader{LatestSchemaVersion: wire.Some(e.schema.Latest)}
 	if rs.version >= wire.Version2 {
 		h.LogEpoch = rs.head.LogEpoch
 		h.ResetRequired = reset
@@ -388,7 +463,7 @@ func (e *Engine) respHeader(rs *reqState, reset bool) *wire.RespHeader {
 }
 
 // serve runs the push half then the pull half after the header is out.
-func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, plans []*subPlan, enc *wire.Encoder, cw *countingWriter) error {
+func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, plans []subPlan, enc *wire.Encoder, cw *countingWriter) error {
 	seen := make(map[string]bool, len(req.Commits))
 	deferred := false
 	for i := range req.Commits {
@@ -443,14 +518,21 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 	if err != nil {
 		return err
 	}
-	rs.registration, rs.hasRegistration = encodeRegistration(req.Header.SchemaVersion, req.Subscriptions), true
+	prevReg := ""
+	if rs.client != nil {
+		prevReg = rs.client.Registration
+	}
+	rs.registration, rs.hasRegistration = registrationOf(prevReg, req.Header.SchemaVersion, req.Subscriptions), true
 	if err := e.recordClient(ctx, rs, minCursor, hasCursor); err != nil {
 		return err
 	}
 	rs.report.Pulled = true
 	rs.report.SchemaVersion = req.Header.SchemaVersion
-	for _, p := range plans {
-		if p.active {
+	for i := range plans {
+		if p := &plans[i]; p.active {
+			if rs.report.Registrations == nil {
+				rs.report.Registrations = rs.regBuf[:0:len(rs.regBuf)] // the usual one fits
+			}
 			rs.report.Registrations = append(rs.report.Registrations, Registration{ID: p.sub.ID, Table: p.sub.Table, Requested: p.sub.Scopes, Effective: p.effective})
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
@@ -274,3 +275,203 @@ func (m *Message) Request() (*Request, error) {
 
 // ensure the error type of decode paths stays the catalog one.
 var _ error = (*syncerr.Error)(nil)
+
+// ErrNotRequest is DecodeRequest's answer for a well-formed response
+// message.
+var ErrNotRequest = errors.New("wire: the message is a response, not a request")
+
+// requestAlloc is a decoded request with room for its usual frames, so
+// the common request (one commit or one subscription) is one allocation.
+type requestAlloc struct {
+	req    Request
+	pull   PullHeader
+	commit [1]PushCommit
+	sub    [1]Subscription
+	op     [1]Operation // the first commit's operation, when it has one
+
+	// meta is the payloads of the REQ_HEADER and SUBSCRIPTION frames as
+	// one string (their str fields are sliced from it: one copy, not one
+	// per frame), metaOff the next frame's place in it.
+	meta    string
+	metaOff int
+}
+
+// maxSharedMeta bounds meta: a string kept from one frame (a clientId in
+// a cache) keeps the whole of meta alive, so a large subscription list
+// is copied frame by frame as before.
+const maxSharedMeta = 512
+
+// DecodeRequest is Decode followed by Message.Request for a request
+// message, with the same checks in the same order and the same errors,
+// but without the intermediate frame list: frames are decoded straight
+// into the Request. A response message is decoded by Decode (its error,
+// if any, is returned) and then answered with ErrNotRequest.
+func DecodeRequest(b []byte) (*Request, error) {
+	v, k, err := parseHeader(b)
+	if err != nil {
+		return nil, err
+	}
+	if k != KindRequest {
+		if _, err := Decode(b); err != nil {
+			return nil, err
+		}
+		return nil, ErrNotRequest
+	}
+	a := &requestAlloc{}
+	req := &a.req
+	req.WireVersion = v
+	// The counts come from unchecked frame headers: they size the slices
+	// up to a bound, append grows past it.
+	commits, subs, metaLen := countRequestFrames(b)
+	if metaLen > 0 && metaLen <= maxSharedMeta {
+		a.meta = requestMeta(b, metaLen)
+	}
+	if commits > len(a.commit) {
+		req.Commits = make([]PushCommit, 0, min(commits, 64))
+	} else {
+		req.Commits = a.commit[:0:len(a.commit)]
+	}
+	if subs > len(a.sub) {
+		req.Subscriptions = make([]Subscription, 0, min(subs, 64))
+	} else {
+		req.Subscriptions = a.sub[:0:len(a.sub)]
+	}
+	g := newGrammar(KindRequest)
+	off := headerLen
+	for i := 0; ; i++ {
+		if len(b)-off < frameHeaderLen {
+			return nil, invalidf("truncated message: no END frame (§1.2 rule 1)")
+		}
+		t := FrameType(b[off])
+		n := binary.LittleEndian.Uint32(b[off+1:])
+		off += frameHeaderLen
+		if t == FrameEnd {
+			if err := checkEnd(n, len(b)-off); err != nil {
+				return nil, err
+			}
+			if err := g.finish(); err != nil {
+				return nil, err
+			}
+			break
+		}
+		if uint64(n) > uint64(len(b)-off) {
+			return nil, frameErr(i, t, invalidf("frame length %d exceeds the %d remaining bytes (truncated)", n, len(b)-off))
+		}
+		if err := g.admitType(t); err != nil {
+			return nil, frameErr(i, t, err)
+		}
+		f, err := a.parse(v, t, b[off:off+int(n)])
+		if err != nil {
+			return nil, frameErr(i, t, err)
+		}
+		if err := g.step(f); err != nil {
+			return nil, frameErr(i, t, err)
+		}
+		off += int(n)
+	}
+	if len(req.Commits) == 0 {
+		req.Commits = nil // as Message.Request leaves it
+	}
+	if len(req.Subscriptions) == 0 {
+		req.Subscriptions = nil
+	}
+	return req, nil
+}
+
+// parse is parseFrame for a request's frames, decoding the known ones
+// into a's Request (a frame the grammar then refuses fails the whole
+// decode, so what it overwrote is never seen).
+func (a *requestAlloc) parse(version uint16, t FrameType, payload []byte) (Frame, error) {
+	switch t {
+	case FrameReqHeader, FramePushCommit, FramePullHeader, FrameSubscription:
+	default:
+		return parseFrame(version, KindRequest, t, payload)
+	}
+	r := rd{b: payload}
+	if t == FrameReqHeader || t == FrameSubscription {
+		// meta holds this frame's bytes at metaOff (both walk the frames
+		// in order); checked, so a disagreement only costs the copy.
+		if end := a.metaOff + len(payload); end <= len(a.meta) && a.meta[a.metaOff:end] == string(payload) {
+			r.s = a.meta[a.metaOff:end]
+		}
+		a.metaOff += len(payload)
+	}
+	var f Frame
+	switch t {
+	case FrameReqHeader:
+		r.reqHeader(&a.req.Header, version)
+		f = &a.req.Header
+	case FramePushCommit:
+		a.req.Commits = append(a.req.Commits, PushCommit{})
+		c := &a.req.Commits[len(a.req.Commits)-1]
+		var opBuf []Operation
+		if len(a.req.Commits) == 1 {
+			opBuf = a.op[:]
+		}
+		r.pushCommit(c, opBuf)
+		f = c
+	case FramePullHeader:
+		r.pullHeader(&a.pull)
+		a.req.Pull = &a.pull
+		f = &a.pull
+	case FrameSubscription:
+		a.req.Subscriptions = append(a.req.Subscriptions, Subscription{})
+		s := &a.req.Subscriptions[len(a.req.Subscriptions)-1]
+		r.subscription(s)
+		f = s
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.off != len(payload) {
+		// §1.2 rule 3: frames are versioned, never extended in place.
+		return nil, invalidf("%d trailing bytes inside the frame", len(payload)-r.off)
+	}
+	return f, nil
+}
+
+// countRequestFrames counts the PUSH_COMMIT and SUBSCRIPTION frames of a
+// request and the payload bytes of its REQ_HEADER and SUBSCRIPTION frames
+// by their frame headers only (a malformed message stops the count; the
+// decode reports it).
+func countRequestFrames(b []byte) (commits, subs, metaLen int) {
+	for off := headerLen; len(b)-off >= frameHeaderLen; {
+		t := FrameType(b[off])
+		n := binary.LittleEndian.Uint32(b[off+1:])
+		off += frameHeaderLen
+		if t == FrameEnd || uint64(n) > uint64(len(b)-off) {
+			break
+		}
+		switch t {
+		case FramePushCommit:
+			commits++
+		case FrameSubscription:
+			subs++
+			metaLen += int(n)
+		case FrameReqHeader:
+			metaLen += int(n)
+		}
+		off += int(n)
+	}
+	return commits, subs, metaLen
+}
+
+// requestMeta copies the REQ_HEADER and SUBSCRIPTION payloads of b, in
+// frame order, into one string of size bytes (countRequestFrames' walk).
+func requestMeta(b []byte, size int) string {
+	var sb strings.Builder
+	sb.Grow(size)
+	for off := headerLen; len(b)-off >= frameHeaderLen; {
+		t := FrameType(b[off])
+		n := binary.LittleEndian.Uint32(b[off+1:])
+		off += frameHeaderLen
+		if t == FrameEnd || uint64(n) > uint64(len(b)-off) {
+			break
+		}
+		if t == FrameReqHeader || t == FrameSubscription {
+			sb.Write(b[off : off+int(n)])
+		}
+		off += int(n)
+	}
+	return sb.String()
+}

@@ -43,13 +43,21 @@ func parseFrame(version uint16, kind MsgKind, t FrameType, payload []byte) (Fram
 		}
 		return &SegmentInline{Payload: p}, nil
 	case FramePullHeader:
-		f = r.pullHeader()
+		h := &PullHeader{}
+		r.pullHeader(h)
+		f = h
 	case FrameReqHeader:
-		f = r.reqHeader(version)
+		h := &ReqHeader{}
+		r.reqHeader(h, version)
+		f = h
 	case FramePushCommit:
-		f = r.pushCommit()
+		c := &PushCommit{}
+		r.pushCommit(c, nil)
+		f = c
 	case FrameSubscription:
-		f = r.subscription()
+		sub := &Subscription{}
+		r.subscription(sub)
+		f = sub
 	case FrameRespHeader:
 		f = r.respHeader(version)
 	case FrameLease:
@@ -81,8 +89,7 @@ func parseFrame(version uint16, kind MsgKind, t FrameType, payload []byte) (Fram
 
 // reqHeader: §1.5. clientId non-empty and schemaVersion ≥ 1 are decode
 // errors (§1.7); logEpoch exists from wire version 2.
-func (r *rd) reqHeader(version uint16) *ReqHeader {
-	h := &ReqHeader{}
+func (r *rd) reqHeader(h *ReqHeader, version uint16) {
 	h.ClientID = r.str("clientId")
 	if r.err == nil && h.ClientID == "" {
 		r.fail("clientId must be non-empty")
@@ -94,21 +101,19 @@ func (r *rd) reqHeader(version uint16) *ReqHeader {
 	if version >= Version2 {
 		h.LogEpoch = r.optStr("logEpoch")
 	}
-	return h
 }
 
 // pushCommit: §6.1. An empty operation list is sync.empty_commit.
-func (r *rd) pushCommit() *PushCommit {
-	c := &PushCommit{}
+// opBuf, when it fits, holds the operations (see readListBuf).
+func (r *rd) pushCommit(c *PushCommit, opBuf []Operation) {
 	c.ClientCommitID = r.str("clientCommitId")
 	if r.err == nil && c.ClientCommitID == "" {
 		r.fail("clientCommitId must be non-empty")
 	}
-	c.Operations = readList(r, "operations", 4+4+1+1+1, r.operation)
+	c.Operations = readListBuf(r, "operations", 4+4+1+1+1, opBuf, r.operation)
 	if r.err == nil && len(c.Operations) == 0 {
 		r.err = syncerr.New(syncerr.EmptyCommit, "PUSH_COMMIT %q carries no operations", c.ClientCommitID)
 	}
-	return c
 }
 
 // operation: the payload ⇔ upsert presence tie (Conventions, §6.1).
@@ -133,8 +138,7 @@ func (r *rd) op() Op {
 }
 
 // pullHeader: §4.2; accept bits 4–7 set is a decode error.
-func (r *rd) pullHeader() *PullHeader {
-	h := &PullHeader{}
+func (r *rd) pullHeader(h *PullHeader) {
 	h.LimitCommits = r.i32("limitCommits")
 	h.LimitSnapshotRows = r.i32("limitSnapshotRows")
 	h.MaxSnapshotPages = r.i32("maxSnapshotPages")
@@ -142,19 +146,16 @@ func (r *rd) pullHeader() *PullHeader {
 	if r.err == nil && h.Accept&0xF0 != 0 {
 		r.fail("accept 0x%02x sets reserved bits 4-7", h.Accept)
 	}
-	return h
 }
 
 // subscription: §4.3.
-func (r *rd) subscription() *Subscription {
-	s := &Subscription{}
+func (r *rd) subscription(s *Subscription) {
 	s.ID = r.str("id")
 	s.Table = r.str("table")
 	s.Scopes = r.scopeMap("scopes")
 	s.Params = r.optJSON("params")
 	s.Cursor = r.i64("cursor")
 	s.BootstrapState = r.optJSON("bootstrapState")
-	return s
 }
 
 // respHeader: §1.6; logEpoch and resetRequired exist from version 2.

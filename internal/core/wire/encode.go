@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
@@ -503,6 +504,32 @@ func NewEncoder(w io.Writer, version uint16, kind MsgKind) *Encoder {
 	return enc
 }
 
+// encoderPool holds released Encoders with their scratch buffers, so a
+// server's per-request encoder costs no allocation once warm.
+var encoderPool = sync.Pool{New: func() any { return new(Encoder) }}
+
+// maxPooledScratch bounds the scratch a pooled Encoder keeps: one large
+// frame must not pin its buffer in the pool.
+const maxPooledScratch = 64 << 10
+
+// AcquireEncoder is NewEncoder taking a released Encoder from a pool.
+// Pair it with Release once the message is written.
+func AcquireEncoder(w io.Writer, version uint16, kind MsgKind) *Encoder {
+	e := encoderPool.Get().(*Encoder)
+	e.Reset(w, version, kind)
+	return e
+}
+
+// Release returns e to AcquireEncoder's pool. e must not be used after
+// it; nothing written is retained (the writer reference is dropped).
+func (e *Encoder) Release() {
+	if cap(e.e.b) > maxPooledScratch || cap(e.e.perm) > maxPooledScratch/8 || cap(e.g.pr.errIdx) > maxPooledScratch/4 {
+		return
+	}
+	e.Reset(nil, Version1, KindResponse)
+	encoderPool.Put(e)
+}
+
 // Reset makes e write a new message to w, keeping its scratch buffers.
 func (e *Encoder) Reset(w io.Writer, version uint16, kind MsgKind) {
 	errIdx := e.g.pr.errIdx[:0]
@@ -514,6 +541,18 @@ func (e *Encoder) Reset(w io.Writer, version uint16, kind MsgKind) {
 		err:  checkVersionKind(version, kind),
 	}
 	e.g.pr.errIdx = errIdx
+}
+
+// FrameSize returns the length f's frame would take in this message
+// (frame header included, envelope header not), checking its fields as
+// WriteFrame does but not its order; nothing is written. It measures in
+// the encoder's scratch, so it costs no allocation once that is grown.
+func (e *Encoder) FrameSize(f Frame) (int, error) {
+	e.e.b = e.e.b[:0]
+	if err := e.e.frame(f); err != nil {
+		return 0, err
+	}
+	return len(e.e.b), nil
 }
 
 // inlineDirect is the SEGMENT_INLINE size above which WriteFrame sends

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -269,5 +270,47 @@ func TestV2HeaderFields(t *testing.T) {
 	b, _ = Encode(m1)
 	if got := mustDecode(t, b).Frames[0].(*ReqHeader); got.LogEpoch.Present {
 		t.Fatal("v1 decoded a logEpoch")
+	}
+}
+
+// FrameSize is the length WriteFrame writes for the frame (envelope
+// header aside), refuses what WriteFrame refuses, and leaves the message
+// as it was.
+func TestEncoderFrameSize(t *testing.T) {
+	frames := []Frame{
+		&SubStart{ID: "s", Status: SubActive, EffectiveScopes: ScopeMap{{Key: "project_id", Values: []string{"p1", "p2"}}}},
+		&SubStart{ID: "sub-ü", Status: SubReset, ReasonCode: "sync.cursor_expired", EffectiveScopes: ScopeMap{}, Bootstrap: true},
+		&Commit{CommitSeq: 7, Tables: []string{"t"}, Changes: []Change{{Op: OpUpsert, RowVersion: Some(int64(1)), Row: Some([]byte("row")), Scopes: StoredScopes{{"a", "1"}}}}},
+	}
+	for _, v := range []uint16{Version1, Version2, Version3} {
+		for _, f := range frames {
+			var buf bytes.Buffer
+			e := AcquireEncoder(&buf, v, KindResponse)
+			h := &RespHeader{}
+			if v >= Version2 {
+				h.LogEpoch = "e"
+			}
+			if err := e.WriteFrame(h); err != nil {
+				t.Fatal(err)
+			}
+			before := buf.Len()
+			n, err := e.FrameSize(f)
+			if err != nil {
+				t.Fatalf("v%d %T: %v", v, f, err)
+			}
+			if buf.Len() != before {
+				t.Fatalf("v%d %T: FrameSize wrote %d bytes", v, f, buf.Len()-before)
+			}
+			want, err := AppendFrame(nil, v, f)
+			if err != nil || n != len(want) {
+				t.Fatalf("v%d %T: FrameSize %d, AppendFrame %d bytes (%v)", v, f, n, len(want), err)
+			}
+			e.Release()
+		}
+	}
+	e := AcquireEncoder(io.Discard, Version2, KindResponse)
+	defer e.Release()
+	if _, err := e.FrameSize(&SubStart{ID: "s", Status: 9}); err == nil {
+		t.Fatal("FrameSize accepted a status WriteFrame refuses")
 	}
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -102,6 +103,44 @@ func FuzzDecodeMessage(f *testing.F) {
 			if _, err := m.Request(); err != nil {
 				t.Fatalf("Request view of a decoded request: %v", err)
 			}
+		}
+	})
+}
+
+// FuzzDecodeRequest: DecodeRequest is Decode followed by Message.Request,
+// error for error (the same message) and view for view; a response is
+// ErrNotRequest exactly when Decode accepts it.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got, gerr := DecodeRequest(in)
+		m, err := Decode(in)
+		var want *Request
+		if err == nil {
+			if m.Kind != KindRequest {
+				if !errors.Is(gerr, ErrNotRequest) {
+					t.Fatalf("a valid response: DecodeRequest error %v, want ErrNotRequest", gerr)
+				}
+				return
+			}
+			want, err = m.Request()
+		}
+		if err != nil {
+			if gerr == nil || gerr.Error() != err.Error() {
+				t.Fatalf("DecodeRequest error %v, want %v", gerr, err)
+			}
+			if syncerr.As(gerr) == nil || syncerr.As(gerr).Code != syncerr.As(err).Code {
+				t.Fatalf("DecodeRequest error code differs: %v vs %v", gerr, err)
+			}
+			return
+		}
+		if gerr != nil {
+			t.Fatalf("DecodeRequest rejects what Decode accepts: %v", gerr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeRequest view differs\n got %+v\nwant %+v", got, want)
 		}
 	})
 }

@@ -164,11 +164,22 @@ func (r *rd) count(what string, minElem int) int {
 // an element is prefixed with the list name and index, and the list is
 // then nil.
 func readList[T any](r *rd, what string, minElem int, elem func(*T)) []T {
+	return readListBuf(r, what, minElem, nil, elem)
+}
+
+// readListBuf is readList using buf (zero values, not used elsewhere)
+// when the list fits in it.
+func readListBuf[T any](r *rd, what string, minElem int, buf []T, elem func(*T)) []T {
 	n := r.count(what, minElem)
 	if r.err != nil {
 		return nil
 	}
-	out := make([]T, n)
+	var out []T
+	if n <= len(buf) {
+		out = buf[:n:n]
+	} else {
+		out = make([]T, n)
+	}
 	for i := range out {
 		elem(&out[i])
 		if r.err != nil {
@@ -244,6 +255,9 @@ func (r *rd) scopeMap(what string) ScopeMap {
 	if n == 0 {
 		return ScopeMap{}
 	}
+	if n == 1 {
+		return r.scopeMap1(what)
+	}
 	m := make(ScopeMap, n)
 	for i := range m {
 		k := r.str(what)
@@ -263,6 +277,35 @@ func (r *rd) scopeMap(what string) ScopeMap {
 		}
 		m[i] = ScopeEntry{Key: k, Values: vals}
 	}
+	return m
+}
+
+// scopeMap1 is scopeMap for a map of one key (the usual subscription):
+// with one value, the entry and its value take one allocation.
+func (r *rd) scopeMap1(what string) ScopeMap {
+	k := r.str(what)
+	vn := r.count(what, 4)
+	if r.err != nil {
+		return nil
+	}
+	var vals []string
+	var m ScopeMap
+	if vn == 1 {
+		one := &struct {
+			e [1]ScopeEntry
+			v [1]string
+		}{}
+		vals, m = one.v[:], one.e[:]
+	} else {
+		vals, m = make([]string, vn), make(ScopeMap, 1)
+	}
+	for j := range vals {
+		vals[j] = r.str(what)
+	}
+	if r.err != nil {
+		return nil
+	}
+	m[0] = ScopeEntry{Key: k, Values: vals}
 	return m
 }
 
