@@ -65,6 +65,12 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
+// LocalCommits implements store.LocalCommits: Commit decides under the
+// partition's lock in this process, so a lost race is retried at once.
+func (s *Store) LocalCommits() bool { return true }
+
+var _ store.LocalCommits = (*Store)(nil)
+
 // partState is one partition's registry entry, log, rows, outcomes and
 // client records under a single lock, which makes Commit trivially atomic.
 type partState struct {

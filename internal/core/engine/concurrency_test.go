@@ -291,6 +291,22 @@ func TestConcurrentBootstrapUnderWrites(t *testing.T) {
 	t.Logf("%d concurrent writes; pulls %d/%d", writes.Load(), readers[0].Pulls, readers[1].Pulls)
 }
 
+// raceClients is the lost-race tests' set-up on st: a victim client and
+// another writer, which *other makes commit a new task (counted in *n).
+func raceClients(t *testing.T, st store.Store, other *func()) (h *enginetest.Harness, victim, writer *enginetest.Client, n *int) {
+	h = enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
+	h.Grants.Set("alice", projects("p1"))
+	victim = h.Client("tenant", "alice", "victim")
+	writer = h.Client("tenant", "alice", "other")
+	n = new(int)
+	*other = func() {
+		*n++
+		id := fmt.Sprintf("o%d", *n)
+		mustPushAll(t, writer, cmt(id, up("tasks", id, writer.Task(id, "p1", id, false), -1)))
+	}
+	return h, victim, writer, n
+}
+
 // writesBetweenAttempts is a memstore on which another writer commits
 // whenever the victim client's commit attempt is about to run (the first
 // time only) and right after each of its lost races, i.e. while it
@@ -328,23 +344,53 @@ func (s *writesBetweenAttempts) Commit(ctx context.Context, partition string, re
 // steady load. Reading the head after the wait wins on the next attempt.
 func TestLostRaceRetriesFromCurrentHead(t *testing.T) {
 	st := &writesBetweenAttempts{Store: memstore.New(), victim: "victim", first: true, during: 5}
-	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
-	h.Grants.Set("alice", projects("p1"))
-	victim := h.Client("tenant", "alice", "victim")
-	other := h.Client("tenant", "alice", "other")
-	n := 0
-	st.other = func() {
-		n++
-		id := fmt.Sprintf("o%d", n)
-		mustPushAll(t, other, cmt(id, up("tasks", id, other.Task(id, "p1", id, false), -1)))
-	}
+	h, victim, other, n := raceClients(t, st, &st.other)
 	mustPushAll(t, other, cmt("o0", up("tasks", "o0", other.Task("o0", "p1", "o0", false), -1)))
 	res := mustPushAll(t, victim, cmt("v", up("tasks", "v", victim.Task("v", "p1", "v", false), -1)))
 	seq := wantApplied(t, res[0])
 	if st.attempts != 2 {
 		t.Fatalf("victim needed %d commit attempts, want 2 (one lost race, then a commit on the head read after the backoff)", st.attempts)
 	}
-	if want := int64(n + 2); seq != want || head(t, h, "tenant").MaxCommitSeq != want {
-		t.Fatalf("victim commitSeq %d, head %d, want %d (gapless after %d other commits)", seq, head(t, h, "tenant").MaxCommitSeq, want, n+1)
+	if want := int64(*n + 2); seq != want || head(t, h, "tenant").MaxCommitSeq != want {
+		t.Fatalf("victim commitSeq %d, head %d, want %d (gapless after %d other commits)", seq, head(t, h, "tenant").MaxCommitSeq, want, *n+1)
+	}
+}
+
+// racesBeforeCommit is a memstore deciding commits in process
+// (store.LocalCommits) on which another writer commits right before each
+// of the victim's first races commit attempts: after the victim read its
+// head, so each of those attempts loses.
+type racesBeforeCommit struct {
+	*memstore.Store
+	victim   string
+	other    func()
+	races    int
+	attempts int
+}
+
+func (s *racesBeforeCommit) Commit(ctx context.Context, partition string, req *store.CommitRequest) error {
+	if req.Commit.ClientID == s.victim {
+		s.attempts++
+		if s.races > 0 {
+			s.races--
+			s.other()
+		}
+	}
+	return s.Store.Commit(ctx, partition, req)
+}
+
+// A store deciding commits in process retries its first lost races at
+// once, and each retry conditions on the head as it is then: three lost
+// races in a row, then the fourth attempt lands, gapless.
+func TestLocalLostRacesRetryFromCurrentHead(t *testing.T) {
+	st := &racesBeforeCommit{Store: memstore.New(), victim: "victim", races: 3}
+	h, victim, _, n := raceClients(t, st, &st.other)
+	res := mustPushAll(t, victim, cmt("v", up("tasks", "v", victim.Task("v", "p1", "v", false), -1)))
+	seq := wantApplied(t, res[0])
+	if st.attempts != 4 {
+		t.Fatalf("victim needed %d commit attempts, want 4 (three lost races, then a commit on the head read after them)", st.attempts)
+	}
+	if want := int64(*n + 1); seq != want || head(t, h, "tenant").MaxCommitSeq != want {
+		t.Fatalf("victim commitSeq %d, head %d, want %d (gapless after %d other commits)", seq, head(t, h, "tenant").MaxCommitSeq, want, *n)
 	}
 }

@@ -254,6 +254,9 @@ type Engine struct {
 	// cheapScopedLog: the store's ReadLogScoped is read for every
 	// incremental window (store.CheapScopedLog).
 	cheapScopedLog bool
+	// localCommits: a lost commit race is retried at once a few times
+	// before backing off (store.LocalCommits).
+	localCommits bool
 	// queueMemo: the commit turns this instance saw (queue.go).
 	queueMemo queueMemo
 	// spareEpoch: a minted epoch that no partition took (sync.go).
@@ -314,6 +317,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if c, ok := cfg.Store.(store.CheapScopedLog); ok {
 		e.cheapScopedLog = c.CheapScopedLog()
+	}
+	if c, ok := cfg.Store.(store.LocalCommits); ok {
+		e.localCommits = c.LocalCommits()
 	}
 	if ss, ok := cfg.Store.(store.SchemaStore); ok && !cfg.NoSchemaGate {
 		e.gates = ss

@@ -76,7 +76,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		// reads it again. A queued retry waits for its turn instead.
 		if qs == nil {
 			if attempt > 0 {
-				if err := commitBackoff(ctx, attempt); err != nil {
+				if err := retryWait(ctx, attempt, e.localCommits); err != nil {
 					return nil, storeErr(err, "wait after a lost commit race")
 				}
 				if err := readHead(); err != nil {
@@ -336,6 +336,22 @@ const (
 	commitBackoffBase = 8 * time.Millisecond
 	commitBackoffCap  = 256 * time.Millisecond
 )
+
+// localRetries is how many lost races in a row a store deciding commits
+// in process (store.LocalCommits) retries at once: each retry reads the
+// head afresh and takes microseconds, so losing this many in a row means
+// real contention, which the backoff then spreads.
+const localRetries = 3
+
+// retryWait is the pause before retry attempt (≥ 1) of a commit that lost
+// its race: none for the first localRetries on a local store, else the
+// backoff.
+func retryWait(ctx context.Context, attempt int, local bool) error {
+	if local && attempt <= localRetries {
+		return nil
+	}
+	return commitBackoff(ctx, attempt)
+}
 
 // commitBackoff sleeps a random delay in (0, min(cap, base·2^(attempt−1))],
 // or returns the context's error when it ends first.

@@ -420,6 +420,16 @@ type CheapScopedLog interface {
 	CheapScopedLog() bool
 }
 
+// LocalCommits is implemented by a store that decides commits in this
+// process, under a lock (memstore). A lost commit race there means another
+// request of the same process committed a moment ago, and the contention
+// is for CPU, not for a remote item: the engine retries the first lost
+// races at once (with a fresh head) instead of sleeping a backoff that
+// leaves the client idle for milliseconds.
+type LocalCommits interface {
+	LocalCommits() bool
+}
+
 // SegmentKey identifies one publication context (§5.1 build-once key).
 type SegmentKey struct {
 	Partition     string
