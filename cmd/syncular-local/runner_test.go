@@ -96,8 +96,9 @@ func noDecompress() *http.Client {
 	return &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 30 * time.Second}
 }
 
-// The flow runs twice: with the typed event handed to InvokeV2 (the
-// default) and with the JSON documents of the Lambda runtime (-json-events).
+// The flow runs twice: with each request converted directly (InvokeHTTP,
+// the default) and with the JSON documents of the Lambda runtime
+// (-json-events).
 func TestRunnerFlow(t *testing.T) {
 	for _, jsonEvents := range []bool{false, true} {
 		t.Run(fmt.Sprintf("json-events=%v", jsonEvents), func(t *testing.T) {

@@ -12,7 +12,8 @@ import (
 
 // BenchmarkInvoke is the adapter alone (a handler without an engine
 // answering 415 before it): the Lambda path decoding the JSON event and
-// encoding the response document, and the runner's typed path.
+// encoding the response document, the typed event path, and the runner's
+// direct conversion.
 func BenchmarkInvoke(b *testing.B) {
 	h := stubHandler()
 	body := bytes.Repeat([]byte{0x53, 0x53, 0x50, 0x32, 0, 1, 2, 3}, 40)
@@ -45,6 +46,15 @@ func BenchmarkInvoke(b *testing.B) {
 			e := EventFromHTTP(req, body, "POST /sync", "rid")
 			if r := h.InvokeV2(ctx, &e); r.Status != 415 {
 				b.Fatal(r.Status)
+			}
+		}
+	})
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			r := req.Clone(ctx) // RequestFromHTTP adopts the header
+			if resp := h.InvokeHTTP(ctx, r, body, "rid"); resp.Status != 415 {
+				b.Fatal(resp.Status)
 			}
 		}
 	})

@@ -101,9 +101,9 @@ func (h *Handler) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 // InvokeV2 serves a typed HTTP API v2 event exactly as Invoke serves its
 // JSON form — same conversion, soft deadline, authentication and Lambda
 // response-size rule — but without the JSON and base64 round trip of the
-// response document: it is for an in-process host (the local runner),
-// which would otherwise marshal every event and unmarshal every response
-// only to undo it. The Lambda runtime path stays Invoke.
+// response document, for an in-process host that has the event. With
+// TestInvokeV2MatchesInvoke and TestRequestFromHTTPMatchesEvent it links
+// the local runner's InvokeHTTP to the Lambda runtime's Invoke.
 func (h *Handler) InvokeV2(ctx context.Context, ev *events.APIGatewayV2HTTPRequest) *httpapi.Response {
 	req, cr, err := FromV2(ev)
 	if err != nil {
