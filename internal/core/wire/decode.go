@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
@@ -55,33 +54,60 @@ func Decode(b []byte) (*Message, error) {
 	}
 	m := &Message{WireVersion: v, Kind: k, Frames: make([]Frame, 0, 8)}
 	g := newGrammar(k)
-	off := headerLen
-	for i := 0; ; i++ {
-		if len(b)-off < frameHeaderLen {
-			return nil, invalidf("truncated message: no END frame (§1.2 rule 1)")
-		}
-		t := FrameType(b[off])
-		n := binary.LittleEndian.Uint32(b[off+1:])
-		off += frameHeaderLen
-		if t == FrameEnd {
-			if err := checkEnd(n, len(b)-off); err != nil {
-				return nil, err
-			}
-			if err := g.finish(); err != nil {
-				return nil, err
-			}
-			return m, nil
-		}
-		if uint64(n) > uint64(len(b)-off) {
-			return nil, frameErr(i, t, invalidf("frame length %d exceeds the %d remaining bytes (truncated)", n, len(b)-off))
-		}
-		f, err := nextFrame(&g, v, k, i, t, b[off:off+int(n)])
+	c := frameCursor{b: b, off: headerLen}
+	for {
+		i, t, payload, end, err := c.next()
 		if err != nil {
 			return nil, err
 		}
-		off += int(n)
+		if end {
+			break
+		}
+		f, err := admitFrame(&g, i, t, func() (Frame, error) { return parseFrame(v, k, t, payload) })
+		if err != nil {
+			return nil, err
+		}
 		m.Frames = append(m.Frames, f)
 	}
+	if err := g.finish(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// frameCursor walks the frames of a whole message held in b, from off
+// (just after the envelope header): the one walk of Decode and
+// DecodeRequest.
+type frameCursor struct {
+	b      []byte
+	off, i int
+}
+
+// next returns frame i's type and payload and moves past it; end reports
+// the END frame, once its §1.2 rule 1 checks passed. A message that ends
+// before END, or a frame longer than what remains, is an error.
+func (c *frameCursor) next() (i int, t FrameType, payload []byte, end bool, err error) {
+	b := c.b
+	if len(b)-c.off < frameHeaderLen {
+		return 0, 0, nil, false, invalidf("truncated message: no END frame (§1.2 rule 1)")
+	}
+	t = FrameType(b[c.off])
+	n := binary.LittleEndian.Uint32(b[c.off+1:])
+	c.off += frameHeaderLen
+	if t == FrameEnd {
+		if err := checkEnd(n, len(b)-c.off); err != nil {
+			return 0, 0, nil, false, err
+		}
+		return 0, t, nil, true, nil
+	}
+	i = c.i
+	if uint64(n) > uint64(len(b)-c.off) {
+		return 0, 0, nil, false, frameErr(i, t, invalidf("frame length %d exceeds the %d remaining bytes (truncated)", n, len(b)-c.off))
+	}
+	payload = b[c.off : c.off+int(n)]
+	c.off += int(n)
+	c.i++
+	return i, t, payload, false, nil
 }
 
 // checkEnd applies the END rules of §1.2 rule 1: zero length and nothing
@@ -97,13 +123,18 @@ func checkEnd(length uint32, rest int) error {
 	return nil
 }
 
-// nextFrame parses frame i and admits it into the grammar; shared by
-// Decode and Reader.
+// nextFrame parses frame i and admits it into the grammar (Reader).
 func nextFrame(g *grammar, v uint16, k MsgKind, i int, t FrameType, payload []byte) (Frame, error) {
+	return admitFrame(g, i, t, func() (Frame, error) { return parseFrame(v, k, t, payload) })
+}
+
+// admitFrame admits frame i of type t into the grammar around parsing it
+// with parse: its type first, then the parsed frame (§1.2 rule 2).
+func admitFrame(g *grammar, i int, t FrameType, parse func() (Frame, error)) (Frame, error) {
 	if err := g.admitType(t); err != nil {
 		return nil, frameErr(i, t, err)
 	}
-	f, err := parseFrame(v, k, t, payload)
+	f, err := parse()
 	if err != nil {
 		return nil, frameErr(i, t, err)
 	}
@@ -281,7 +312,8 @@ var _ error = (*syncerr.Error)(nil)
 var ErrNotRequest = errors.New("wire: the message is a response, not a request")
 
 // requestAlloc is a decoded request with room for its usual frames, so
-// the common request (one commit or one subscription) is one allocation.
+// the common request (one commit or one subscription) is one allocation;
+// more grow by append.
 type requestAlloc struct {
 	req    Request
 	pull   PullHeader
@@ -289,17 +321,15 @@ type requestAlloc struct {
 	sub    [1]Subscription
 	op     [1]Operation // the first commit's operation, when it has one
 
-	// meta is the payloads of the REQ_HEADER and SUBSCRIPTION frames as
-	// one string (their str fields are sliced from it: one copy, not one
-	// per frame), metaOff the next frame's place in it.
-	meta    string
-	metaOff int
+	// body is a small request as one string: every frame's str fields
+	// are sliced from it (one copy for the request, not one per frame).
+	body string
 }
 
-// maxSharedMeta bounds meta: a string kept from one frame (a clientId in
-// a cache) keeps the whole of meta alive, so a large subscription list
-// is copied frame by frame as before.
-const maxSharedMeta = 512
+// maxSharedBody bounds body: a string kept from one frame (a clientId in
+// a cache) keeps the whole of body alive, so a larger request is copied
+// frame by frame as Decode does.
+const maxSharedBody = 512
 
 // DecodeRequest is Decode followed by Message.Request for a request
 // message, with the same checks in the same order and the same errors,
@@ -320,54 +350,27 @@ func DecodeRequest(b []byte) (*Request, error) {
 	a := &requestAlloc{}
 	req := &a.req
 	req.WireVersion = v
-	// The counts come from unchecked frame headers: they size the slices
-	// up to a bound, append grows past it.
-	commits, subs, metaLen := countRequestFrames(b)
-	if metaLen > 0 && metaLen <= maxSharedMeta {
-		a.meta = requestMeta(b, metaLen)
-	}
-	if commits > len(a.commit) {
-		req.Commits = make([]PushCommit, 0, min(commits, 64))
-	} else {
-		req.Commits = a.commit[:0:len(a.commit)]
-	}
-	if subs > len(a.sub) {
-		req.Subscriptions = make([]Subscription, 0, min(subs, 64))
-	} else {
-		req.Subscriptions = a.sub[:0:len(a.sub)]
+	req.Commits = a.commit[:0:len(a.commit)]
+	req.Subscriptions = a.sub[:0:len(a.sub)]
+	if len(b) <= maxSharedBody {
+		a.body = string(b)
 	}
 	g := newGrammar(KindRequest)
-	off := headerLen
-	for i := 0; ; i++ {
-		if len(b)-off < frameHeaderLen {
-			return nil, invalidf("truncated message: no END frame (§1.2 rule 1)")
+	c := frameCursor{b: b, off: headerLen}
+	for {
+		i, t, payload, end, err := c.next()
+		if err != nil {
+			return nil, err
 		}
-		t := FrameType(b[off])
-		n := binary.LittleEndian.Uint32(b[off+1:])
-		off += frameHeaderLen
-		if t == FrameEnd {
-			if err := checkEnd(n, len(b)-off); err != nil {
-				return nil, err
-			}
-			if err := g.finish(); err != nil {
-				return nil, err
-			}
+		if end {
 			break
 		}
-		if uint64(n) > uint64(len(b)-off) {
-			return nil, frameErr(i, t, invalidf("frame length %d exceeds the %d remaining bytes (truncated)", n, len(b)-off))
+		if _, err := admitFrame(&g, i, t, func() (Frame, error) { return a.parse(v, t, payload, c.off-len(payload)) }); err != nil {
+			return nil, err
 		}
-		if err := g.admitType(t); err != nil {
-			return nil, frameErr(i, t, err)
-		}
-		f, err := a.parse(v, t, b[off:off+int(n)])
-		if err != nil {
-			return nil, frameErr(i, t, err)
-		}
-		if err := g.step(f); err != nil {
-			return nil, frameErr(i, t, err)
-		}
-		off += int(n)
+	}
+	if err := g.finish(); err != nil {
+		return nil, err
 	}
 	if len(req.Commits) == 0 {
 		req.Commits = nil // as Message.Request leaves it
@@ -378,23 +381,18 @@ func DecodeRequest(b []byte) (*Request, error) {
 	return req, nil
 }
 
-// parse is parseFrame for a request's frames, decoding the known ones
-// into a's Request (a frame the grammar then refuses fails the whole
+// parse is parseFrame for a request's frames (payload at off in the
+// message), decoding the known ones into a's Request (a frame the grammar then refuses fails the whole
 // decode, so what it overwrote is never seen).
-func (a *requestAlloc) parse(version uint16, t FrameType, payload []byte) (Frame, error) {
+func (a *requestAlloc) parse(version uint16, t FrameType, payload []byte, off int) (Frame, error) {
 	switch t {
 	case FrameReqHeader, FramePushCommit, FramePullHeader, FrameSubscription:
 	default:
 		return parseFrame(version, KindRequest, t, payload)
 	}
 	r := rd{b: payload}
-	if t == FrameReqHeader || t == FrameSubscription {
-		// meta holds this frame's bytes at metaOff (both walk the frames
-		// in order); checked, so a disagreement only costs the copy.
-		if end := a.metaOff + len(payload); end <= len(a.meta) && a.meta[a.metaOff:end] == string(payload) {
-			r.s = a.meta[a.metaOff:end]
-		}
-		a.metaOff += len(payload)
+	if a.body != "" {
+		r.s = a.body[off : off+len(payload)] // payload's own bytes, as a string
 	}
 	var f Frame
 	switch t {
@@ -428,50 +426,4 @@ func (a *requestAlloc) parse(version uint16, t FrameType, payload []byte) (Frame
 		return nil, invalidf("%d trailing bytes inside the frame", len(payload)-r.off)
 	}
 	return f, nil
-}
-
-// countRequestFrames counts the PUSH_COMMIT and SUBSCRIPTION frames of a
-// request and the payload bytes of its REQ_HEADER and SUBSCRIPTION frames
-// by their frame headers only (a malformed message stops the count; the
-// decode reports it).
-func countRequestFrames(b []byte) (commits, subs, metaLen int) {
-	for off := headerLen; len(b)-off >= frameHeaderLen; {
-		t := FrameType(b[off])
-		n := binary.LittleEndian.Uint32(b[off+1:])
-		off += frameHeaderLen
-		if t == FrameEnd || uint64(n) > uint64(len(b)-off) {
-			break
-		}
-		switch t {
-		case FramePushCommit:
-			commits++
-		case FrameSubscription:
-			subs++
-			metaLen += int(n)
-		case FrameReqHeader:
-			metaLen += int(n)
-		}
-		off += int(n)
-	}
-	return commits, subs, metaLen
-}
-
-// requestMeta copies the REQ_HEADER and SUBSCRIPTION payloads of b, in
-// frame order, into one string of size bytes (countRequestFrames' walk).
-func requestMeta(b []byte, size int) string {
-	var sb strings.Builder
-	sb.Grow(size)
-	for off := headerLen; len(b)-off >= frameHeaderLen; {
-		t := FrameType(b[off])
-		n := binary.LittleEndian.Uint32(b[off+1:])
-		off += frameHeaderLen
-		if t == FrameEnd || uint64(n) > uint64(len(b)-off) {
-			break
-		}
-		if t == FrameReqHeader || t == FrameSubscription {
-			sb.Write(b[off : off+int(n)])
-		}
-		off += int(n)
-	}
-	return sb.String()
 }
