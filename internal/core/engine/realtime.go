@@ -45,18 +45,13 @@ type registeredSub struct {
 	Scopes map[string][]string `json:"scopes"`
 }
 
-// encodeRegistration is the §8.1 persisted subscription list of a pull:
-// the JSON encoding/json gives registrationDoc (sorted scope keys, a
-// repeated key's last values, HTML-safe escaping), byte for byte, since
-// recordClient compares it with the stored one; written by hand because
-// every pull makes one (reflection was a twentieth of a quiet request).
-func encodeRegistration(schemaVersion int32, subs []wire.Subscription) string {
-	return string(appendRegistration(make([]byte, 0, 64+96*len(subs)), schemaVersion, subs))
-}
-
-// registrationOf is encodeRegistration returning prev itself when the
-// encoding equals it (a returning client's usual pull): no string is
-// built then.
+// registrationOf is the §8.1 persisted subscription list of a pull: the
+// JSON encoding/json gives registrationDoc (sorted scope keys, a repeated
+// key's last values, HTML-safe escaping), byte for byte, since
+// recordClient compares it with the stored one prev; written by hand
+// because every pull makes one (reflection was a twentieth of a quiet
+// request). When it equals prev (a returning client's usual pull), prev
+// itself is returned and no string is built.
 func registrationOf(prev string, schemaVersion int32, subs []wire.Subscription) string {
 	var scratch [512]byte
 	b := appendRegistration(scratch[:0], schemaVersion, subs)
@@ -66,7 +61,7 @@ func registrationOf(prev string, schemaVersion int32, subs []wire.Subscription) 
 	return string(b)
 }
 
-// appendRegistration appends encodeRegistration's encoding to b.
+// appendRegistration appends registrationOf's encoding to b.
 func appendRegistration(b []byte, schemaVersion int32, subs []wire.Subscription) []byte {
 	b = append(b, `{"sv":`...)
 	b = strconv.AppendInt(b, int64(schemaVersion), 10)

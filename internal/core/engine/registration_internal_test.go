@@ -50,8 +50,11 @@ func TestEncodeRegistrationIsEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := encodeRegistration(doc.SchemaVersion, subs); got != string(want) {
+		if got := registrationOf("", doc.SchemaVersion, subs); got != string(want) {
 			t.Fatalf("case %d:\n got %s\nwant %s", i, got, want)
+		}
+		if got := registrationOf(`{"sv":0,"subs":[]}`, doc.SchemaVersion, subs); got != string(want) {
+			t.Fatalf("case %d, another stored registration:\n got %s\nwant %s", i, got, want)
 		}
 	}
 }
