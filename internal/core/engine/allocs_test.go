@@ -7,14 +7,7 @@ package engine_test
 
 import (
 	"bytes"
-	"context"
-	"fmt"
 	"testing"
-
-	"github.com/skyfold/syncular-lambda/internal/core/engine"
-	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
-	"github.com/skyfold/syncular-lambda/internal/core/wire"
-	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
 
 // Allocation budgets of the two most frequent requests over memstore
@@ -28,51 +21,27 @@ const (
 )
 
 func TestQuietPullAllocs(t *testing.T) {
-	h := enginetest.New(t, memstore.New(), memstore.NewSegments(), enginetest.Options{})
-	grantAll(h, projects("p1"), "alice", "bob")
-	a := h.Client("tenant", "alice", "a")
-	wantApplied(t, a.Push("seed", up("tasks", "t1", a.Task("t1", "p1", "x", false), 0)))
-	c := h.Client("tenant", "bob", "b")
-	body, err := wire.Encode(c.Request(nil, &wire.PullHeader{Accept: acceptRows}, []wire.Subscription{sub("s", "tasks", "p1", 1)}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, c, body := quietPullFixture(t)
 	var out bytes.Buffer
 	serve := func() {
-		out.Reset()
-		rep, err := h.Engine.HandleSync(context.Background(), engine.Auth{Partition: c.Partition, ActorID: c.Actor}, body, engine.SyncOptions{}, &out)
-		if err != nil || rep.ErrorCode != "" || rep.CommitsSent != 0 || !rep.Pulled {
-			t.Fatalf("quiet pull: %+v %v", rep, err)
+		if rep := handle(t, h, c, body, &out); rep.CommitsSent != 0 || !rep.Pulled {
+			t.Fatalf("quiet pull: %+v", rep)
 		}
 	}
-	serve() // the client record and caches are warm from here on
 	if n := testing.AllocsPerRun(200, serve); n > maxQuietPullAllocs {
 		t.Errorf("a quiet pull allocates %v objects; budget %d", n, maxQuietPullAllocs)
 	}
 }
 
 func TestPushOneOpAllocs(t *testing.T) {
-	h := enginetest.New(t, memstore.New(), memstore.NewSegments(), enginetest.Options{})
-	h.Grants.Set("alice", projects("p1"))
-	c := h.Client("tenant", "alice", "a")
 	const runs = 200
 	const warm = 20
-	bodies := make([][]byte, warm+runs+1)
-	for i := range bodies {
-		id := fmt.Sprintf("t%d", i%warm)
-		b, err := wire.Encode(c.Request([]wire.PushCommit{cmt(fmt.Sprint("c", i), up("tasks", id, c.Task(id, "p1", "row", i%2 == 0), -1))}, nil, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bodies[i] = b
-	}
+	h, c, bodies := onePushFixture(t, warm+runs+1, warm)
 	var out bytes.Buffer
 	i := 0
 	push := func() {
-		out.Reset()
-		rep, err := h.Engine.HandleSync(context.Background(), engine.Auth{Partition: c.Partition, ActorID: c.Actor}, bodies[i], engine.SyncOptions{}, &out)
-		if err != nil || rep.Applied != 1 {
-			t.Fatalf("push %d: %+v %v", i, rep, err)
+		if rep := handle(t, h, c, bodies[i], &out); rep.Applied != 1 {
+			t.Fatalf("push %d: %+v", i, rep)
 		}
 		i++
 	}

@@ -21,7 +21,7 @@ import (
 // encoded before the timer starts, responses go to a reused buffer, so
 // ns/op is engine time (decode, storage calls, encode).
 
-func encodeReq(b *testing.B, c *enginetest.Client, commits []wire.PushCommit, pull *wire.PullHeader, subs []wire.Subscription) []byte {
+func encodeReq(b testing.TB, c *enginetest.Client, commits []wire.PushCommit, pull *wire.PullHeader, subs []wire.Subscription) []byte {
 	b.Helper()
 	body, err := wire.Encode(c.Request(commits, pull, subs))
 	if err != nil {
@@ -30,7 +30,7 @@ func encodeReq(b *testing.B, c *enginetest.Client, commits []wire.PushCommit, pu
 	return body
 }
 
-func handle(b *testing.B, h *enginetest.Harness, c *enginetest.Client, body []byte, out *bytes.Buffer) *engine.Report {
+func handle(b testing.TB, h *enginetest.Harness, c *enginetest.Client, body []byte, out *bytes.Buffer) *engine.Report {
 	out.Reset()
 	rep, err := h.Engine.HandleSync(context.Background(), engine.Auth{Partition: c.Partition, ActorID: c.Actor}, body, engine.SyncOptions{}, out)
 	if err != nil {
@@ -42,15 +42,22 @@ func handle(b *testing.B, h *enginetest.Harness, c *enginetest.Client, body []by
 	return rep
 }
 
-func BenchmarkPushSingleOp(b *testing.B) {
-	h := enginetest.New(b, memstore.New(), memstore.NewSegments(), enginetest.Options{})
+// onePushFixture is a client and n one-upsert push requests over rows
+// distinct rows (a row's later pushes update it).
+func onePushFixture(tb testing.TB, n, rows int) (*enginetest.Harness, *enginetest.Client, [][]byte) {
+	h := enginetest.New(tb, memstore.New(), memstore.NewSegments(), enginetest.Options{})
 	h.Grants.Set("alice", projects("p1"))
 	c := h.Client("tenant", "alice", "a")
-	bodies := make([][]byte, b.N)
+	bodies := make([][]byte, n)
 	for i := range bodies {
-		id := fmt.Sprintf("t%d", i%1000)
-		bodies[i] = encodeReq(b, c, []wire.PushCommit{cmt(fmt.Sprint("c", i), up("tasks", id, c.Task(id, "p1", "benchmark row", i%2 == 0), -1))}, nil, nil)
+		id := fmt.Sprintf("t%d", i%rows)
+		bodies[i] = encodeReq(tb, c, []wire.PushCommit{cmt(fmt.Sprint("c", i), up("tasks", id, c.Task(id, "p1", "benchmark row", i%2 == 0), -1))}, nil, nil)
 	}
+	return h, c, bodies
+}
+
+func BenchmarkPushSingleOp(b *testing.B) {
+	h, c, bodies := onePushFixture(b, b.N, 1000)
 	var out bytes.Buffer
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -93,15 +100,24 @@ func BenchmarkPushSparsePatchV3(b *testing.B) {
 	}
 }
 
-func BenchmarkPullQuiet(b *testing.B) {
-	h := enginetest.New(b, memstore.New(), memstore.NewSegments(), enginetest.Options{})
+// quietPullFixture is a client whose pull request is at the head of a
+// one-commit partition, already served once (client record and caches
+// warm).
+func quietPullFixture(tb testing.TB) (*enginetest.Harness, *enginetest.Client, []byte) {
+	h := enginetest.New(tb, memstore.New(), memstore.NewSegments(), enginetest.Options{})
 	grantAll(h, projects("p1"), "alice", "bob")
 	a := h.Client("tenant", "alice", "a")
-	wantApplied(b, a.Push("seed", up("tasks", "t1", a.Task("t1", "p1", "x", false), 0)))
+	wantApplied(tb, a.Push("seed", up("tasks", "t1", a.Task("t1", "p1", "x", false), 0)))
 	c := h.Client("tenant", "bob", "b")
-	body := encodeReq(b, c, nil, &wire.PullHeader{Accept: acceptRows}, []wire.Subscription{sub("s", "tasks", "p1", 1)})
+	body := encodeReq(tb, c, nil, &wire.PullHeader{Accept: acceptRows}, []wire.Subscription{sub("s", "tasks", "p1", 1)})
 	var out bytes.Buffer
-	handle(b, h, c, body, &out) // warm the client record and cache
+	handle(tb, h, c, body, &out)
+	return h, c, body
+}
+
+func BenchmarkPullQuiet(b *testing.B) {
+	h, c, body := quietPullFixture(b)
+	var out bytes.Buffer
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
