@@ -76,8 +76,7 @@ func (a *arena) str(s span) string {
 }
 
 func (a *arena) view(chunk, off, n uint32) string {
-	b := a.chunks[chunk-a.first][off : off+n]
-	return unsafe.String(unsafe.SliceData(b), len(b))
+	return viewBytes(a.chunks[chunk-a.first][off : off+n])
 }
 
 // end is the number the next chunk will get.
