@@ -53,31 +53,45 @@ func Decode(b []byte) (*Message, error) {
 		return nil, err
 	}
 	m := &Message{WireVersion: v, Kind: k, Frames: make([]Frame, 0, 8)}
-	g := newGrammar(k)
-	c := frameCursor{b: b, off: headerLen}
-	for {
-		i, t, payload, end, err := c.next()
-		if err != nil {
-			return nil, err
-		}
-		if end {
-			break
-		}
-		f, err := admitFrame(&g, i, t, func() (Frame, error) { return parseFrame(v, k, t, payload) })
-		if err != nil {
-			return nil, err
-		}
-		m.Frames = append(m.Frames, f)
-	}
-	if err := g.finish(); err != nil {
+	err = decodeFrames(b, k,
+		func(t FrameType, payload []byte, _ int) (Frame, error) { return parseFrame(v, k, t, payload) },
+		func(f Frame) { m.Frames = append(m.Frames, f) })
+	if err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
+// decodeFrames runs the frames of message b (of kind k) up to END through
+// parse (given each payload and its offset in b) and the §1.2 grammar,
+// handing each admitted frame to keep when it is set: the one frame loop
+// of Decode and DecodeRequest.
+func decodeFrames(b []byte, k MsgKind, parse func(t FrameType, payload []byte, off int) (Frame, error), keep func(Frame)) error {
+	g := newGrammar(k)
+	c := frameCursor{b: b, off: headerLen}
+	for {
+		i, t, payload, end, err := c.next()
+		if err != nil {
+			return err
+		}
+		if end {
+			if err := g.finish(); err != nil { // a *syncerr.Error: no typed nil
+				return err
+			}
+			return nil
+		}
+		f, err := admitFrame(&g, i, t, func() (Frame, error) { return parse(t, payload, c.off-len(payload)) })
+		if err != nil {
+			return err
+		}
+		if keep != nil {
+			keep(f)
+		}
+	}
+}
+
 // frameCursor walks the frames of a whole message held in b, from off
-// (just after the envelope header): the one walk of Decode and
-// DecodeRequest.
+// (just after the envelope header) for decodeFrames.
 type frameCursor struct {
 	b      []byte
 	off, i int
@@ -355,21 +369,10 @@ func DecodeRequest(b []byte) (*Request, error) {
 	if len(b) <= maxSharedBody {
 		a.body = string(b)
 	}
-	g := newGrammar(KindRequest)
-	c := frameCursor{b: b, off: headerLen}
-	for {
-		i, t, payload, end, err := c.next()
-		if err != nil {
-			return nil, err
-		}
-		if end {
-			break
-		}
-		if _, err := admitFrame(&g, i, t, func() (Frame, error) { return a.parse(v, t, payload, c.off-len(payload)) }); err != nil {
-			return nil, err
-		}
-	}
-	if err := g.finish(); err != nil {
+	err = decodeFrames(b, KindRequest, func(t FrameType, payload []byte, off int) (Frame, error) {
+		return a.parse(v, t, payload, off)
+	}, nil)
+	if err != nil {
 		return nil, err
 	}
 	if len(req.Commits) == 0 {
