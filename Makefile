@@ -25,7 +25,7 @@ export PATH := $(TOOLS_BIN):$(PATH)
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
-.PHONY: all test lint unit tools fuzz bench load load-dynamodb lambda-timing lambda-timing-compare run build clean \
+.PHONY: all test lint unit tools fuzz bench load load-dynamodb lambda-timing lambda-timing-compare run stack fanout-load build clean \
 	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
 	build-MigrateHookFunction build-RealtimeFunction build-FanoutFunction
 
@@ -89,6 +89,15 @@ lambda-timing-compare:
 ## run: the local runner on 127.0.0.1:8787
 run:
 	$(GO) run ./cmd/syncular-local $(ARGS)
+
+## stack: the deployed shape on 127.0.0.1 (internal/stack): DynamoDB Local with
+## its stream, an S3 API, every function under aws-lambda-rie behind a local
+## API Gateway, the stream consumer feeding the fanout function, two realtime
+## tier instances behind one /realtime address. Prints the URLs and a dev
+## token; Ctrl-C stops everything. STACK_ARGS, e.g. STACK_ARGS="-port 0 -quiet".
+STACK_ARGS ?=
+stack:
+	$(GO) run ./cmd/syncular-stack $(STACK_ARGS)
 
 build:
 	$(GO) build ./...
