@@ -94,6 +94,10 @@ var (
 	PruneFailures    = Metric{"pruneFailures", Count, byFunction, "Partitions a prune run failed on, plus 1 when the registry could not be read."}
 	PruneIncomplete  = Metric{"pruneIncomplete", Count, byFunction, "1 when a prune run stopped at its deadline with partitions left (the next run resumes)."}
 	BlobsSwept       = Metric{"blobsSwept", Count, byFunction, "Orphaned blob objects a prune run deleted after finishing a pass (§5.9.2 sweep)."}
+	// Connections is the realtime tier's autoscaling metric: every task
+	// writes its open sockets once a minute (function=realtime), so the
+	// Average over a minute is the count per task.
+	Connections = Metric{"connections", Count, byFunction, "Open realtime sockets of one tier task (a line a minute per task)."}
 )
 
 // Catalogue lists every metric the code emits.
@@ -102,6 +106,7 @@ var Catalogue = []Metric{
 	CommitsApplied, CommitRacesLost, CommitsSent, RowsScanned, RowsDelivered,
 	SegmentsBuilt, SegmentsReused, ResponseBytes, DDBRoundTrips, ReadUnits, WriteUnits,
 	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete, BlobsSwept,
+	Connections,
 }
 
 // Lookup returns the catalogue entry named name.
