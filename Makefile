@@ -100,6 +100,13 @@ STACK_ARGS ?=
 stack:
 	$(GO) run ./cmd/syncular-stack $(STACK_ARGS)
 
+## fanout-load: issue 21 item 6 over `make stack`'s shape: one commit and one
+## presence join reaching SSP2_FANOUT_SOCKETS (default 10000) sockets on one
+## scope key across the two tier instances (p50/p95/max; bounded, loopback)
+fanout-load:
+	ulimit -n 65536 2>/dev/null || ulimit -n $$(ulimit -Hn); \
+	SSP2_FANOUT_LOAD=1 SSP2_FANOUT_SOCKETS="$(SSP2_FANOUT_SOCKETS)" $(GO) test -count=1 -v -run '^TestFanoutLoad$$' -timeout 30m ./internal/stack/
+
 build:
 	$(GO) build ./...
 

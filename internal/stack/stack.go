@@ -210,7 +210,14 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	// Realtime tier instances and the one address in front of them.
 	if s.HasTier {
 		for i := range cfg.Instances {
-			t, err := startTier(ctx, filepath.Join(bin, "syncular-realtime"), i, envOf(""), cfg.TierEnv, cfg.Logs)
+			env := tpl.TaskEnv()
+			if env == nil {
+				env = tpl.FunctionEnv("")
+			}
+			for k, v := range s.localEnv(schemaPath) {
+				env[k] = v
+			}
+			t, err := startTier(ctx, filepath.Join(bin, "syncular-realtime"), i, env, cfg.TierEnv, cfg.Logs)
 			if err != nil {
 				return s, err
 			}

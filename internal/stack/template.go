@@ -94,6 +94,36 @@ func (t *template) value(n *yaml.Node) string {
 	return ""
 }
 
+// TaskEnv is the environment of the first container of the template's
+// first ECS task definition (the realtime tier), resolved like
+// FunctionEnv; nil when the template has none.
+func (t *template) TaskEnv() map[string]string {
+	res := node(t.root, "Resources")
+	if res == nil {
+		return nil
+	}
+	for i := 0; i+1 < len(res.Content); i += 2 {
+		r := res.Content[i+1]
+		if v, _ := literal(node(r, "Type")); v != "AWS::ECS::TaskDefinition" {
+			continue
+		}
+		defs := node(r, "Properties", "ContainerDefinitions")
+		if defs == nil || defs.Kind != yaml.SequenceNode || len(defs.Content) == 0 {
+			return nil
+		}
+		env := map[string]string{}
+		if l := node(defs.Content[0], "Environment"); l != nil {
+			for _, e := range l.Content {
+				if name, ok := literal(node(e, "Name")); ok {
+					env[name] = t.value(node(e, "Value"))
+				}
+			}
+		}
+		return env
+	}
+	return nil
+}
+
 // FunctionTimeout is the function's Timeout in seconds (its own, else
 // Globals'), 3 when neither sets one (Lambda's default).
 func (t *template) FunctionTimeout(logicalID string) int {

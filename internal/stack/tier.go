@@ -47,12 +47,14 @@ func startTier(ctx context.Context, bin string, i int, env, extra map[string]str
 		"PATH": os.Getenv("PATH"), "HOME": os.TempDir(), "TMPDIR": os.TempDir(),
 		"AWS_REGION": region, "AWS_DEFAULT_REGION": region,
 		"AWS_ACCESS_KEY_ID": "stack", "AWS_SECRET_ACCESS_KEY": "stack", "AWS_EC2_METADATA_DISABLED": "true",
-		"SYNC_REALTIME_ADDR": t.Addr, "SYNC_HINT_ADDR": t.HintAddr, "SYNC_HINT_ADVERTISE": "http://" + t.HintAddr,
-		"SYNC_INSTANCE_ID": t.ID, "SYNC_REALTIME_DRAIN_DELAY": "0s",
 	}
 	for k, v := range env {
 		all[k] = v
 	}
+	// What the task's network gives it on ECS (its private IP, the
+	// ports of the task definition) is loopback ports here.
+	all["SYNC_REALTIME_ADDR"], all["SYNC_HINT_ADDR"], all["SYNC_HINT_ADVERTISE"] = t.Addr, t.HintAddr, "http://"+t.HintAddr
+	all["SYNC_INSTANCE_ID"], all["SYNC_REALTIME_DRAIN_DELAY"] = t.ID, "0s"
 	for k, v := range extra {
 		all[k] = v
 	}
@@ -192,4 +194,15 @@ func (s *Stack) RestartInstance(ctx context.Context, id string) error {
 		}
 	}
 	return fmt.Errorf("stack: no instance %s", id)
+}
+
+// InstanceURL is an instance's own ws:// realtime URL, bypassing the
+// proxy (for loads that would double the proxy's sockets).
+func (s *Stack) InstanceURL(id string) string {
+	for _, t := range s.tiers {
+		if t.ID == id {
+			return "ws://" + t.Addr + "/realtime"
+		}
+	}
+	return ""
 }

@@ -209,6 +209,9 @@ func TestTemplateMapping(t *testing.T) {
 	if env["SYNC_SCOPES_CLAIM"] != "syncular_scopes" || env["SYNC_AUTH_MODE"] != "jwt-authorizer" {
 		t.Fatalf("push env (parameter defaults resolved): %v", fmt.Sprint(env))
 	}
+	if tier := tpl.TaskEnv(); tier != nil && tier["SYNC_SCOPES_CLAIM"] != "syncular_scopes" {
+		t.Fatalf("tier env: %v", tier)
+	}
 	if tpl.StreamViewType() == "" {
 		t.Fatal("no stream view type")
 	}
