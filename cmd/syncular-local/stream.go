@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	ds "github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/rtfanout"
 )
 
@@ -22,12 +21,16 @@ const streamPollInterval = 100 * time.Millisecond
 func (rn *runner) followStream(ctx context.Context, s *tableStream) error {
 	skip := true
 	rn.poller = &rtfanout.Poller{Streams: s.client, StreamARN: s.arn, Handle: func(ctx context.Context, recs []rtfanout.Record) error {
-		for _, r := range recs {
-			if r.Event != rtfanout.Insert || skip {
-				continue
+		if skip {
+			return nil
+		}
+		// Duplicates and reordering are harmless: the hub reads the log.
+		for _, h := range rtfanout.HintsOf(recs) {
+			if h.Head {
+				rn.hub.HintHead(h.Partition) // an epoch event (RotateEpoch)
 			}
-			if p, seq, ok := ds.ParseCommitKey(r.PK, r.SK); ok {
-				rn.hub.Hint(p, seq) // duplicates and reordering are harmless
+			if h.Seq > 0 {
+				rn.hub.Hint(h.Partition, h.Seq)
 			}
 		}
 		return nil
