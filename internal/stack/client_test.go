@@ -18,6 +18,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
 	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
+	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
 
@@ -290,11 +291,23 @@ func (c *sockClient) ack() {
 func (c *sockClient) push(d *apptest.Deployment, commitID, rowID string) {
 	c.t.Helper()
 	m := c.round(&wire.PushCommit{ClientCommitID: commitID, Operations: []wire.Operation{
-		apptest.Upsert("tasks", rowID, 0, d.Task(c.t, rowID, c.project, "from "+c.clientID)),
+		apptest.Upsert("tasks", rowID, 0, c.task(rowID)),
 	}})
 	res := apptest.Find[*wire.PushResult](m)
 	if len(res) != 1 || res[0].Status != wire.PushApplied {
-		c.t.Fatalf("%s: push %s: %+v", c.clientID, commitID, res)
+		if len(res) == 1 {
+			c.t.Fatalf("%s: push %s: %s %+v", c.clientID, commitID, res[0].Status, res[0].Results)
+		}
+		c.t.Fatalf("%s: push %s: %d results", c.clientID, commitID, len(res))
+	}
+	// A commit during the connection's own round is answered by a
+	// wake-up, not a delta (§8.7); the client pulls, as stock clients do.
+	b := c.nextText(func(m any) bool { _, ok := m.(*realtime.Wake); return ok })
+	if m, _ := realtime.Parse(b); m.(*realtime.Wake).Reason != realtime.ReasonCatchupRequired {
+		c.t.Fatalf("%s: wake-up after its own push: %s", c.clientID, b)
+	}
+	if got := c.sync(); joined(got) != rowID {
+		c.t.Fatalf("%s: the pull after its own push brought %v, want its own %s", c.clientID, got, rowID)
 	}
 }
 
@@ -338,6 +351,41 @@ func (c *sockClient) nextPresence() *realtime.PresenceFanout {
 	b := c.nextText(func(m any) bool { _, ok := m.(*realtime.PresenceFanout); return ok })
 	m, _ := realtime.Parse(b)
 	return m.(*realtime.PresenceFanout)
+}
+
+// task encodes a tasks row (todo example) the way this client's wire
+// version carries rows: dense up to wire 2, sparse with every column
+// present from wire 3 (§1.7).
+func (c *sockClient) task(id string) []byte {
+	c.t.Helper()
+	tb, ok := c.s.Schema.Versions[c.s.Schema.Latest].Table("tasks")
+	if !ok {
+		c.t.Fatal("the schema has no tasks table")
+	}
+	vals := map[string]any{"id": id, "project_id": c.project, "title": "from " + c.clientID, "done": false, "updated_at": 1}
+	if c.version < wire.Version3 {
+		return apptest.Row(c.t, tb, vals)
+	}
+	row := make([]rowcodec.Value, len(tb.Columns))
+	present := make([]bool, len(tb.Columns))
+	for i, col := range tb.Columns {
+		present[i] = true
+		switch v := vals[col.Name].(type) {
+		case string:
+			row[i] = rowcodec.Value{Str: v}
+		case bool:
+			row[i] = rowcodec.Value{Bool: v}
+		case int:
+			row[i] = rowcodec.Value{Int: int64(v)}
+		default:
+			row[i] = rowcodec.Value{Null: true}
+		}
+	}
+	b, err := tb.Codec.AppendSparse(nil, row, present)
+	if err != nil {
+		c.t.Fatalf("encode a sparse row: %v", err)
+	}
+	return b
 }
 
 func rowIDs(commits []*wire.Commit) []string {

@@ -195,10 +195,11 @@ func TestRealtimeHTTPPushReachesSocket(t *testing.T) {
 		epoch := d.Epoch(t, "push", "/sync", tok, "http-writer-"+id)
 		fanout := s.Invocations()["fanout"]
 		start := time.Now()
+		row := "h-" + id // row ids are table-wide: one per project
 		d.Push(t, tok, "http-writer-"+id, epoch, wire.PushCommit{ClientCommitID: "h1", Operations: []wire.Operation{
-			apptest.Upsert("tasks", "h1", 0, d.Task(t, "h1", c.project, "over http")),
+			apptest.Upsert("tasks", row, 0, d.Task(t, row, c.project, "over http")),
 		}})
-		if got := joined(c.delta()); got != "h1" {
+		if got := joined(c.delta()); got != row {
 			t.Fatalf("%s: delta %q", id, got)
 		}
 		t.Logf("%s: HTTP push → socket delta in %v", id, time.Since(start).Round(time.Millisecond))
