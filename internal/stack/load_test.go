@@ -29,6 +29,9 @@ type loadSock struct {
 	delta, presence atomic.Int64 // unix ns of arrival; 0 = none yet
 	wakes           atomic.Int64
 	closed          atomic.Bool
+	hello           chan struct{} // closed at the hello
+	gone            chan struct{} // closed when the read loop ends
+	err             error         // why, once gone is closed
 }
 
 // TestFanoutLoad (SSP2_FANOUT_LOAD=1, `make fanout-load`): one commit
@@ -124,8 +127,18 @@ func connectLoad(s *Stack, d *apptest.Deployment, t *testing.T, base string, i i
 		return nil, fmt.Errorf("dial: %w", err)
 	}
 	ws.SetReadLimit(16 << 20)
-	ls := &loadSock{ws: ws, round: make(chan []byte, 64)}
+	ls := &loadSock{ws: ws, round: make(chan []byte, 64), hello: make(chan struct{}), gone: make(chan struct{})}
 	go ls.read()
+	// The round waits for the hello: bytes sent before the tier has taken
+	// the connection over can be lost there (its byte-counting Hijack
+	// hands coder/websocket a reader that drops what net/http buffered).
+	select {
+	case <-ls.hello:
+	case <-ls.gone:
+		return nil, fmt.Errorf("%s: closed before its hello: %v", clientID, ls.err)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: no hello", clientID)
+	}
 	hdr := wire.ReqHeader{ClientID: clientID, SchemaVersion: s.Schema.Latest, LogEpoch: wire.Some(epoch)}
 	body := apptest.Request(t, wire.Version3, hdr, pullHeader, sub)
 	if err := ws.Write(ctx, websocket.MessageBinary, append([]byte{realtime.TagRound}, body...)); err != nil {
@@ -136,8 +149,10 @@ func connectLoad(s *Stack, d *apptest.Deployment, t *testing.T, base string, i i
 		select {
 		case b := <-ls.round:
 			stream = append(stream, b...)
+		case <-ls.gone:
+			return nil, fmt.Errorf("%s: closed during its round: %v", clientID, ls.err)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("round: no answer")
+			return nil, fmt.Errorf("%s: round: no answer after %d bytes", clientID, len(stream))
 		}
 		m, err := wire.Decode(stream)
 		if err != nil {
@@ -158,7 +173,9 @@ func (ls *loadSock) read() {
 	for {
 		typ, b, err := ls.ws.Read(context.Background())
 		if err != nil {
+			ls.err = err
 			ls.closed.Store(true)
+			close(ls.gone)
 			return
 		}
 		now := time.Now().UnixNano()
@@ -172,6 +189,8 @@ func (ls *loadSock) read() {
 			continue
 		}
 		switch m, _ := realtime.Parse(b); m := m.(type) {
+		case *realtime.Hello:
+			close(ls.hello)
 		case *realtime.PresenceFanout:
 			if m.Kind == realtime.KindJoin {
 				ls.presence.CompareAndSwap(0, now)

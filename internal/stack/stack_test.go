@@ -38,7 +38,11 @@ func theStack(t testing.TB) *Stack {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		start := time.Now()
-		shared.s, shared.err = Start(ctx, Config{})
+		cfg := Config{}
+		if os.Getenv("SSP2_STACK_LOGS") == "1" {
+			cfg.Logs = os.Stderr // every child's output, line-prefixed
+		}
+		shared.s, shared.err = Start(ctx, cfg)
 		if shared.err == nil {
 			t.Logf("stack up in %v: %s", time.Since(start).Round(time.Millisecond), shared.s.BaseURL)
 		}
