@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +216,65 @@ func TestTemplateMapping(t *testing.T) {
 	}
 	if tpl.StreamViewType() == "" {
 		t.Fatal("no stream view type")
+	}
+}
+
+// fakeEmulator answers invokes as the Lambda emulator would for a
+// function that behaves as answer says.
+func fakeEmulator(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) *function {
+	srv := httptest.NewServer(http.HandlerFunc(answer))
+	t.Cleanup(srv.Close)
+	return &function{name: "fake", url: srv.URL, sem: make(chan struct{}, 1), hc: srv.Client()}
+}
+
+// API Gateway's answers when the function misbehaves: the integration
+// timeout is a 503, a function error and a response over Lambda's 6 MB
+// payload are 500s, each with API Gateway's {"message"} body; a good
+// response passes through.
+func TestGatewayFunctionFailures(t *testing.T) {
+	g := &gateway{timeout: 300 * time.Millisecond, log: slog.New(slog.NewJSONHandler(io.Discard, nil)), fns: map[string]*function{
+		"push": fakeEmulator(t, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(time.Second):
+			}
+		}),
+		"pull": fakeEmulator(t, func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte(`{"errorMessage":"boom","errorType":"errorString"}`))
+		}),
+		"segment": fakeEmulator(t, func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte(`{"statusCode":200,"body":"` + strings.Repeat("x", 6<<20) + `"}`))
+		}),
+		"blob": fakeEmulator(t, func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte(`{"statusCode":201,"headers":{"X-Fn":"yes"},"body":"made"}`))
+		}),
+	}}
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	cases := []struct {
+		method, path string
+		status       int
+		body         string
+	}{
+		{"POST", "/sync", 503, `{"message":"Service Unavailable"}`},
+		{"POST", "/pull", 500, `{"message":"Internal Server Error"}`},
+		{"GET", "/segments/s1", 500, `{"message":"Internal Server Error"}`},
+		{"GET", "/blobs/b1", 201, `made`},
+		{"DELETE", "/blobs/b1", 404, `{"message":"Not Found"}`},
+	}
+	for _, c := range cases {
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, nil)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || string(b) != c.body {
+			t.Errorf("%s %s: HTTP %d %.80s, want %d %s", c.method, c.path, resp.StatusCode, b, c.status, c.body)
+		}
+	}
+	if n := g.invocations(); n["push"] != 1 || n["pull"] != 1 || n["segment"] != 1 || n["blob"] != 1 {
+		t.Errorf("invocations %v, want one each", n)
 	}
 }
