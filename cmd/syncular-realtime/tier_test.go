@@ -358,6 +358,27 @@ func (st *stack) reader(t *testing.T, in *instance, actor, clientID string) *cli
 	return in.dial(t, tok, clientID)
 }
 
+// reader3 registers over the socket itself, as a wire-3 stock client
+// syncs once connected (§8.7): epoch round, then a pull round.
+func (st *stack) reader3(t *testing.T, in *instance, actor, clientID string) *client {
+	t.Helper()
+	c := in.dial(t, st.token(actor), clientID)
+	hdr := wire.ReqHeader{ClientID: clientID, SchemaVersion: st.d.Schema.Latest}
+	pull := &wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}
+	m := c.round(apptest.Request(t, wire.Version3, hdr, pull))
+	hdr.LogEpoch = wire.Some(apptest.Find[*wire.RespHeader](m)[0].LogEpoch)
+	sub := tasksSub()
+	m = c.round(apptest.Request(t, wire.Version3, hdr, pull, &sub))
+	secs, err := enginetest.ParseSections(m)
+	if err != nil || len(secs) != 1 || secs[0].Start.Status != wire.SubActive {
+		t.Fatalf("pull round: %v %+v", err, secs)
+	}
+	if err := c.ws.Write(context.Background(), websocket.MessageText, realtime.EncodeAck(secs[0].End.NextCursor)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func (st *stack) pushHTTP(t *testing.T, id string) {
 	t.Helper()
 	tok := st.token("writer")
@@ -367,12 +388,14 @@ func (st *stack) pushHTTP(t *testing.T, id string) {
 
 // A commit pushed through one instance's socket round and a commit pushed
 // through the HTTP push function (no in-process hint anywhere) both reach
-// a socket on the other instance as deltas, by the stream → Forwarder →
-// hint path.
+// sockets on the other instance as deltas, by the stream → Forwarder →
+// hint path: a wire-2 client registered by HTTP pull and a wire-3 client
+// that synced over its socket.
 func TestTierCommitsReachOtherInstance(t *testing.T) {
 	st := newStack(t)
 	a, b := st.start("inst-a"), st.start("inst-b")
 	rd := st.reader(t, b, "reader", "r1")
+	rd3 := st.reader3(t, b, "reader3", "r3")
 
 	// The writer syncs over a's socket (wire 2): epoch, then the push.
 	wtok := st.token("writer")
@@ -387,16 +410,20 @@ func TestTierCommitsReachOtherInstance(t *testing.T) {
 		t.Fatalf("socket push: %d results, first %+v", len(rs), *rs[0])
 	}
 	st.pump(st.forward)
-	if got := rd.nextDelta(); strings.Join(got, ",") != "t1" {
-		t.Fatalf("delta on b after a socket push on a: %v", got)
+	for i, c := range []*client{rd, rd3} {
+		if got := c.nextDelta(); strings.Join(got, ",") != "t1" {
+			t.Fatalf("reader %d: delta on b after a socket push on a: %v", i, got)
+		}
 	}
 	t.Logf("socket push on a → stream → forwarder → delta on b: %v", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
 	st.pushHTTP(t, "t2")
 	st.pump(st.forward)
-	if got := rd.nextDelta(); strings.Join(got, ",") != "t2" {
-		t.Fatalf("delta on b after an HTTP push: %v", got)
+	for i, c := range []*client{rd, rd3} {
+		if got := c.nextDelta(); strings.Join(got, ",") != "t2" {
+			t.Fatalf("reader %d: delta on b after an HTTP push: %v", i, got)
+		}
 	}
 	t.Logf("HTTP push → stream → forwarder → delta on b: %v", time.Since(start).Round(time.Millisecond))
 }
@@ -507,6 +534,52 @@ func TestTierPresenceAcrossInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(cb, realtime.KindLeave, "alice", "")
+}
+
+// An epoch rotation (syncular-admin rotate-epoch, a restore) reaches open
+// sockets at once: RotateEpoch's epoch event crosses the stream, the
+// forwarder hints every instance's head, and each session of the
+// partition gets reset-required (§8.3) and is closed.
+func TestTierEpochRotation(t *testing.T) {
+	st := newStack(t)
+	a, b := st.start("inst-a"), st.start("inst-b")
+	ca := st.reader(t, a, "alice", "ca")
+	cb := st.reader3(t, b, "bob", "cb")
+	st.pump(st.forward) // what the stream holds so far (registrations)
+	store := dynamostore.New(st.clients.DynamoDB, st.env["SYNC_TABLE_NAME"], dynamostore.Options{})
+	if err := store.RotateEpoch(context.Background(), "default", "rotated-1", time.Now().UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	var res rtfanout.Result
+	st.pump(func(ctx context.Context, recs []rtfanout.Record) error {
+		r, err := st.fwd.Forward(ctx, recs)
+		res.Hints += r.Hints
+		return err
+	})
+	if res.Hints == 0 {
+		t.Fatal("the rotation gave no hint")
+	}
+	for i, c := range []*client{ca, cb} {
+		var wake *realtime.Wake
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		for {
+			typ, b, err := c.ws.Read(ctx)
+			if err != nil {
+				if wake == nil || wake.Reason != realtime.ReasonResetRequired {
+					t.Fatalf("client %d closed (%v) without a reset-required wake-up", i, err)
+				}
+				break
+			}
+			if typ == websocket.MessageText {
+				if m, _ := realtime.Parse(b); m != nil {
+					if w, ok := m.(*realtime.Wake); ok {
+						wake = w
+					}
+				}
+			}
+		}
+		cancel()
+	}
 }
 
 // /healthz answers 200 while serving and 503 once the instance drains;
