@@ -32,6 +32,9 @@ import (
 const (
 	peerRefreshInterval = 5 * time.Second
 	metricsInterval     = time.Minute
+	// socketQueue bounds one socket's queued messages (the handler's
+	// default is 1,024: about 40 KiB allocated per idle socket).
+	socketQueue = 128
 )
 
 // Tier is one instance of the realtime tier: the hub over the engine,
@@ -85,7 +88,10 @@ func New(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, lo
 	}
 	t.peers = &peers{self: t.id, registry: t.registry, log: logger, client: &http.Client{Timeout: rtfanout.DefaultPostTimeout}}
 	t.hub = realtime.NewHub(eng, realtime.Options{
-		Limits:         realtime.Limits{MaxRoundRequestBytes: cfg.RealtimeMaxRoundBytes},
+		Limits: realtime.Limits{
+			MaxRoundRequestBytes: cfg.RealtimeMaxRoundBytes,
+			MaxHubRoundBytes:     hubRoundBytes(cfg.RealtimeMaxRoundBytes),
+		},
 		SegmentBaseURL: cfg.PublicURL,
 		Logger:         logger,
 		InstanceID:     t.id,
@@ -98,7 +104,9 @@ func New(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, lo
 		Logger: logger,
 		// A round's request stream arrives in messages; one message holds
 		// at most a round's cap.
-		Options: wsrealtime.Options{MaxReadBytes: int64(cfg.RealtimeMaxRoundBytes), InsecureSkipVerify: true},
+		// A full send queue is a dropped delta answered by a wake-up
+		// (§8.2), so a short queue is safe; it is allocated per socket.
+		Options: wsrealtime.Options{MaxReadBytes: int64(cfg.RealtimeMaxRoundBytes), InsecureSkipVerify: true, QueueMessages: socketQueue},
 	}
 	t.ws.Identify = func(r *http.Request) (engine.Auth, auth.Claims, error) {
 		a, claims, err := identify(r, authn)
@@ -114,6 +122,12 @@ func New(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, lo
 	t.HintHandler = &rtfanout.Handler{Hints: t.hub, Presence: t.remotePresence, Logger: logger}
 	return t, nil
 }
+
+// hubRoundBytes caps the round bytes all sockets of a task buffer
+// together: 256 MiB, or two rounds at the per-socket cap if that is more
+// (a 1 GB task then keeps most of its memory for idle sockets; a round
+// past the cap closes its socket with 1013, try again later).
+func hubRoundBytes(perSocket int) int { return max(256<<20, 2*perSocket) }
 
 // ID is the instance id (registry sort key, presence origin).
 func (t *Tier) ID() string { return t.id }
