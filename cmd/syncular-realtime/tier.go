@@ -279,6 +279,11 @@ type peers struct {
 	mu      sync.Mutex
 	known   map[string]*peer
 	stopped bool
+	// present is this instance's current presence documents, as join
+	// events (partition, session, key → body): a peer that appears later
+	// gets them first, so its sockets see documents published before it
+	// started (§8.6.3 join burst across instances).
+	present map[string][]byte
 }
 
 // peer is one other instance with its ordered send queue.
@@ -300,8 +305,26 @@ func (p *peers) publish(ev realtime.PresenceEvent) {
 		p.log.Error("realtime: encode presence event", "error", err.Error())
 		return
 	}
+	key := ev.Partition + "\x00" + ev.Session + "\x00" + ev.Fanout.ScopeKey
+	var join []byte
+	if ev.Fanout.Kind != realtime.KindLeave && ev.Fanout.Doc != nil {
+		j := ev
+		j.Fanout.Kind = realtime.KindJoin
+		if join, err = json.Marshal(j); err != nil {
+			p.log.Error("realtime: encode presence event", "error", err.Error())
+			return
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if join == nil {
+		delete(p.present, key)
+	} else {
+		if p.present == nil {
+			p.present = map[string][]byte{}
+		}
+		p.present[key] = join
+	}
 	for id, pr := range p.known {
 		select {
 		case pr.q <- body:
@@ -339,6 +362,12 @@ func (p *peers) refresh(ctx context.Context) error {
 			close(pr.done)
 		}
 		pr := &peer{addr: in.Addr, q: make(chan []byte, peerQueue), done: make(chan struct{})}
+		for _, body := range p.present {
+			select {
+			case pr.q <- body:
+			default:
+			}
+		}
 		p.known[in.ID] = pr
 		go p.send(in.ID, pr)
 	}

@@ -526,6 +526,27 @@ func TestTierPresenceAcrossInstances(t *testing.T) {
 	publish(ca, `{"cursor":3}`)
 	expect(cb, realtime.KindJoin, "alice", `{"cursor":3}`)
 
+	// c starts later (scale-out): carol, on c, sees the documents alice
+	// and bob published before c existed.
+	c := st.start("inst-c")
+	cc := st.reader(t, c, "carol", "cc")
+	for _, in := range []*instance{a, b, c} {
+		if err := in.peers.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	joined := map[string]string{}
+	for len(joined) < 2 {
+		p := cc.nextPresence()
+		if p.Kind != realtime.KindJoin {
+			t.Fatalf("carol got %s from %s, want the joins of alice and bob", p.Kind, p.ActorID)
+		}
+		joined[p.ActorID] = string(p.Doc)
+	}
+	if joined["alice"] != `{"cursor":3}` || joined["bob"] != `{"cursor":7}` {
+		t.Fatalf("carol's join burst %v", joined)
+	}
+
 	// a goes away (scale-in: it deregisters and closes its sockets
 	// without telling its peers); b's next look at the registry drops
 	// a's documents with a leave to bob.
