@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +50,26 @@ type stack struct {
 	fwd     *rtfanout.Forwarder
 	// drain is the instances' drain delay (SYNC_REALTIME_DRAIN_DELAY).
 	drain time.Duration
+	// logs, when set, receives the instances' info lines.
+	logs *syncBuffer
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func newStack(t *testing.T) *stack {
@@ -185,6 +206,9 @@ func (st *stack) start(id string) *instance {
 	adv := "http://" + hintLn.Addr().String()
 	cfg := st.config(map[string]string{"SYNC_INSTANCE_ID": id, "SYNC_HINT_ADVERTISE": adv})
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("instance", id)
+	if st.logs != nil {
+		logger = slog.New(slog.NewJSONHandler(st.logs, nil)).With("instance", id)
+	}
 	tr, err := New(context.Background(), cfg, st.clients, logger, adv)
 	if err != nil {
 		st.t.Fatal(err)
@@ -643,5 +667,65 @@ func TestTierDrain(t *testing.T) {
 	live, err := st.fwd.Registry.Live(context.Background())
 	if err != nil || slicesHasID(live, "inst-a") {
 		t.Fatalf("a drained instance is still registered: %v %v", live, err)
+	}
+}
+
+// Every socket ends with one log line: partition, actor, client,
+// duration and bytes each way, and never the token.
+func TestTierCloseLine(t *testing.T) {
+	st := newStack(t)
+	st.logs = &syncBuffer{}
+	in := st.start("inst-a")
+	tok := st.token("reader")
+	c := in.dial(t, tok, "r1")
+	if err := c.ws.Close(websocket.StatusNormalClosure, ""); err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	for end := time.Now().Add(10 * time.Second); line == nil; {
+		for _, l := range strings.Split(st.logs.String(), "\n") {
+			if strings.Contains(l, `"msg":"realtime close"`) {
+				if err := json.Unmarshal([]byte(l), &line); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if line == nil && time.Now().After(end) {
+			t.Fatal("no close line")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if line["partition"] != "default" || line["actor"] != "reader" || line["client"] != "r1" {
+		t.Errorf("close line %v", line)
+	}
+	for _, k := range []string{"durationMs", "bytesIn", "bytesOut"} {
+		if v, ok := line[k].(float64); !ok || v <= 0 {
+			t.Errorf("close line %s = %v", k, line[k])
+		}
+	}
+	if strings.Contains(st.logs.String(), tok) {
+		t.Error("a log line holds the token")
+	}
+}
+
+// Without SYNC_HINT_ADVERTISE the instance registers the private IP the
+// ECS task metadata endpoint v4 reports, with the hint port's number.
+func TestAdvertiseFromTaskMetadata(t *testing.T) {
+	md := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"DockerId":"x","Networks":[{"NetworkMode":"awsvpc","IPv4Addresses":["10.42.3.17"]}]}`))
+	}))
+	defer md.Close()
+	cfg := &config.Config{HintAddr: ":8081"}
+	env := map[string]string{"ECS_CONTAINER_METADATA_URI_V4": md.URL}
+	got, err := Advertise(context.Background(), cfg, func(k string) string { return env[k] }, md.Client())
+	if err != nil || got != "http://10.42.3.17:8081" {
+		t.Fatalf("advertise %q %v", got, err)
+	}
+	cfg.HintAdvertise = "http://peer.internal:9000/"
+	if got, _ := Advertise(context.Background(), cfg, func(string) string { return "" }, md.Client()); got != "http://peer.internal:9000" {
+		t.Fatalf("explicit advertise %q", got)
+	}
+	if _, err := Advertise(context.Background(), &config.Config{HintAddr: ":8081"}, func(string) string { return "" }, md.Client()); err == nil {
+		t.Fatal("no advertise address and no task metadata must fail the start")
 	}
 }
