@@ -179,7 +179,7 @@ func (t *Tier) Run(ctx context.Context) {
 				t.log.Warn("realtime: peer list not refreshed", "error", err.Error())
 			}
 		case <-met.C:
-			t.writeMetrics(ctx)
+			t.writeMetrics(ctx, t.log)
 		}
 	}
 }
@@ -194,9 +194,9 @@ func (t *Tier) register(ctx context.Context) {
 
 // writeMetrics writes the connections metric (EMF, function=realtime):
 // the tier's autoscaling signal.
-func (t *Tier) writeMetrics(ctx context.Context) {
+func (t *Tier) writeMetrics(ctx context.Context, l *slog.Logger) {
 	attrs := []slog.Attr{slog.Int(metrics.Connections.Name, t.ws.Connections()), slog.String("instance", t.id)}
-	t.log.LogAttrs(ctx, slog.LevelInfo, "realtime connections", t.emf.Annotate(attrs)...)
+	l.LogAttrs(ctx, slog.LevelInfo, "realtime connections", t.emf.Annotate(attrs)...)
 }
 
 // Drain is the SIGTERM path: /healthz answers 503 (the load balancer

@@ -31,6 +31,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+	"github.com/skyfold/syncular-lambda/internal/metrics"
 	"github.com/skyfold/syncular-lambda/internal/rtfanout"
 	"github.com/skyfold/syncular-lambda/internal/testenv"
 	"github.com/skyfold/syncular-lambda/internal/wiring"
@@ -727,5 +728,37 @@ func TestAdvertiseFromTaskMetadata(t *testing.T) {
 	}
 	if _, err := Advertise(context.Background(), &config.Config{HintAddr: ":8081"}, func(string) string { return "" }, md.Client()); err == nil {
 		t.Fatal("no advertise address and no task metadata must fail the start")
+	}
+}
+
+// The connections metric the autoscaling policy tracks is an EMF
+// document: namespace, metric "connections", dimension function=realtime.
+func TestConnectionsMetricLine(t *testing.T) {
+	st := newStack(t)
+	in := st.start("inst-a")
+	st.reader(t, in, "reader", "r1")
+	var buf syncBuffer
+	in.writeMetrics(context.Background(), slog.New(metrics.NewJSONHandler(&buf, nil)).With("function", "realtime"))
+	var line struct {
+		Function    string `json:"function"`
+		Connections int    `json:"connections"`
+		AWS         struct {
+			CloudWatchMetrics []struct {
+				Namespace  string
+				Dimensions [][]string
+				Metrics    []struct{ Name string }
+			}
+		} `json:"_aws"`
+	}
+	if err := json.Unmarshal([]byte(buf.String()), &line); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	if line.Function != "realtime" || line.Connections != 1 || len(line.AWS.CloudWatchMetrics) != 1 {
+		t.Fatalf("metric line %s", buf.String())
+	}
+	d := line.AWS.CloudWatchMetrics[0]
+	if d.Namespace != st.config(nil).MetricsNamespace || len(d.Metrics) != 1 || d.Metrics[0].Name != metrics.Connections.Name ||
+		len(d.Dimensions) != 1 || strings.Join(d.Dimensions[0], ",") != metrics.DimFunction {
+		t.Fatalf("EMF directive %+v", d)
 	}
 }
