@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -761,4 +762,56 @@ func TestConnectionsMetricLine(t *testing.T) {
 		len(d.Dimensions) != 1 || strings.Join(d.Dimensions[0], ",") != metrics.DimFunction {
 		t.Fatalf("EMF directive %+v", d)
 	}
+}
+
+// A socket round larger than Lambda's 6 MB event is accepted (the tier's
+// cap is 32 MiB, SYNC_REALTIME_MAX_ROUND_BYTES), so a client with a large
+// offline queue is never wedged by the HTTP path's 413; the commit then
+// reaches a socket on the other instance.
+func TestTierLargeRound(t *testing.T) {
+	st := newStack(t)
+	a, b := st.start("inst-a"), st.start("inst-b")
+	rd := st.reader(t, b, "reader", "r1")
+	w := a.dial(t, st.token("writer"), "w-big")
+	hdr := wire.ReqHeader{ClientID: "w-big", SchemaVersion: st.d.Schema.Latest}
+	m := w.round(apptest.Request(t, wire.Version2, hdr, &wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}))
+	hdr.LogEpoch = wire.Some(apptest.Find[*wire.RespHeader](m)[0].LogEpoch)
+	// Two commits of 50 rows of 70 KiB (one commit stores at most
+	// 3.75 MiB), in one round.
+	var frames []wire.Frame
+	for c := range 2 {
+		var ops []wire.Operation
+		for i := range 50 {
+			id := fmt.Sprintf("big%d-%02d", c, i)
+			ops = append(ops, apptest.Upsert("tasks", id, -1, st.d.Task(t, id, "p1", strings.Repeat("x", 70<<10))))
+		}
+		frames = append(frames, &wire.PushCommit{ClientCommitID: fmt.Sprintf("big%d", c), Operations: ops})
+	}
+	body := apptest.Request(t, wire.Version2, hdr, frames...)
+	if len(body) <= 6<<20 {
+		t.Fatalf("round of %d bytes is not over Lambda's 6 MB", len(body))
+	}
+	m = w.round(body)
+	rs := apptest.Find[*wire.PushResult](m)
+	if len(rs) != 2 {
+		t.Fatalf("a %d-byte round: %d results", len(body), len(rs))
+	}
+	for _, r := range rs {
+		if r.Status != wire.PushApplied {
+			t.Fatalf("a %d-byte round: %+v", len(body), *r)
+		}
+	}
+	st.pump(st.forward)
+	// The commit is over the 128 KiB message limit: a delta-too-large
+	// wake-up, and the client pulls.
+	for {
+		m, _ := realtime.Parse(rd.nextText())
+		if wk, ok := m.(*realtime.Wake); ok {
+			if wk.Reason != realtime.ReasonDeltaTooLarge {
+				t.Fatalf("wake-up %q, want delta-too-large", wk.Reason)
+			}
+			break
+		}
+	}
+	t.Logf("a %.1f MiB round applied over the socket", float64(len(body))/(1<<20))
 }
