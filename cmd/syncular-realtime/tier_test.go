@@ -815,3 +815,34 @@ func TestTierLargeRound(t *testing.T) {
 	}
 	t.Logf("a %.1f MiB round applied over the socket", float64(len(body))/(1<<20))
 }
+
+// An instance that dies without deregistering (a crash) stops refreshing
+// its registry entry; once the entry lapses its peers drop its presence
+// documents (DropOrigin) with a leave to their sockets.
+func TestTierPeerLapse(t *testing.T) {
+	st := newStack(t)
+	a, b := st.start("inst-a"), st.start("inst-b")
+	ctx := context.Background()
+	for _, in := range []*instance{a, b} {
+		if err := in.peers.refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca := st.reader(t, a, "alice", "ca")
+	cb := st.reader(t, b, "bob", "cb")
+	if err := ca.ws.Write(ctx, websocket.MessageText, []byte(`{"event":"presence","data":{"scopeKey":"project:p1","doc":{"here":true}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if p := cb.nextPresence(); p.Kind != realtime.KindJoin || p.ActorID != "alice" {
+		t.Fatalf("presence %+v", p)
+	}
+	// b's view of time moves past a's entry's lifetime; a (alive here,
+	// standing for a crashed task) has not refreshed in that time.
+	b.registry.Now = func() time.Time { return time.Now().Add(rtfanout.Lifetime + time.Minute) }
+	if err := b.peers.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := cb.nextPresence(); p.Kind != realtime.KindLeave || p.ActorID != "alice" {
+		t.Fatalf("after a's entry lapsed: %+v, want alice's leave", p)
+	}
+}
