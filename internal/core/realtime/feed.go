@@ -180,6 +180,9 @@ func (h *Hub) checkHead(pt *part, head store.Head, ok bool) bool {
 			gone = append(gone, s)
 		}
 	}
+	if ok {
+		pt.epoch = head.LogEpoch
+	}
 	if ok && head.MaxCommitSeq < pt.delivered {
 		// The log went back (a restore): feed from its head.
 		pt.delivered = head.MaxCommitSeq
