@@ -7,8 +7,11 @@
 // bounded send queue drained by its own writer goroutine, so a slow
 // client never blocks the hub's fanout (§8.2 flow control: a full queue
 // is a dropped delta, answered by a wake-up); a round's response waits
-// for room instead (§8.7 backpressure) and learns when its final chunk
-// was written (the pipelining rule).
+// for room instead (§8.7 backpressure). For the §8.7 pipelining rule the
+// transport tells the hub whether a new round's first message was sent
+// before the client could have seen the previous END: its bytes reached
+// the server before END went to the socket, or the client's kernel had
+// not acknowledged END when it arrived (inflow.go).
 package wsrealtime
 
 import (

@@ -13,6 +13,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
+	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
 
 // hintEnv is an env whose engine hints commits to a running hub unless
@@ -433,4 +434,89 @@ func TestPresenceAcrossInstances(t *testing.T) {
 	if p := cb.presence(t); len(p) != 2 || p[1].Kind != realtime.KindLeave || p[1].ClientID != "a" {
 		t.Fatalf("after DropOrigin %+v", p)
 	}
+}
+
+// removable is a store whose partitions can disappear (what an
+// operator's partition removal leaves): Head reports none.
+type removable struct {
+	store.Store
+	gone atomic.Bool
+}
+
+func (r *removable) Head(ctx context.Context, p string) (store.Head, bool, error) {
+	if r.gone.Load() {
+		return store.Head{}, false, nil
+	}
+	return r.Store.Head(ctx, p)
+}
+
+// Decision 4: a partition whose head is gone closes its sessions at the
+// next head read (HintHead or reconciliation).
+func TestRemovedPartitionClosesSessions(t *testing.T) {
+	st := &removable{Store: memstore.New()}
+	var hub *realtime.Hub
+	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{OnCommit: func(p string, c *store.Commit) { hub.Hint(p, c.Seq) }})
+	hub = realtime.NewHub(h.Engine, realtime.Options{ReconcileInterval: time.Hour})
+	h.Grants.Set("actor-b", engine.ScopeMap{"project_id": {"p1"}})
+	e := &env{h: h, hub: hub}
+	run(t, hub)
+	e.synced(t, wire.Version3, "actor-b", "reader", "p1")
+	_, c := e.connect(t, "actor-b", "reader")
+	st.gone.Store(true)
+	hub.HintHead("part")
+	c.wait(t, "the close", func() bool { code, _ := c.closedWith(); return code != 0 })
+	if code, why := c.closedWith(); code != realtime.CloseNormal || !strings.Contains(why, "removed") || hub.Sessions("part") != 0 {
+		t.Fatalf("closed %d %q, %d sessions", code, why, hub.Sessions("part"))
+	}
+}
+
+// nopConn accepts every message and keeps nothing (the fanout benchmark).
+type nopConn struct{ n atomic.Int64 }
+
+func (c *nopConn) SendText([]byte) bool   { c.n.Add(1); return true }
+func (c *nopConn) SendBinary([]byte) bool { c.n.Add(1); return true }
+func (c *nopConn) Close(string)           {}
+
+// BenchmarkHotScopeFanout: one commit to 10,000 sessions registered on
+// the same scope key (one DeltaKey): encoded once, handed to every
+// session's queue. Reports ns and allocations per commit.
+func BenchmarkHotScopeFanout(b *testing.B) {
+	for _, n := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			hub, commits := hotScope(b, n, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				hub.Notify("part", commits[i])
+			}
+		})
+	}
+}
+
+// hotScope connects n sessions of one caught-up client and commits
+// commits (not yet delivered) for them.
+func hotScope(b *testing.B, n, commits int) (*realtime.Hub, []*store.Commit) {
+	h := enginetest.New(b, memstore.New(), memstore.NewSegments(), enginetest.Options{})
+	h.Grants.Set("actor-a", engine.ScopeMap{"project_id": {"p1"}})
+	hub := realtime.NewHub(h.Engine, realtime.Options{})
+	reader := h.ClientV(wire.Version3, "part", "actor-a", "reader")
+	if _, err := reader.Pull(wire.PullHeader{Accept: reader.Accept}, sub("p1")); err != nil {
+		b.Fatal(err)
+	}
+	for range n {
+		if _, err := hub.Connect(context.Background(), engine.Auth{Partition: "part", ActorID: "actor-a"}, "reader", &nopConn{}, realtime.ConnectOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	writer := h.ClientV(wire.Version3, "part", "actor-a", "writer")
+	head, _, _ := h.Store.Head(context.Background(), "part")
+	for i := range commits {
+		id := fmt.Sprintf("t%d", i)
+		if r := writer.Push(id, enginetest.Upsert("tasks", id, writer.Task(id, "p1", "x", false), -1)); r.Status != wire.PushApplied {
+			b.Fatalf("push: %+v", r)
+		}
+	}
+	var out []*store.Commit
+	_ = h.Store.ReadLog(context.Background(), "part", head.MaxCommitSeq, head.MaxCommitSeq+int64(commits), func(c *store.Commit) bool { out = append(out, c); return true })
+	return hub, out
 }
