@@ -401,3 +401,24 @@ func TestLargeRoundMessage(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Drain (scale-in) closes every socket going-away (1001), and the
+// handler's connection count falls back to zero.
+func TestDrainClosesGoingAway(t *testing.T) {
+	r := newRig(t, wsrealtime.Options{})
+	a := r.open(t, "actor-a", "d1")
+	b := r.open(t, "actor-b", "d2")
+	r.hub.Drain("scale-in")
+	for _, ws := range []*websocket.Conn{a, b} {
+		if code := waitClose(t, ws); code != websocket.StatusGoingAway {
+			t.Fatalf("close %d, want 1001", code)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for r.rt.Connections() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still counted", r.rt.Connections())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
