@@ -102,15 +102,16 @@ func New(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, lo
 		Hub:    t.hub,
 		Auth:   authn,
 		Logger: logger,
-		// A round's request stream arrives in messages; one message holds
-		// at most a round's cap.
-		// A full send queue is a dropped delta answered by a wake-up
-		// (§8.2), so a short queue is safe; it is allocated per socket.
+		// Round messages are bounded by the hub's round caps (the
+		// handler reserves them as they arrive); text messages keep the
+		// handler's default cap. A full send queue is a dropped delta
+		// answered by a wake-up (§8.2), so a short queue is safe; it is
+		// allocated per socket.
 		// Sockets authenticate by bearer token, never by cookie, so a
 		// page of another origin gains nothing from opening one: the
 		// origin is not checked (the HTTP API's CORS is for browsers'
 		// fetches, which do carry no other credential either).
-		Options: wsrealtime.Options{MaxReadBytes: int64(cfg.RealtimeMaxRoundBytes), InsecureSkipVerify: true, QueueMessages: socketQueue},
+		Options: wsrealtime.Options{InsecureSkipVerify: true, QueueMessages: socketQueue},
 	}
 	t.ws.Identify = func(r *http.Request) (engine.Auth, auth.Claims, error) {
 		a, claims, err := identify(r, authn)
