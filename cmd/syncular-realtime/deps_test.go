@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,7 +19,7 @@ func TestNoLambdaRuntime(t *testing.T) {
 		t.Fatalf("go list -deps: %v", err)
 	}
 	deps := strings.Fields(string(out))
-	if len(deps) < 50 || !contains(deps, "github.com/skyfold/syncular-lambda/internal/wiring") {
+	if len(deps) < 50 || !slices.Contains(deps, "github.com/skyfold/syncular-lambda/internal/wiring") {
 		t.Fatalf("implausible dependency list (%d packages)", len(deps))
 	}
 	for _, d := range deps {
@@ -26,13 +27,4 @@ func TestNoLambdaRuntime(t *testing.T) {
 			t.Errorf("the tier links %s", d)
 		}
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }

@@ -32,6 +32,9 @@ import (
 const (
 	peerRefreshInterval = 5 * time.Second
 	metricsInterval     = time.Minute
+	// socketQueue bounds one socket's queued messages (the handler's
+	// default is 1,024: about 40 KiB allocated per idle socket).
+	socketQueue = 128
 )
 
 // Tier is one instance of the realtime tier: the hub over the engine,
@@ -85,7 +88,10 @@ func New(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, lo
 	}
 	t.peers = &peers{self: t.id, registry: t.registry, log: logger, client: &http.Client{Timeout: rtfanout.DefaultPostTimeout}}
 	t.hub = realtime.NewHub(eng, realtime.Options{
-		Limits:         realtime.Limits{MaxRoundRequestBytes: cfg.RealtimeMaxRoundBytes},
+		Limits: realtime.Limits{
+			MaxRoundRequestBytes: cfg.RealtimeMaxRoundBytes,
+			MaxHubRoundBytes:     hubRoundBytes(cfg.RealtimeMaxRoundBytes),
+		},
 		SegmentBaseURL: cfg.PublicURL,
 		Logger:         logger,
 		InstanceID:     t.id,
@@ -96,9 +102,16 @@ func New(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, lo
 		Hub:    t.hub,
 		Auth:   authn,
 		Logger: logger,
-		// A round's request stream arrives in messages; one message holds
-		// at most a round's cap.
-		Options: wsrealtime.Options{MaxReadBytes: int64(cfg.RealtimeMaxRoundBytes), InsecureSkipVerify: true},
+		// Round messages are bounded by the hub's round caps (the
+		// handler reserves them as they arrive); text messages keep the
+		// handler's default cap. A full send queue is a dropped delta
+		// answered by a wake-up (§8.2), so a short queue is safe; it is
+		// allocated per socket.
+		// Sockets authenticate by bearer token, never by cookie, so a
+		// page of another origin gains nothing from opening one: the
+		// origin is not checked (the HTTP API's CORS is for browsers'
+		// fetches, which do carry no other credential either).
+		Options: wsrealtime.Options{InsecureSkipVerify: true, QueueMessages: socketQueue},
 	}
 	t.ws.Identify = func(r *http.Request) (engine.Auth, auth.Claims, error) {
 		a, claims, err := identify(r, authn)
@@ -114,6 +127,12 @@ func New(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, lo
 	t.HintHandler = &rtfanout.Handler{Hints: t.hub, Presence: t.remotePresence, Logger: logger}
 	return t, nil
 }
+
+// hubRoundBytes caps the round bytes all sockets of a task buffer
+// together: 256 MiB, or two rounds at the per-socket cap if that is more
+// (a 1 GB task then keeps most of its memory for idle sockets; a round
+// past the cap closes its socket with 1013, try again later).
+func hubRoundBytes(perSocket int) int { return max(256<<20, 2*perSocket) }
 
 // ID is the instance id (registry sort key, presence origin).
 func (t *Tier) ID() string { return t.id }
@@ -165,7 +184,7 @@ func (t *Tier) Run(ctx context.Context) {
 				t.log.Warn("realtime: peer list not refreshed", "error", err.Error())
 			}
 		case <-met.C:
-			t.writeMetrics(ctx)
+			t.writeMetrics(ctx, t.log)
 		}
 	}
 }
@@ -180,9 +199,9 @@ func (t *Tier) register(ctx context.Context) {
 
 // writeMetrics writes the connections metric (EMF, function=realtime):
 // the tier's autoscaling signal.
-func (t *Tier) writeMetrics(ctx context.Context) {
+func (t *Tier) writeMetrics(ctx context.Context, l *slog.Logger) {
 	attrs := []slog.Attr{slog.Int(metrics.Connections.Name, t.ws.Connections()), slog.String("instance", t.id)}
-	t.log.LogAttrs(ctx, slog.LevelInfo, "realtime connections", t.emf.Annotate(attrs)...)
+	l.LogAttrs(ctx, slog.LevelInfo, "realtime connections", t.emf.Annotate(attrs)...)
 }
 
 // Drain is the SIGTERM path: /healthz answers 503 (the load balancer
@@ -265,6 +284,11 @@ type peers struct {
 	mu      sync.Mutex
 	known   map[string]*peer
 	stopped bool
+	// present is this instance's current presence documents, as join
+	// events (partition, session, key → body): a peer that appears later
+	// gets them first, so its sockets see documents published before it
+	// started (§8.6.3 join burst across instances).
+	present map[string][]byte
 }
 
 // peer is one other instance with its ordered send queue.
@@ -286,8 +310,26 @@ func (p *peers) publish(ev realtime.PresenceEvent) {
 		p.log.Error("realtime: encode presence event", "error", err.Error())
 		return
 	}
+	key := ev.Partition + "\x00" + ev.Session + "\x00" + ev.Fanout.ScopeKey
+	var join []byte
+	if ev.Fanout.Kind != realtime.KindLeave && ev.Fanout.Doc != nil {
+		j := ev
+		j.Fanout.Kind = realtime.KindJoin
+		if join, err = json.Marshal(j); err != nil {
+			p.log.Error("realtime: encode presence event", "error", err.Error())
+			return
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if join == nil {
+		delete(p.present, key)
+	} else {
+		if p.present == nil {
+			p.present = map[string][]byte{}
+		}
+		p.present[key] = join
+	}
 	for id, pr := range p.known {
 		select {
 		case pr.q <- body:
@@ -325,6 +367,12 @@ func (p *peers) refresh(ctx context.Context) error {
 			close(pr.done)
 		}
 		pr := &peer{addr: in.Addr, q: make(chan []byte, peerQueue), done: make(chan struct{})}
+		for _, body := range p.present {
+			select {
+			case pr.q <- body:
+			default:
+			}
+		}
 		p.known[in.ID] = pr
 		go p.send(in.ID, pr)
 	}

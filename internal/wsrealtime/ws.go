@@ -7,17 +7,22 @@
 // bounded send queue drained by its own writer goroutine, so a slow
 // client never blocks the hub's fanout (§8.2 flow control: a full queue
 // is a dropped delta, answered by a wake-up); a round's response waits
-// for room instead (§8.7 backpressure) and learns when its final chunk
-// was written (the pipelining rule).
+// for room instead (§8.7 backpressure). For the §8.7 pipelining rule the
+// transport tells the hub whether a new round's first message was sent
+// before the client could have seen the previous END: its bytes reached
+// the server before END went to the socket, or the client's kernel had
+// not acknowledged END when it arrived (inflow.go).
 package wsrealtime
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -35,7 +40,11 @@ import (
 type Options struct {
 	// QueueMessages bounds a connection's send queue (default 1024).
 	QueueMessages int
-	// MaxReadBytes caps one inbound message (default 1 MiB).
+	// MaxReadBytes caps one inbound text (control) message (default 1
+	// MiB; past it the connection closes with 1009). Binary round
+	// messages are bounded by the hub's round caps instead
+	// (realtime.Limits), counted while they arrive: a stock client sends
+	// a whole round request as one message.
 	MaxReadBytes int64
 	// OriginPatterns are passed to websocket.Accept (browser origins).
 	OriginPatterns []string
@@ -245,9 +254,10 @@ func WriteError(w http.ResponseWriter, err error) {
 }
 
 type msg struct {
-	typ     websocket.MessageType
-	data    []byte
-	written func(ok bool)
+	typ  websocket.MessageType
+	data []byte
+	// writing runs right before the write (a round's final chunk).
+	writing func()
 }
 
 // conn adapts a websocket.Conn to realtime.Conn (and CodeCloser,
@@ -279,9 +289,9 @@ func (c *conn) SendText(b []byte) bool   { return c.send(msg{typ: websocket.Mess
 func (c *conn) SendBinary(b []byte) bool { return c.send(msg{typ: websocket.MessageBinary, data: b}) }
 
 // SendRound waits for room in the queue (§8.7 backpressure).
-func (c *conn) SendRound(b []byte, written func(ok bool)) bool {
+func (c *conn) SendRound(b []byte, writing func()) bool {
 	select {
-	case c.out <- msg{typ: websocket.MessageBinary, data: b, written: written}:
+	case c.out <- msg{typ: websocket.MessageBinary, data: b, writing: writing}:
 		return true
 	case <-c.done:
 		return false
@@ -315,18 +325,26 @@ func serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, a engine.A
 		return
 	}
 	defer s.Close()
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: o.OriginPatterns, InsecureSkipVerify: o.InsecureSkipVerify, CompressionMode: websocket.CompressionDisabled})
+	in := &inflow{}
+	ws, err := websocket.Accept(hijackCounter{ResponseWriter: w, in: in}, r, &websocket.AcceptOptions{
+		OriginPatterns: o.OriginPatterns, InsecureSkipVerify: o.InsecureSkipVerify, CompressionMode: websocket.CompressionDisabled,
+	})
 	if err != nil {
 		return
 	}
-	ws.SetReadLimit(o.MaxReadBytes)
+	// The library's own limit only backs ours up: the hub's caps refuse
+	// a round message first, while it arrives (readBinary).
+	ws.SetReadLimit(max(o.MaxReadBytes, int64(hub.Limits().MaxRoundRequestBytes)+64))
 	write := func(m msg, timeout time.Duration) error {
+		if m.writing != nil {
+			// A round's final chunk: what reached us by now was sent
+			// before the client could see END.
+			in.markEnd(len(m.data))
+			m.writing()
+		}
 		wctx, wcancel := context.WithTimeout(ctx, timeout)
 		err := ws.Write(wctx, m.typ, m.data)
 		wcancel()
-		if m.written != nil {
-			m.written(err == nil)
-		}
 		return err
 	}
 	writerDone := make(chan struct{})
@@ -363,26 +381,39 @@ func serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, a engine.A
 		}
 	}()
 	for {
-		typ, data, err := ws.Read(ctx)
+		typ, rd, err := ws.Reader(ctx)
 		if err != nil {
 			break
 		}
 		if typ == websocket.MessageText {
+			data, err := io.ReadAll(io.LimitReader(rd, o.MaxReadBytes+1))
+			if err != nil {
+				break
+			}
+			if int64(len(data)) > o.MaxReadBytes {
+				c.CloseCode(realtime.CloseMessageTooBig, "control message too large")
+				break
+			}
 			s.HandleText(ctx, data)
-		} else {
-			s.HandleBinary(ctx, data)
+			continue
 		}
+		data, ok := readBinary(rd, s)
+		if !ok {
+			break
+		}
+		s.HandleBinaryArrival(ctx, data, in.beforeLastEnd(len(data)))
 	}
 	c.CloseCode(realtime.CloseNormal, "")
 	cancel()
 	<-writerDone
 	_ = ws.CloseNow()
-	// Round callbacks still queued never run: release their waiters.
+	// Round callbacks still queued never ran: run them (the session is
+	// closed; nothing waits on the flag but its state stays consistent).
 	for {
 		select {
 		case m := <-c.out:
-			if m.written != nil {
-				m.written(false)
+			if m.writing != nil {
+				m.writing()
 			}
 			continue
 		default:
@@ -390,6 +421,33 @@ func serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, a engine.A
 		break
 	}
 }
+
+// readBinary reads one binary message, reserving its bytes with the hub
+// as they arrive (so the per-connection, per-actor and per-hub round
+// caps hold before the bytes are buffered, not after); false when a cap
+// refused them (the session closed the connection) or the read failed.
+func readBinary(rd io.Reader, s *realtime.Session) ([]byte, bool) {
+	var buf []byte
+	for {
+		buf = slices.Grow(buf, readStep)
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		if n > 0 {
+			if !s.ReserveIncoming(n) {
+				return nil, false
+			}
+			buf = buf[:len(buf)+n]
+		}
+		if err == io.EOF {
+			return buf, true
+		}
+		if err != nil {
+			return nil, false
+		}
+	}
+}
+
+// readStep is the least room readBinary offers each read.
+const readStep = 16 << 10
 
 // truncate keeps a close reason within the 123 bytes a close frame holds.
 func truncate(s string) string {

@@ -4,13 +4,20 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/crane"
+	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
 
@@ -110,5 +117,32 @@ func TestImageTarball(t *testing.T) {
 	}
 	if fi, err := os.Stat(out); err == nil {
 		t.Logf("image tarball: %d bytes", fi.Size())
+	}
+
+	// Push to a registry that requires credentials (an in-memory one on
+	// loopback; ECR's are AWS and `aws ecr get-login-password`) with
+	// REGISTRY_USERNAME/REGISTRY_PASSWORD, and read the image back.
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "AWS" || p != "token-from-ecr" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/syncular-realtime:test"
+	env := map[string]string{"REGISTRY_USERNAME": "AWS", "REGISTRY_PASSWORD": "token-from-ecr"}
+	if err := Push(out, ref, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := crane.Pull(ref, crane.WithAuth(&authn.Basic{Username: "AWS", Password: "token-from-ecr"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDigest, _ := back.Digest()
+	if got, _ := pulled.Digest(); got != wantDigest {
+		t.Errorf("pushed digest %v, want %v", got, wantDigest)
 	}
 }

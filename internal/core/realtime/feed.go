@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
@@ -113,12 +114,31 @@ func (h *Hub) processHints(ctx context.Context) {
 	work := h.hints
 	h.hints = make(map[string]hint, len(work))
 	h.hmu.Unlock()
-	for p, x := range work {
+	parallel(ctx, work, func(p string, x hint) { h.feed(ctx, p, x) })
+}
+
+// workers bounds the partitions (or actors) the hub works on at once: a
+// slow log read or resolver call for one does not hold up the others;
+// one partition's feed stays in order (part.dmu).
+const workers = 16
+
+// parallel runs fn for every entry of m, at most workers at a time, and
+// returns when all are done or ctx ended.
+func parallel[K comparable, V any](ctx context.Context, m map[K]V, fn func(K, V)) {
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	for k, v := range m {
 		if ctx.Err() != nil {
-			return
+			break
 		}
-		h.feed(ctx, p, x)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(k, v)
+		}()
 	}
+	wg.Wait()
 }
 
 // Reconcile reads the head of every partition with sessions and delivers
@@ -126,17 +146,12 @@ func (h *Hub) processHints(ctx context.Context) {
 // (the backstop of HintHead).
 func (h *Hub) Reconcile(ctx context.Context) {
 	h.mu.Lock()
-	names := make([]string, 0, len(h.parts))
+	names := make(map[string]hint, len(h.parts))
 	for p := range h.parts {
-		names = append(names, p)
+		names[p] = hint{head: true}
 	}
 	h.mu.Unlock()
-	for _, p := range names {
-		if ctx.Err() != nil {
-			return
-		}
-		h.feed(ctx, p, hint{head: true})
-	}
+	parallel(ctx, names, func(p string, x hint) { h.feed(ctx, p, x) })
 }
 
 // feed works one partition's hint: a head read when asked, then the log
@@ -179,6 +194,9 @@ func (h *Hub) checkHead(pt *part, head store.Head, ok bool) bool {
 			s.wakeLocked(pt, ReasonResetRequired, now)
 			gone = append(gone, s)
 		}
+	}
+	if ok {
+		pt.epoch = head.LogEpoch
 	}
 	if ok && head.MaxCommitSeq < pt.delivered {
 		// The log went back (a restore): feed from its head.
@@ -229,12 +247,12 @@ func (h *Hub) deliver(pt *part, c *store.Commit) {
 	}
 	prev := pt.delivered
 	pt.delivered = c.Seq
-	now := h.e.Now()
+	f := fanout{pt: pt, now: h.e.Now()}
 	if c.Seq != prev+1 {
 		for s := range pt.sessions {
 			if s.since < c.Seq-1 && s.stamp < c.Seq {
 				s.stamp = c.Seq
-				h.applyLocked(pt, s, Decide(h.factsLocked(s), CommitFacts{Gap: true}), nil, now)
+				f.apply(s, Decide(h.factsLocked(s), CommitFacts{Gap: true}), nil)
 			}
 		}
 	}
@@ -258,7 +276,7 @@ func (h *Hub) deliver(pt *part, c *store.Commit) {
 				n = -1
 			}
 			d := Decide(h.factsLocked(s), CommitFacts{Touched: true, DeltaBytes: n, MaxMessageBytes: h.lim.MaxMessageBytes})
-			h.applyLocked(pt, s, d, msg, now)
+			f.apply(s, d, msg)
 		}
 	}
 }
@@ -284,9 +302,23 @@ func (h *Hub) encodeDelta(p string, s *Session, c *store.Commit) []byte {
 	return msg
 }
 
-// applyLocked carries out a decision for s. A delta counts as delivered
+// fanout carries out one commit's decisions; equal wake-ups (same
+// cursor and reason) are encoded once per commit, like deltas, so a
+// reconnect storm of suppressed sessions costs no message per session.
+type fanout struct {
+	pt    *part
+	now   int64
+	wakes map[wakeKey][]byte
+}
+
+type wakeKey struct {
+	cursor int64
+	reason string
+}
+
+// apply carries out d for s (h.mu held). A delta counts as delivered
 // only once the transport accepted it; a refused one is a wake-up.
-func (h *Hub) applyLocked(pt *part, s *Session, d Decision, msg []byte, now int64) {
+func (f *fanout) apply(s *Session, d Decision, msg []byte) {
 	switch d.Action {
 	case SendDelta:
 		if s.conn.SendBinary(msg) {
@@ -296,7 +328,16 @@ func (h *Hub) applyLocked(pt *part, s *Session, d Decision, msg []byte, now int6
 		fallthrough
 	case WakeUp:
 		s.suppressed = true
-		s.wakeLocked(pt, d.Reason, now)
+		k := wakeKey{s.observedLocked(f.pt), d.Reason}
+		w, ok := f.wakes[k]
+		if !ok {
+			w = EncodeWake(k.cursor, k.reason, f.now)
+			if f.wakes == nil {
+				f.wakes = map[wakeKey][]byte{}
+			}
+			f.wakes[k] = w
+		}
+		s.conn.SendText(w)
 	}
 }
 
@@ -321,24 +362,14 @@ func (h *Hub) Heartbeat() {
 func (h *Hub) RecheckAuth(ctx context.Context) {
 	h.mu.Lock()
 	type pa struct{ p, actor string }
-	seen := map[pa]bool{}
-	var todo []pa
+	todo := map[pa]bool{}
 	for p, pt := range h.parts {
 		for s := range pt.sessions {
-			k := pa{p, s.auth.ActorID}
-			if !seen[k] {
-				seen[k] = true
-				todo = append(todo, k)
-			}
+			todo[pa{p, s.auth.ActorID}] = true
 		}
 	}
 	h.mu.Unlock()
-	for _, k := range todo {
-		if ctx.Err() != nil {
-			return
-		}
-		h.RefreshScopes(ctx, k.p, k.actor)
-	}
+	parallel(ctx, todo, func(k pa, _ bool) { h.RefreshScopes(ctx, k.p, k.actor) })
 }
 
 // RefreshScopes re-resolves the registrations of partition's sessions

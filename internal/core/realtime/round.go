@@ -3,6 +3,7 @@ package realtime
 import (
 	"context"
 	"encoding/binary"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
@@ -10,9 +11,9 @@ import (
 )
 
 // Sync rounds over the socket (§8.7). One round at a time: from the
-// moment a request's END arrives until its response's final chunk has
-// been written to the socket, any round byte is pipelining (the client
-// sent it before it could have seen END) and closes the connection.
+// moment a request's END arrives until its response's final chunk goes
+// to the socket, any round byte is pipelining (the client sent it before
+// it could have seen END) and closes the connection.
 
 // HandleBinary handles one client→server binary message: a chunk of a
 // sync round (§8.7). Another tag, an invalid envelope header, bytes past
@@ -22,6 +23,19 @@ import (
 // control messages keep flowing during the round. Call it from one
 // goroutine per session (the transport's read loop).
 func (s *Session) HandleBinary(ctx context.Context, msg []byte) {
+	s.HandleBinaryArrival(ctx, msg, false)
+}
+
+// HandleBinaryArrival is HandleBinary for a transport that can tell that
+// msg's first byte reached the server before the previous round's final
+// response chunk had been written (beforeLastEnd): the client sent it
+// before it could have seen that END, so a message that begins a new
+// round is pipelining (§8.7) even when the read loop got to it only
+// after the round finished.
+func (s *Session) HandleBinaryArrival(ctx context.Context, msg []byte, beforeLastEnd bool) {
+	if s.gone.Load() {
+		return // closed: nothing it sends is applied
+	}
 	if s.expired() {
 		s.expire()
 		return
@@ -34,9 +48,11 @@ func (s *Session) HandleBinary(ctx context.Context, msg []byte) {
 		s.violation("round bytes while a response is in flight (§8.7 no pipelining)")
 		return
 	}
-	if code, why := s.reserveRound(len(msg) - 1); code != 0 {
-		s.h.log.Info("realtime: closing a connection over a round buffer cap", "partition", s.auth.Partition, "client", s.clientID, "reason", why)
-		s.closeWith(code, why)
+	if beforeLastEnd && len(s.roundBuf) == 0 {
+		s.violation("a new round sent before the previous response's END (§8.7 no pipelining)")
+		return
+	}
+	if !s.settleIncoming(len(msg) - 1) {
 		return
 	}
 	s.roundBuf = append(s.roundBuf, msg[1:]...)
@@ -60,7 +76,47 @@ func (s *Session) HandleBinary(ctx context.Context, msg []byte) {
 	s.roundGen++
 	gen := s.roundGen
 	s.h.mu.Unlock()
-	go s.runRound(context.WithoutCancel(ctx), body, gen)
+	go s.runRound(context.WithoutCancel(ctx), body, gen, time.Now())
+}
+
+// ReserveIncoming accounts n more bytes of the binary message the
+// transport is reading against the round caps (Limits) before it buffers
+// them, so a cap holds while a large message is still arriving. False:
+// a cap refused them and the connection is closed; stop reading. The
+// message then goes to HandleBinary(Arrival), which settles the count.
+func (s *Session) ReserveIncoming(n int) bool {
+	if code, why := s.reserveRound(n); code != 0 {
+		s.refuseRound(code, why)
+		return false
+	}
+	s.h.bmu.Lock()
+	s.incoming += n
+	s.h.bmu.Unlock()
+	return true
+}
+
+// settleIncoming makes the reservation of the message being handled
+// exactly need bytes (the transport reserved s.incoming of it while
+// reading); false when a cap refused the rest (connection closed).
+func (s *Session) settleIncoming(need int) bool {
+	s.h.bmu.Lock()
+	pre := s.incoming
+	s.incoming = 0
+	s.h.bmu.Unlock()
+	if pre > need {
+		s.release(pre - need)
+		return true
+	}
+	if code, why := s.reserveRound(need - pre); code != 0 {
+		s.refuseRound(code, why)
+		return false
+	}
+	return true
+}
+
+func (s *Session) refuseRound(code int, why string) {
+	s.h.log.Info("realtime: closing a connection over a round buffer cap", "partition", s.auth.Partition, "client", s.clientID, "reason", why)
+	s.closeWith(code, why)
 }
 
 // reserveRound accounts n more buffered round bytes of s against the
@@ -85,14 +141,20 @@ func (s *Session) reserveRound(n int) (code int, why string) {
 	return 0, ""
 }
 
-// releaseRound returns s's reserved round bytes.
-func (s *Session) releaseRound() {
+// releaseRound returns all of s's reserved round bytes.
+func (s *Session) releaseRound() { s.release(-1) }
+
+// release returns n of s's reserved round bytes (all when n < 0).
+func (s *Session) release(n int) {
 	h := s.h
 	k := s.auth.Partition + "\x00" + s.auth.ActorID
 	h.bmu.Lock()
 	defer h.bmu.Unlock()
-	n := s.roundHeld
-	s.roundHeld = 0
+	if n < 0 || n > s.roundHeld {
+		n = s.roundHeld
+		s.incoming = 0
+	}
+	s.roundHeld -= n
 	h.hubBytes -= n
 	if h.actorBytes[k] -= n; h.actorBytes[k] <= 0 {
 		delete(h.actorBytes, k)
@@ -173,34 +235,34 @@ func (w *roundWriter) Write(p []byte) (int, error) {
 	return int(w.n), nil
 }
 
-// send hands one chunk to the transport; written runs once it was
-// written (at once when the transport cannot tell).
-func (w *roundWriter) send(msg []byte, written func(ok bool)) {
+// send hands one chunk to the transport; writing runs when it goes to
+// the socket (at once after the hand-over when the transport cannot
+// tell).
+func (w *roundWriter) send(msg []byte, writing func()) {
 	if len(msg) <= 1 {
-		if written != nil {
-			written(true)
+		if writing != nil {
+			writing()
 		}
 		return
 	}
 	if rs, ok := w.conn.(RoundSender); ok {
-		if !rs.SendRound(msg, written) {
+		if !rs.SendRound(msg, writing) {
 			w.err = true
-			if written != nil {
-				written(false)
+			if writing != nil {
+				writing()
 			}
 		}
 		return
 	}
-	ok := w.conn.SendBinary(msg)
-	if !ok {
+	if !w.conn.SendBinary(msg) {
 		w.err = true
 	}
-	if written != nil {
-		written(ok)
+	if writing != nil {
+		writing()
 	}
 }
 
-func (s *Session) runRound(ctx context.Context, body []byte, gen uint64) {
+func (s *Session) runRound(ctx context.Context, body []byte, gen uint64, received time.Time) {
 	h := s.h
 	w := &roundWriter{conn: s.conn, limit: h.lim.RoundChunkBytes}
 	var rep *engine.Report
@@ -247,11 +309,16 @@ func (s *Session) runRound(ctx context.Context, body []byte, gen uint64) {
 		}
 	}
 	h.mu.Unlock()
-	// The round stays busy until its final chunk is written: round bytes
-	// the client sent before it could see END are pipelining.
+	// The round stays busy until its final chunk goes to the socket:
+	// round bytes read before then were sent before the client could see
+	// END, and are pipelining. (A transport that knows when bytes arrived
+	// also catches those the read loop gets to later: HandleBinaryArrival.)
 	final := w.buf
 	w.buf = nil
-	w.send(final, func(bool) { s.roundBusy.Store(false) })
+	if d := h.pipelineHold - time.Since(received); h.pipelineHold > 0 && d > 0 {
+		time.Sleep(d) // Options.PipelineHold
+	}
+	w.send(final, func() { s.roundBusy.Store(false) })
 	// Deltas resume only once END is queued (§8.7 interleaving); a commit
 	// meanwhile got a wake-up.
 	h.mu.Lock()
