@@ -7,12 +7,17 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
+	"github.com/skyfold/syncular-lambda/internal/core/realtime"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
 
@@ -268,4 +273,41 @@ func TestRealtimeInstanceKilledMidRound(t *testing.T) {
 	// The half-sent push was never applied: sent whole now, it applies
 	// (a replay of an applied commit would answer cached).
 	c.push(d, "k2", "k2")
+}
+
+// A client may start its first round as soon as the socket is open,
+// before the hello arrives (§8.1 sets no order): bytes that reach the
+// instance together with the upgrade are part of the stream and must not
+// be lost. Each try dials an instance and sends an epoch round at once.
+func TestRealtimeRoundRightAfterUpgrade(t *testing.T) {
+	s := withTier(t)
+	for i := range 30 {
+		id := s.Instances()[i%len(s.Instances())]
+		c := newSockClient(t, s, wire.Version3, "eager", "eager-"+strconv.Itoa(i), "eager")
+		tok := url.QueryEscape(c.token)
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		ws, _, err := websocket.Dial(ctx, s.InstanceURL(id)+"?clientId="+c.clientID+"&token="+tok, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.ws = ws
+		c.text, c.binary, c.closed = make(chan []byte, 64), make(chan []byte, 64), make(chan struct{})
+		hdr := wire.ReqHeader{ClientID: c.clientID, SchemaVersion: s.Schema.Latest}
+		c.sendRound(apptest.Request(t, wire.Version3, hdr, pullHeader), 1<<20)
+		go c.readLoop(ws, c.text, c.binary, c.closed)
+		c.nextText(func(m any) bool { _, ok := m.(*realtime.Hello); return ok })
+		var stream []byte
+		for {
+			b := c.nextBinary()
+			stream = append(stream, b[1:]...)
+			if m, err := wire.Decode(stream); err == nil {
+				if hs := apptest.Find[*wire.RespHeader](m); len(hs) != 1 || hs[0].LogEpoch == "" {
+					t.Fatalf("try %d on %s: %+v", i, id, m.Frames)
+				}
+				break
+			}
+		}
+		ws.CloseNow()
+	}
 }
