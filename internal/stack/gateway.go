@@ -44,6 +44,7 @@ const IntegrationTimeout = 30 * time.Second
 type gateway struct {
 	fns      map[string]*function // by app.Function name
 	realtime http.Handler
+	counts   func() map[string]int64 // GET /_stack/invocations (every function's)
 	timeout  time.Duration
 	log      *slog.Logger
 	reqSeq   atomic.Uint64
@@ -60,7 +61,11 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodGet && r.URL.Path == "/_stack/invocations" {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(g.invocations())
+		counts := g.invocations
+		if g.counts != nil {
+			counts = g.counts
+		}
+		_ = json.NewEncoder(w).Encode(counts())
 		return
 	}
 	fn, ok := app.Match("", r.Method, r.URL.EscapedPath())
