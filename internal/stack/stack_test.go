@@ -39,6 +39,11 @@ func TestMain(m *testing.M) {
 
 func theStack(t testing.TB) *Stack {
 	t.Helper()
+	// As internal/testenv: DynamoDB Local (java, npm) may be skipped
+	// locally, never in CI.
+	if os.Getenv("SKIP_DYNAMODB_LOCAL") == "1" && (os.Getenv("CI") == "" || os.Getenv("CI") == "0" || os.Getenv("CI") == "false") {
+		t.Skip("SKIP_DYNAMODB_LOCAL=1: the stack needs DynamoDB Local")
+	}
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
