@@ -156,12 +156,12 @@ func TestRealtimeAcrossInstances(t *testing.T) {
 	}
 	b.sync()
 
-	a.push(d, "a1", "r1")
-	if got := joined(b.delta()); got != "r1" {
+	a.push(d, "a1", "across-r1")
+	if got := joined(b.delta()); got != "across-r1" {
 		t.Fatalf("b's delta: %s", got)
 	}
-	b.push(d, "b1", "r2")
-	if got := joined(a.delta()); got != "r2" {
+	b.push(d, "b1", "across-r2")
+	if got := joined(a.delta()); got != "across-r2" {
 		t.Fatalf("a's delta: %s", got)
 	}
 
@@ -181,16 +181,16 @@ func TestRealtimeAcrossInstances(t *testing.T) {
 	if p := a.nextPresence(); p.Kind != "leave" || p.ClientID != "across-b" || p.Doc != nil {
 		t.Fatalf("a saw %+v after b left", p)
 	}
-	a.push(d, "a2", "r3")
-	a.push(d, "a3", "r4")
+	a.push(d, "a2", "across-r3")
+	a.push(d, "a3", "across-r4")
 	if h := b.connect(""); h.RequiresSync && b.cursor < 0 {
 		t.Fatalf("hello on reconnect: %+v", h)
 	}
-	if got := joined(b.sync()); got != "r3,r4" {
+	if got := joined(b.sync()); got != "across-r3,across-r4" {
 		t.Fatalf("b caught up on %q, want r3,r4", got)
 	}
-	a.push(d, "a4", "r5")
-	if got := joined(b.delta()); got != "r5" {
+	a.push(d, "a4", "across-r5")
+	if got := joined(b.delta()); got != "across-r5" {
 		t.Fatalf("b's delta after the reconnect: %s", got)
 	}
 }
@@ -247,13 +247,13 @@ func TestRealtimeInstanceKilledMidRound(t *testing.T) {
 			apptest.Upsert("tasks", id, 0, d.Task(t, id, "kill", "w")),
 		}})
 	}
-	write("k1")
+	write("kill-k1")
 	got := c.delta()
 
 	// Half a push round, then the instance dies.
 	hdr := wire.ReqHeader{ClientID: c.clientID, SchemaVersion: s.Schema.Latest, LogEpoch: wire.Some(c.epoch)}
-	body := apptest.Request(t, c.version, hdr, &wire.PushCommit{ClientCommitID: "k2", Operations: []wire.Operation{
-		apptest.Upsert("tasks", "k2", 0, d.Task(t, "k2", "kill", "half")),
+	body := apptest.Request(t, c.version, hdr, &wire.PushCommit{ClientCommitID: "kill-k2", Operations: []wire.Operation{
+		apptest.Upsert("tasks", "kill-k2", 0, d.Task(t, "kill-k2", "kill", "half")),
 	}})
 	c.sendRound(body[:len(body)/2], len(body))
 	if err := s.KillInstance(victim); err != nil {
@@ -264,20 +264,20 @@ func TestRealtimeInstanceKilledMidRound(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the socket outlived its instance")
 	}
-	write("k3")
+	write("kill-k3")
 	c.connect("")
 	if c.instance == victim {
 		t.Fatalf("reconnected to the killed instance %s", victim)
 	}
 	got = append(got, c.sync()...)
-	write("k4")
+	write("kill-k4")
 	got = append(got, c.delta()...)
-	if joined(got) != "k1,k3,k4" {
+	if joined(got) != "kill-k1,kill-k3,kill-k4" {
 		t.Fatalf("the client received %v, want k1,k3,k4 once each and in order", got)
 	}
 	// The half-sent push was never applied: sent whole now, it applies
 	// (a replay of an applied commit would answer cached).
-	c.push(d, "k2", "k2")
+	c.push(d, "kill-k2", "kill-k2")
 }
 
 // A client may start its first round as soon as the socket is open,
@@ -296,6 +296,7 @@ func TestRealtimeRoundRightAfterUpgrade(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { ws.CloseNow() })
 		c.ws = ws
 		c.text, c.binary, c.closed = make(chan []byte, 64), make(chan []byte, 64), make(chan struct{})
 		hdr := wire.ReqHeader{ClientID: c.clientID, SchemaVersion: s.Schema.Latest}
@@ -314,5 +315,45 @@ func TestRealtimeRoundRightAfterUpgrade(t *testing.T) {
 			}
 		}
 		ws.CloseNow()
+	}
+}
+
+// A stream batch the mapping gives up on (the fanout function failed
+// through every retry and bisect, the records went to the on-failure
+// destination) loses only a hint: the next commit's hint makes the
+// instance read the log from what it delivered, so the socket gets the
+// lost commit and the next one, in order.
+func TestRealtimeDroppedStreamBatch(t *testing.T) {
+	s := withTier(t)
+	d := deployment(s)
+	c := newSockClient(t, s, wire.Version2, "dora", "drop-c", "drop")
+	c.connect(s.Instances()[1])
+	c.sync()
+	tok := d.Token(t, "writer", map[string][]string{"project_id": {"drop"}})
+	epoch := d.Epoch(t, "push", "/sync", tok, "drop-w")
+	write := func(id string) {
+		d.Push(t, tok, "drop-w", epoch, wire.PushCommit{ClientCommitID: id, Operations: []wire.Operation{
+			apptest.Upsert("tasks", id, 0, d.Task(t, id, "drop", "w")),
+		}})
+	}
+	discarded := s.StreamStats().Discarded
+	s.consumer.failing.Store(true)
+	write("drop-x1")
+	deadline := time.Now().Add(waitFor)
+	for s.StreamStats().Discarded == discarded {
+		if time.Now().After(deadline) {
+			s.consumer.failing.Store(false)
+			t.Fatalf("the consumer never gave the batch up: %+v", s.StreamStats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.consumer.failing.Store(false)
+	write("drop-x2")
+	var got []string
+	for len(got) < 2 {
+		got = append(got, c.delta()...)
+	}
+	if joined(got) != "drop-x1,drop-x2" {
+		t.Fatalf("the socket got %v, want x1,x2 once each and in order", got)
 	}
 }

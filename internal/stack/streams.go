@@ -45,6 +45,10 @@ type consumer struct {
 	log     *slog.Logger
 	iters   map[string]*string
 	done    map[string]bool // closed shards read to their end
+	// failing, when set, makes every invocation fail as a function error
+	// (a fault the tests inject: the retries, bisect and give-up run as
+	// for a real failure).
+	failing atomic.Bool
 
 	records, filtered, batches, failures, bisects, discarded atomic.Int64
 }
@@ -185,6 +189,10 @@ func (c *consumer) invokeBatch(ctx context.Context, batch []map[string]any) (int
 		return 0, false
 	}
 	c.batches.Add(1)
+	if c.failing.Load() {
+		c.failures.Add(1)
+		return 0, false
+	}
 	resp, fnErr, err := c.invoke(ctx, payload)
 	if err != nil || fnErr {
 		c.failures.Add(1)
