@@ -72,6 +72,19 @@ func withTier(t *testing.T) *Stack {
 	return s
 }
 
+// httpWriter returns a function committing one task row of project over
+// HTTP (the gateway and the push function), as a writer client would.
+func httpWriter(t *testing.T, d *apptest.Deployment, project string) func(id string) {
+	tok := d.Token(t, "writer", map[string][]string{"project_id": {project}})
+	epoch := d.Epoch(t, "push", "/sync", tok, project+"-w")
+	return func(id string) {
+		t.Helper()
+		d.Push(t, tok, project+"-w", epoch, wire.PushCommit{ClientCommitID: id, Operations: []wire.Operation{
+			apptest.Upsert("tasks", id, 0, d.Task(t, id, project, "w")),
+		}})
+	}
+}
+
 // The gateway enforces the platform's limits before any function runs:
 // an event over Lambda's 6 MB invoke payload (a 4.7 MB binary body is
 // over 6 MB as base64) and a body over API Gateway's 10 MB answer 413
@@ -240,13 +253,7 @@ func TestRealtimeInstanceKilledMidRound(t *testing.T) {
 	c := newSockClient(t, s, wire.Version3, "carol", "kill-c", "kill")
 	c.connect(victim)
 	c.sync()
-	tok := d.Token(t, "writer", map[string][]string{"project_id": {"kill"}})
-	epoch := d.Epoch(t, "push", "/sync", tok, "kill-w")
-	write := func(id string) {
-		d.Push(t, tok, "kill-w", epoch, wire.PushCommit{ClientCommitID: id, Operations: []wire.Operation{
-			apptest.Upsert("tasks", id, 0, d.Task(t, id, "kill", "w")),
-		}})
-	}
+	write := httpWriter(t, d, "kill")
 	write("kill-k1")
 	got := c.delta()
 
@@ -329,13 +336,7 @@ func TestRealtimeDroppedStreamBatch(t *testing.T) {
 	c := newSockClient(t, s, wire.Version2, "dora", "drop-c", "drop")
 	c.connect(s.Instances()[1])
 	c.sync()
-	tok := d.Token(t, "writer", map[string][]string{"project_id": {"drop"}})
-	epoch := d.Epoch(t, "push", "/sync", tok, "drop-w")
-	write := func(id string) {
-		d.Push(t, tok, "drop-w", epoch, wire.PushCommit{ClientCommitID: id, Operations: []wire.Operation{
-			apptest.Upsert("tasks", id, 0, d.Task(t, id, "drop", "w")),
-		}})
-	}
+	write := httpWriter(t, d, "drop")
 	discarded := s.StreamStats().Discarded
 	s.consumer.failing.Store(true)
 	write("drop-x1")
