@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -45,12 +47,16 @@ type gateway struct {
 	fns      map[string]*function // by app.Function name
 	realtime http.Handler
 	counts   func() map[string]int64 // GET /_stack/invocations (every function's)
+	cors     *cors                   // the HTTP API's CorsConfiguration (nil: none)
 	timeout  time.Duration
 	log      *slog.Logger
 	reqSeq   atomic.Uint64
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.applyCORS(w, r) {
+		return
+	}
 	if r.URL.Path == "/realtime" {
 		if g.realtime == nil {
 			gatewayError(w, http.StatusNotFound, "Not Found")
@@ -117,6 +123,33 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = lambdahttp.WriteV2Response(w, &resp)
+}
+
+// applyCORS answers as API Gateway's CORS support does: an allowed
+// origin gets Access-Control-Allow-Origin (and the exposed headers) on
+// every answer, and a preflight (OPTIONS with Access-Control-Request-
+// Method) is answered 204 by the gateway itself, without an invocation.
+func (g *gateway) applyCORS(w http.ResponseWriter, r *http.Request) (answered bool) {
+	origin := r.Header.Get("Origin")
+	if g.cors == nil || origin == "" || !slices.ContainsFunc(g.cors.Origins, func(o string) bool { return o == "*" || strings.EqualFold(o, origin) }) {
+		return false
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	if len(g.cors.Expose) > 0 {
+		h.Set("Access-Control-Expose-Headers", strings.Join(g.cors.Expose, ","))
+	}
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return false
+	}
+	h.Set("Access-Control-Allow-Methods", strings.Join(g.cors.Methods, ","))
+	h.Set("Access-Control-Allow-Headers", strings.Join(g.cors.Headers, ","))
+	if g.cors.MaxAge != "" {
+		h.Set("Access-Control-Max-Age", g.cors.MaxAge)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return true
 }
 
 // routePath is the route key's path (the template's pattern).

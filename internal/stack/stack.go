@@ -250,7 +250,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); s.consumer.run(runCtx) }()
 
-	gw := &gateway{fns: s.fns, counts: s.Invocations, timeout: IntegrationTimeout, log: s.log.With("component", "gateway")}
+	gw := &gateway{fns: s.fns, counts: s.Invocations, cors: tpl.HTTPAPICors(), timeout: IntegrationTimeout, log: s.log.With("component", "gateway")}
 	if s.proxy != nil {
 		gw.realtime = s.proxy
 	}

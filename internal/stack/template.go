@@ -124,6 +124,48 @@ func (t *template) TaskEnv() map[string]string {
 	return nil
 }
 
+// cors is an HTTP API's CorsConfiguration.
+type cors struct {
+	Origins, Methods, Headers, Expose []string
+	MaxAge                            string
+}
+
+// HTTPAPICors reads the first AWS::Serverless::HttpApi's CorsConfiguration
+// (a CommaDelimitedList parameter resolved to its default); nil when none.
+func (t *template) HTTPAPICors() *cors {
+	res := node(t.root, "Resources")
+	if res == nil {
+		return nil
+	}
+	for i := 0; i+1 < len(res.Content); i += 2 {
+		r := res.Content[i+1]
+		if v, _ := literal(node(r, "Type")); v != "AWS::Serverless::HttpApi" {
+			continue
+		}
+		c := node(r, "Properties", "CorsConfiguration")
+		if c == nil {
+			return nil
+		}
+		list := func(key string) []string {
+			n := node(c, key)
+			if n == nil {
+				return nil
+			}
+			if n.Kind == yaml.SequenceNode {
+				var out []string
+				for _, e := range n.Content {
+					out = append(out, t.value(e))
+				}
+				return out
+			}
+			return strings.Split(t.value(n), ",")
+		}
+		maxAge, _ := literal(node(c, "MaxAge"))
+		return &cors{Origins: list("AllowOrigins"), Methods: list("AllowMethods"), Headers: list("AllowHeaders"), Expose: list("ExposeHeaders"), MaxAge: maxAge}
+	}
+	return nil
+}
+
 // FunctionTimeout is the function's Timeout in seconds (its own, else
 // Globals'), 3 when neither sets one (Lambda's default).
 func (t *template) FunctionTimeout(logicalID string) int {

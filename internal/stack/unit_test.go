@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,6 +215,9 @@ func TestTemplateMapping(t *testing.T) {
 	if tier := tpl.TaskEnv(); tier != nil && tier["SYNC_SCOPES_CLAIM"] != "syncular_scopes" {
 		t.Fatalf("tier env: %v", tier)
 	}
+	if c := tpl.HTTPAPICors(); c == nil || len(c.Origins) == 0 || !slices.Contains(c.Methods, "POST") || !slices.Contains(c.Headers, "authorization") {
+		t.Fatalf("the HTTP API's CORS: %+v", c)
+	}
 	if tpl.StreamViewType() == "" {
 		t.Fatal("no stream view type")
 	}
@@ -249,8 +253,25 @@ func TestGatewayFunctionFailures(t *testing.T) {
 			_, _ = w.Write([]byte(`{"statusCode":201,"headers":{"X-Fn":"yes"},"body":"made"}`))
 		}),
 	}}
+	g.cors = &cors{Origins: []string{"https://app.example"}, Methods: []string{"GET", "POST"}, Headers: []string{"authorization"}, MaxAge: "600"}
 	srv := httptest.NewServer(g)
 	defer srv.Close()
+	// A preflight from an allowed origin is the gateway's own 204; one
+	// from another origin goes on to routing (no OPTIONS route: 404).
+	for origin, want := range map[string]int{"https://app.example": 204, "https://other.example": 404} {
+		req, _ := http.NewRequest(http.MethodOptions, srv.URL+"/sync", nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		allow := resp.Header.Get("Access-Control-Allow-Origin")
+		if resp.StatusCode != want || (want == 204) != (allow == origin) {
+			t.Errorf("preflight from %s: HTTP %d, allow-origin %q", origin, resp.StatusCode, allow)
+		}
+	}
 	cases := []struct {
 		method, path string
 		status       int
