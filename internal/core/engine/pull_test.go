@@ -320,18 +320,19 @@ func TestPullBootstrapTriggers(t *testing.T) {
 		"future pin":    `{"asOfCommitSeq":99,"tables":["tasks"],"tableIndex":0,"rowCursor":"t1"}`,
 		"negative pin":  `{"asOfCommitSeq":-3,"tables":["tasks"],"tableIndex":0,"rowCursor":"t1"}`,
 	}
-	// A fresh start reuses the live first page pinned at 6 (issue 11 item
-	// 5): 6 is above the horizon, so the pull after it replays commit 7.
+	// A fresh start pins at the head, 7: commit 7 changed the scope after
+	// the live first page pinned at 6, which is no longer reused (§4.7,
+	// issue 24).
 	for name, state := range restarts {
 		sec := resumed(6, state)
 		if !sec.Start.Bootstrap || sec.Start.Status != wire.SubActive || len(sec.Refs) != 1 || sec.Refs[0].RowCursor.Present ||
-			sec.Refs[0].AsOfCommitSeq != 6 || sec.End.NextCursor != 6 {
-			t.Fatalf("%s: want a silent restart at the reused pin 6, got start %+v refs %+v end %+v", name, sec.Start, sec.Refs, sec.End)
+			sec.Refs[0].AsOfCommitSeq != 7 || sec.End.NextCursor != 7 {
+			t.Fatalf("%s: want a silent restart pinned at the head 7, got start %+v refs %+v end %+v", name, sec.Start, sec.Refs, sec.End)
 		}
 	}
 	// cursor > maxCommitSeq: a client from the future bootstraps.
 	sec = mustPull(t, b, hdr, sub("s", "tasks", "p1", 500))[0]
-	if !sec.Start.Bootstrap || sec.End.NextCursor != 6 {
+	if !sec.Start.Bootstrap || sec.End.NextCursor != 7 {
 		t.Fatalf("future cursor: %+v %+v", sec.Start, sec.End)
 	}
 	// Pin below the horizon: restart; a garbage token with a cursor below
