@@ -146,7 +146,7 @@ Ctrl-C stops.
 	srv := &http.Server{Handler: rn, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	go rn.hub.RunHeartbeats(ctx, 30*time.Second) // §8.5
+	go rn.hub.Run(ctx) // hints, reconciliation, grant re-checks, §8.5 heartbeats
 	go rn.runFanout(ctx)
 	select {
 	case err := <-errc:
@@ -154,6 +154,9 @@ Ctrl-C stops.
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down")
+	// Hijacked sockets outlive srv.Shutdown: close them going-away (1001)
+	// so clients reconnect at once.
+	rn.hub.Drain("server shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

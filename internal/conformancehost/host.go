@@ -128,6 +128,10 @@ func (h *Host) lookup(id string) *instance {
 func (h *Host) drop(id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if in := h.instances[id]; in != nil {
+		in.stop()
+		in.hub.Drain("instance closed")
+	}
 	delete(h.instances, id)
 }
 

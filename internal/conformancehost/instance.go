@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
@@ -70,6 +72,8 @@ type instance struct {
 	eng     *engine.Engine
 	api     *httpapi.Handler
 	hub     *realtime.Hub
+	rt      *wsrealtime.Handler
+	stop    context.CancelFunc // ends the hub's Run
 	signed  bool
 	blobs   *memblobs.Store
 	backup  int // journal position of the captured backup; -1 none
@@ -169,8 +173,9 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 	cfg := engine.Config{
 		Schema: sc, Store: inst.store, Segments: inst.segs, Resolver: inst.grants,
 		Limits: lim, Clock: inst.clock.Load, Blobs: inst.blobs,
-		// §8.2: commits reach the realtime hub in-process.
-		OnCommit: func(p string, c *store.Commit) { inst.hub.Notify(p, c) },
+		// §8.2: commits are hinted to the realtime hub in-process; it
+		// reads them from the log.
+		OnCommit: func(p string, c *store.Commit) { inst.hub.Hint(p, c.Seq) },
 	}
 	if o.SignedURLs != nil {
 		inst.signed = true
@@ -194,36 +199,38 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 		inst.eng.SetSignedURLTTL(time.Duration(inst.ttlSecs) * time.Second)
 	}
 	inst.hub = realtime.NewHub(inst.eng, realtime.Options{Limits: rlim, Logger: log})
+	// The catalog's driver has no credentials: the actor travels in the
+	// query (or X-Actor) exactly as it does for /sync.
+	inst.rt = &wsrealtime.Handler{Hub: inst.hub, Options: wsrealtime.Options{InsecureSkipVerify: true}, Logger: log,
+		Identify: func(r *http.Request) (engine.Auth, auth.Claims, error) {
+			actor := r.URL.Query().Get("actor")
+			if actor == "" {
+				actor = r.Header.Get("X-Actor")
+			}
+			if actor == "" {
+				return engine.Auth{}, nil, errors.New("realtime needs an actor (query actor or X-Actor)")
+			}
+			return engine.Auth{Partition: inst.partition, ActorID: actor}, nil, nil
+		},
+		WriteError: func(w http.ResponseWriter, err error) {
+			se := syncerr.As(err)
+			if se == nil {
+				se = syncerr.Internal(err)
+			}
+			writeError(w, se.HTTPStatus(), string(se.Code), se.Message)
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	inst.stop = cancel
+	go inst.hub.Run(ctx)
 	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments | httpapi.RouteBlobs, Logger: log}
 	return inst, nil
-}
-
-// serveRealtime serves /i/{id}/realtime?clientId=…&actor=… (§8.1) over a
-// WebSocket: the catalog's driver has no credentials, so the actor
-// travels in the query (or X-Actor) exactly as it does for /sync.
-func (in *instance) serveRealtime(w http.ResponseWriter, r *http.Request) {
-	actor := r.URL.Query().Get("actor")
-	if actor == "" {
-		actor = r.Header.Get("X-Actor")
-	}
-	clientID, err := wsrealtime.ClientID(r)
-	if err != nil || actor == "" {
-		writeError(w, http.StatusBadRequest, string(syncerr.InvalidRequest), "realtime needs clientId and actor")
-		return
-	}
-	wsrealtime.Serve(w, r, in.hub, engine.Auth{Partition: in.partition, ActorID: actor}, clientID, wsrealtime.Options{InsecureSkipVerify: true}, func(w http.ResponseWriter, err error) {
-		se := syncerr.As(err)
-		if se == nil {
-			se = syncerr.Internal(err)
-		}
-		writeError(w, se.HTTPStatus(), string(se.Code), se.Message)
-	})
 }
 
 // serveHTTP serves /i/{id}/sync and /i/{id}/segments/... through httpapi.
 func (in *instance) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasSuffix(r.URL.Path, "/realtime") {
-		in.serveRealtime(w, r)
+		in.rt.ServeHTTP(w, r) // /i/{id}/realtime?clientId=…&actor=… (§8.1)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, httpapi.DefaultMaxBodyBytes+1))

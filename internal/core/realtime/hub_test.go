@@ -24,6 +24,7 @@ type conn struct {
 	text    [][]byte
 	binary  [][]byte
 	closed  string
+	code    int
 	refuse  bool
 	changed chan struct{}
 }
@@ -49,11 +50,26 @@ func (c *conn) SendBinary(m []byte) bool {
 	return true
 }
 
-func (c *conn) Close(reason string) {
+func (c *conn) Close(reason string) { c.CloseCode(0, reason) }
+
+func (c *conn) CloseCode(code int, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.closed = reason
+	if c.code != 0 || c.closed != "" {
+		return // a connection closes once
+	}
+	c.closed, c.code = reason, code
+	if reason == "" {
+		c.closed = "closed"
+	}
 	c.changed <- struct{}{}
+}
+
+// closedWith reports the close code and reason (0, "" while open).
+func (c *conn) closedWith() (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.code, c.closed
 }
 
 // events returns the parsed text messages of one event name.
@@ -153,11 +169,21 @@ type env struct {
 }
 
 func newEnv(t *testing.T, lim realtime.Limits) *env {
+	return newEnvWith(t, realtime.Options{Limits: lim}, func(hub *realtime.Hub, p string, c *store.Commit) { hub.Notify(p, c) })
+}
+
+// newEnvWith builds a hub with o whose engine hands each commit to
+// onCommit (nil: the hub hears of no commit).
+func newEnvWith(t *testing.T, o realtime.Options, onCommit func(hub *realtime.Hub, p string, c *store.Commit)) *env {
 	var hub *realtime.Hub
 	h := enginetest.New(t, memstore.New(), memstore.NewSegments(), enginetest.Options{
-		OnCommit: func(p string, c *store.Commit) { hub.Notify(p, c) },
+		OnCommit: func(p string, c *store.Commit) {
+			if onCommit != nil {
+				onCommit(hub, p, c)
+			}
+		},
 	})
-	hub = realtime.NewHub(h.Engine, realtime.Options{Limits: lim})
+	hub = realtime.NewHub(h.Engine, o)
 	h.Grants.Set("actor-a", engine.ScopeMap{"project_id": {"p1", "p2"}})
 	h.Grants.Set("actor-b", engine.ScopeMap{"project_id": {"p1"}})
 	h.Grants.Set("actor-d", engine.ScopeMap{"project_id": {"p2"}})
@@ -182,7 +208,7 @@ func (e *env) synced(t *testing.T, v uint16, actor, id, project string) *enginet
 func (e *env) connect(t *testing.T, actor, id string) (*realtime.Session, *conn) {
 	t.Helper()
 	c := newConn()
-	s, err := e.hub.Connect(context.Background(), engine.Auth{Partition: "part", ActorID: actor}, id, c)
+	s, err := e.hub.Connect(context.Background(), engine.Auth{Partition: "part", ActorID: actor}, id, c, realtime.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,10 +333,12 @@ func TestOversizeAndDrop(t *testing.T) {
 	}
 }
 
-// Newer §8.2 gap rule: a notification that is not adjacent to the
-// highest one observed (a gap or a reordering) forces catchup-required,
-// and notifications outside the registered scopes still advance the
-// sequence (an unrelated commit is not a gap).
+// §8.2 with the log as the truth: notifications outside the registered
+// scopes still advance the feed (an unrelated commit is not a gap); a
+// notification the hub already fed (a duplicate, or one reordered behind
+// a later one) is ignored, never a second delta or a wake-up; a commit
+// whose predecessors are missing from the log (a hole) is a gap and
+// forces catchup-required.
 func TestNotificationGap(t *testing.T) {
 	e := newEnv(t, realtime.Limits{})
 	writer := e.synced(t, wire.Version3, "actor-a", "writer", "p1")
@@ -321,7 +349,7 @@ func TestNotificationGap(t *testing.T) {
 	if len(c.deltas(t)) != 1 || len(c.wakes(t)) != 0 {
 		t.Fatal("an out-of-scope notification broke contiguity")
 	}
-	// Replay commit 3 from the log out of order: a reordering.
+	// Replay commit t1 from the log: a duplicate.
 	var old *store.Commit
 	_ = e.h.Store.ReadLog(context.Background(), "part", 0, 100, func(c *store.Commit) bool {
 		if c.ClientCommitID == "t1" {
@@ -330,15 +358,15 @@ func TestNotificationGap(t *testing.T) {
 		return true
 	})
 	e.hub.Notify("part", old)
-	if w := c.wakes(t); len(w) != 1 || w[0] != realtime.ReasonCatchupRequired || len(c.deltas(t)) != 1 {
-		t.Fatalf("reordered notification: wakes %v deltas %d", w, len(c.deltas(t)))
+	if w := c.wakes(t); len(w) != 0 || len(c.deltas(t)) != 1 {
+		t.Fatalf("duplicate notification: wakes %v deltas %d", w, len(c.deltas(t)))
 	}
-	// A gap: seq jumps by two.
+	// A hole: seq jumps past commits the log does not hold.
 	skip := *old
 	skip.Seq = old.Seq + 5
 	e.hub.Notify("part", &skip)
-	if w := c.wakes(t); len(w) != 2 {
-		t.Fatalf("gap: wakes %v", w)
+	if w := c.wakes(t); len(w) != 1 || w[0] != realtime.ReasonCatchupRequired || len(c.deltas(t)) != 1 {
+		t.Fatalf("gap: wakes %v deltas %d", w, len(c.deltas(t)))
 	}
 }
 
@@ -367,7 +395,7 @@ func TestRevocationStopsDeltas(t *testing.T) {
 
 // §8.6: lifecycle, snapshot, privacy floor, forbidden and too-large.
 func TestPresence(t *testing.T) {
-	e := newEnv(t, realtime.Limits{MaxPresenceBytes: 64})
+	e := newEnv(t, realtime.Limits{MaxPresenceBytes: 64, PresencePerSecond: 1 << 30}) // no coalescing here
 	for _, id := range []string{"a", "b", "d"} {
 		actor := map[string]string{"a": "actor-a", "b": "actor-b", "d": "actor-d"}[id]
 		project := map[string]string{"a": "p1", "b": "p1", "d": "p2"}[id]
@@ -424,7 +452,7 @@ func TestPresence(t *testing.T) {
 	}
 	// A malformed known event closes the connection; unknown JSON does not.
 	_, cx := e.connect(t, "actor-b", "b")
-	sx, _ := e.hub.Connect(ctx, engine.Auth{Partition: "part", ActorID: "actor-b"}, "b", cx)
+	sx, _ := e.hub.Connect(ctx, engine.Auth{Partition: "part", ActorID: "actor-b"}, "b", cx, realtime.ConnectOptions{})
 	sx.HandleText(ctx, []byte(`{"event":"future","data":1}`))
 	sx.HandleText(ctx, []byte(`not json`))
 	if cx.closed != "" {
