@@ -25,9 +25,9 @@ export PATH := $(TOOLS_BIN):$(PATH)
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
-.PHONY: all test lint unit tools fuzz bench load load-dynamodb lambda-timing lambda-timing-compare run build clean \
+.PHONY: all test lint unit tools fuzz bench load load-dynamodb lambda-timing lambda-timing-compare run build clean realtime-image realtime-image-push \
 	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
-	build-MigrateHookFunction build-RealtimeFunction build-FanoutFunction
+	build-MigrateHookFunction build-FanoutFunction
 
 all: build
 
@@ -118,10 +118,26 @@ build-BlobFunction:
 	$(call lambda_build,blob)
 build-MigrateHookFunction:
 	$(call lambda_build,migratehook)
-build-RealtimeFunction:
-	$(call lambda_build,realtime)
 build-FanoutFunction:
 	$(call lambda_build,fanout)
+
+## realtime-image: the realtime tier's image without Docker: a static
+## linux/$(REALTIME_ARCH) binary (arm64 for Fargate ARM64) and SCHEMA in
+## an image tarball, bin/syncular-realtime.tar (docs/REALTIME.md)
+REALTIME_ARCH ?= arm64
+REALTIME_IMAGE_TAR ?= bin/syncular-realtime.tar
+realtime-image:
+	mkdir -p bin
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(REALTIME_ARCH) $(GO) build -trimpath -ldflags "-s -w" -o bin/linux-$(REALTIME_ARCH)/syncular-realtime ./cmd/syncular-realtime
+	$(GO) run ./cmd/syncular-realtime/imagetool -binary bin/linux-$(REALTIME_ARCH)/syncular-realtime -schema $(SCHEMA) \
+		-arch $(REALTIME_ARCH) -out $(REALTIME_IMAGE_TAR)
+
+## realtime-image-push: push the tarball to IMAGE (an ECR URI with a tag);
+## credentials from REGISTRY_USERNAME/REGISTRY_PASSWORD, e.g.
+##   REGISTRY_USERNAME=AWS REGISTRY_PASSWORD=$$(aws ecr get-login-password) make realtime-image-push IMAGE=...
+realtime-image-push: realtime-image
+	@test -n "$(IMAGE)" || { echo "IMAGE=<registry>/<repository>:<tag> is required"; exit 1; }
+	$(GO) run ./cmd/syncular-realtime/imagetool -push $(IMAGE) -out $(REALTIME_IMAGE_TAR)
 
 clean:
 	rm -rf bin .aws-sam

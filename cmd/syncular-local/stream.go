@@ -4,8 +4,7 @@ import (
 	"context"
 	"time"
 
-	ds "github.com/skyfold/syncular-lambda/internal/dynamostore"
-	"github.com/skyfold/syncular-lambda/internal/rtaws"
+	"github.com/skyfold/syncular-lambda/internal/rtfanout"
 )
 
 // streamPollInterval is how often the runner reads the table stream
@@ -21,13 +20,17 @@ const streamPollInterval = 100 * time.Millisecond
 // connection.
 func (rn *runner) followStream(ctx context.Context, s *tableStream) error {
 	skip := true
-	rn.poller = &rtaws.Poller{Streams: s.client, StreamARN: s.arn, Handle: func(ctx context.Context, recs []rtaws.Record) error {
-		for _, r := range recs {
-			if !r.Insert || skip {
-				continue
+	rn.poller = &rtfanout.Poller{Streams: s.client, StreamARN: s.arn, Handle: func(ctx context.Context, recs []rtfanout.Record) error {
+		if skip {
+			return nil
+		}
+		// Duplicates and reordering are harmless: the hub reads the log.
+		for _, h := range rtfanout.HintsOf(recs) {
+			if h.Head {
+				rn.hub.HintHead(h.Partition) // an epoch event (RotateEpoch)
 			}
-			if p, seq, ok := ds.ParseCommitKey(r.PK, r.SK); ok {
-				rn.hub.Hint(p, seq) // duplicates and reordering are harmless
+			if h.Seq > 0 {
+				rn.hub.Hint(h.Partition, h.Seq)
 			}
 		}
 		return nil

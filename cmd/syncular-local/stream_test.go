@@ -14,7 +14,7 @@ import (
 )
 
 // -dynamodb-endpoint -create: the runner enables the table's stream and
-// its realtime fanout reads it through rtaws.Poller, as the deployed
+// its realtime fanout reads it through rtfanout.Poller, as the deployed
 // fanout function does, instead of taking commits in-process. Two runners
 // on one table stand for two Lambda instances: a commit pushed through
 // one reaches a socket held by the other (§8.2), and a commit pushed

@@ -102,6 +102,17 @@ type Config struct {
 	DynamoDBEndpoint string
 	S3Endpoint       string
 	S3PathStyle      bool
+
+	// The realtime tier (cmd/syncular-realtime, docs/REALTIME.md).
+	RealtimeAddr string // <mount>/realtime and /healthz
+	HintAddr     string // /internal/hints and /internal/presence
+	// HintAdvertise is the base URL peers and the fanout function post
+	// hints to; empty derives it from the ECS task metadata.
+	HintAdvertise string
+	// InstanceID names this instance in the registry; empty is random.
+	InstanceID            string
+	RealtimeMaxRoundBytes int
+	RealtimeDrainDelay    time.Duration
 }
 
 // Var documents one environment variable.
@@ -126,8 +137,8 @@ var Vars = []Var{
 	{"SYNC_DEFAULT_PARTITION", "`default`", "Partition of every request when SYNC_PARTITION_CLAIM is empty."},
 	{"SYNC_HS256_SECRET", "empty", "hs256 mode: the verification key itself (local runs and tests only; at least 32 bytes)."},
 	{"SYNC_HS256_SECRET_REF", "empty", "hs256 mode: SSM SecureString name/ARN or Secrets Manager ARN holding the key, read once at init."},
-	{"SYNC_JWT_ISSUER", "empty", "hs256 mode: required `iss` when set. jwt-authorizer mode: the realtime function verifies `$connect` tokens against this issuer (OIDC discovery keys); the stack sets it from `JwtIssuer`."},
-	{"SYNC_JWT_AUDIENCE", "empty", "hs256 mode: required `aud` when set. jwt-authorizer mode: accepted audiences (comma list) of realtime `$connect` tokens."},
+	{"SYNC_JWT_ISSUER", "empty", "hs256 mode: required `iss` when set. jwt-authorizer mode: the realtime tier verifies socket tokens against this issuer (OIDC discovery keys); the stack sets it from `JwtIssuer`."},
+	{"SYNC_JWT_AUDIENCE", "empty", "hs256 mode: required `aud` when set. jwt-authorizer mode: accepted audiences (comma list) of the realtime tier's socket tokens."},
 	{"SYNC_SCOPES_MODE", "`claim`", "`claim`: allowed scopes come from SYNC_SCOPES_CLAIM. `table`: from grant items in the table (pk `GRANT#<partition>`, sk `<actorId>`, attribute `scopes`). Both fail closed."},
 	{"SYNC_SCOPES_CLAIM", "`syncular_scopes`", "Claim holding the allowed scope map as a JSON object or a JSON string, e.g. `{\"project_id\":[\"p1\",\"p2\"]}`; `\"*\"` allows every value."},
 	{"SYNC_SIGNED_URLS", "`presign`", "How SEGMENT_REF urls are minted for clients that accept them: `presign` (S3 presigned GET), `native` (HMAC `st` token served by the segment function) or `off` (clients use the authenticated segment route)."},
@@ -147,6 +158,12 @@ var Vars = []Var{
 	{"SYNC_DYNAMODB_ENDPOINT", "empty", "DynamoDB endpoint override (DynamoDB Local for `sam local`)."},
 	{"SYNC_S3_ENDPOINT", "empty", "S3 endpoint override (a local S3 API server)."},
 	{"SYNC_S3_PATH_STYLE", "`false`", "Path-style S3 addressing (needed by most local S3 servers)."},
+	{"SYNC_REALTIME_ADDR", "`:8080`", "Realtime tier (`cmd/syncular-realtime`): listen address of `<mount>/realtime` (the §8 WebSocket) and `GET /healthz` (the load balancer's health check)."},
+	{"SYNC_HINT_ADDR", "`:8081`", "Realtime tier: listen address of `POST /internal/hints` and `POST /internal/presence` (reachable only from the fanout function and the other tier tasks)."},
+	{"SYNC_HINT_ADVERTISE", "the task's private IP from the ECS task metadata endpoint v4 and the port of SYNC_HINT_ADDR", "Realtime tier: base URL (`http://host:port`) the instance registers for the fanout function and its peers."},
+	{"SYNC_INSTANCE_ID", "random", "Realtime tier: this instance's id in the instance registry (pk `RTI`) and the origin of its presence events."},
+	{"SYNC_REALTIME_MAX_ROUND_BYTES", "`33554432`", "Realtime tier: cap of one socket round's request stream (§8.7); above Lambda's 6 MB event, so a large offline queue is never wedged."},
+	{"SYNC_REALTIME_DRAIN_DELAY", "`5s`", "Realtime tier: on SIGTERM, time between leaving the registry (and failing `/healthz`) and closing every socket with going-away (1001)."},
 }
 
 // Limits of the protocol and the platform that configuration may not pass.
@@ -207,6 +224,13 @@ func Load(getenv func(string) string) (*Config, error) {
 		DynamoDBEndpoint: l.endpoint("SYNC_DYNAMODB_ENDPOINT"),
 		S3Endpoint:       l.endpoint("SYNC_S3_ENDPOINT"),
 		S3PathStyle:      l.boolean("SYNC_S3_PATH_STYLE"),
+
+		RealtimeAddr:          l.str("SYNC_REALTIME_ADDR", ":8080"),
+		HintAddr:              l.str("SYNC_HINT_ADDR", ":8081"),
+		HintAdvertise:         l.endpoint("SYNC_HINT_ADVERTISE"),
+		InstanceID:            l.str("SYNC_INSTANCE_ID", ""),
+		RealtimeMaxRoundBytes: l.integer("SYNC_REALTIME_MAX_ROUND_BYTES", 32<<20, 64<<10, 1<<30),
+		RealtimeDrainDelay:    l.duration("SYNC_REALTIME_DRAIN_DELAY", 5*time.Second, 0, 10*time.Minute),
 	}
 	c.validate(l)
 	if len(l.problems) > 0 {

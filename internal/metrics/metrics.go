@@ -95,6 +95,10 @@ var (
 	PruneIncomplete  = Metric{"pruneIncomplete", Count, byFunction, "1 when a prune run stopped at its deadline with partitions left (the next run resumes)."}
 	BlobsSwept       = Metric{"blobsSwept", Count, byFunction, "Orphaned blob objects a prune run deleted after finishing a pass (§5.9.2 sweep)."}
 	RequestsOverCap  = Metric{"requestsOverCap", Count, byFunction, "Requests refused with 413 because the body exceeds a request cap (as sent, or SYNC_MAX_BODY_BYTES decoded); with function=gateway, every 413 in the HTTP API's access log."}
+	// Connections is the realtime tier's autoscaling metric: every task
+	// writes its open sockets once a minute (function=realtime), so the
+	// Average over a minute is the count per task.
+	Connections = Metric{"connections", Count, byFunction, "Open realtime sockets of one tier task (a line a minute per task)."}
 )
 
 // FunctionGateway is the function dimension of the metrics the template
@@ -110,6 +114,7 @@ var Catalogue = []Metric{
 	SegmentsBuilt, SegmentsReused, ResponseBytes, DDBRoundTrips, ReadUnits, WriteUnits,
 	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete, BlobsSwept,
 	RequestsOverCap,
+	Connections,
 }
 
 // Lookup returns the catalogue entry named name.

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
+)
+
+// connInfo collects what one socket's close line reports.
+type connInfo struct {
+	start             time.Time
+	partition, actor  string
+	upgraded          bool
+	bytesIn, bytesOut atomic.Int64
+}
+
+type connInfoKey struct{}
+
+func connInfoOf(ctx context.Context) *connInfo {
+	ci, _ := ctx.Value(connInfoKey{}).(*connInfo)
+	return ci
+}
+
+// identify authenticates an upgrade as /sync does (§8.1): Authorization:
+// Bearer, or the token / access_token query parameter browsers must use.
+func identify(r *http.Request, a auth.Authenticator) (engine.Auth, auth.Claims, error) {
+	authz := r.Header.Get("Authorization")
+	if authz == "" {
+		q := r.URL.Query()
+		tok := q.Get("token")
+		if tok == "" {
+			tok = q.Get("access_token")
+		}
+		if tok != "" {
+			authz = "Bearer " + tok
+		}
+	}
+	return a.Authenticate(r.Context(), auth.Credentials{Authorization: authz})
+}
+
+// serveRealtime is <mount>/realtime: the shared handler, wrapped so that
+// every socket ends with one log line (partition, actor, client,
+// duration, bytes each way; never a token or payload).
+func (t *Tier) serveRealtime(w http.ResponseWriter, r *http.Request) {
+	if t.draining.Load() {
+		// The load balancer still routes here until it sees /healthz fail.
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "draining", http.StatusServiceUnavailable)
+		return
+	}
+	ci := &connInfo{start: time.Now()}
+	r = r.WithContext(context.WithValue(r.Context(), connInfoKey{}, ci))
+	t.ws.ServeHTTP(&countingWriter{ResponseWriter: w, ci: ci}, r)
+	if !ci.upgraded {
+		return
+	}
+	t.log.LogAttrs(r.Context(), slog.LevelInfo, "realtime close",
+		slog.String("partition", ci.partition), slog.String("actor", ci.actor),
+		slog.String("client", r.URL.Query().Get("clientId")),
+		slog.Float64("durationMs", float64(time.Since(ci.start).Microseconds())/1000),
+		slog.Int64("bytesIn", ci.bytesIn.Load()), slog.Int64("bytesOut", ci.bytesOut.Load()))
+}
+
+// countingWriter lends the upgrade a connection that counts its bytes.
+type countingWriter struct {
+	http.ResponseWriter
+	ci *connInfo
+}
+
+func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := c.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("realtime: the connection cannot be taken over")
+	}
+	nc, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	c.ci.upgraded = true
+	cc := &countingConn{Conn: nc, ci: c.ci}
+	// Bytes the server already buffered are part of the stream.
+	var r io.Reader = cc
+	if n := brw.Reader.Buffered(); n > 0 {
+		pre, _ := brw.Reader.Peek(n)
+		r = io.MultiReader(bytesReader(pre), cc)
+	}
+	return cc, bufio.NewReadWriter(bufio.NewReader(r), bufio.NewWriter(cc)), nil
+}
+
+func bytesReader(b []byte) io.Reader {
+	cp := append([]byte(nil), b...)
+	return &sliceReader{b: cp}
+}
+
+type sliceReader struct{ b []byte }
+
+func (s *sliceReader) Read(p []byte) (int, error) {
+	if len(s.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.b)
+	s.b = s.b[n:]
+	return n, nil
+}
+
+type countingConn struct {
+	net.Conn
+	ci *connInfo
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.ci.bytesIn.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.ci.bytesOut.Add(int64(n))
+	return n, err
+}
