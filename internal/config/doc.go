@@ -33,7 +33,6 @@ func Markdown() string {
 // RealtimeVars are the variables the realtime and fanout functions read
 // outside Load (internal/app/realtime.go), documented beside Vars.
 var RealtimeVars = []Var{
-	{"SYNC_REALTIME_ENDPOINT", "(set by the template)", "API Gateway management endpoint of the WebSocket API (`https://{api}.execute-api.{region}.amazonaws.com/realtime`), through which the realtime and fanout functions post deltas, wake-ups, heartbeats and presence to connections (§8)."},
 }
 
 // limitsMarkdown renders the fixed size limits of internal/core/limits,
