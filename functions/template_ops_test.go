@@ -296,19 +296,6 @@ func TestTemplateOperations(t *testing.T) {
 	if scalar(get(ev, "Type")) != "ScheduleV2" || !refTo(get(ev, "Properties", "ScheduleExpression"), "PruneSchedule") {
 		t.Error("PruneFunction: a ScheduleV2 event with ScheduleExpression: !Ref PruneSchedule")
 	}
-	// §8.5 on AWS: the fanout function's heartbeat schedule, its rate a
-	// parameter under API Gateway's 10-minute idle timeout by default.
-	hb := get(root, "Resources", app.FanoutJob.LogicalID, "Properties", "Events", "Heartbeat")
-	if scalar(get(hb, "Type")) != "ScheduleV2" || !refTo(get(hb, "Properties", "ScheduleExpression"), "HeartbeatSchedule") {
-		t.Error("FanoutFunction: a ScheduleV2 event Heartbeat with ScheduleExpression: !Ref HeartbeatSchedule")
-	}
-	var in app.HeartbeatEvent
-	if err := json.Unmarshal([]byte(scalar(get(hb, "Properties", "Input"))), &in); err != nil || !in.Heartbeat {
-		t.Errorf("FanoutFunction heartbeat Input %q: want {\"heartbeat\": true} (%v)", scalar(get(hb, "Properties", "Input")), err)
-	}
-	if d := scalar(get(root, "Parameters", "HeartbeatSchedule", "Default")); d != "rate(1 minute)" {
-		t.Errorf("HeartbeatSchedule default %q, want rate(1 minute)", d)
-	}
 	// The table, plus the blob sweep that follows a finished pass: S3
 	// access confined to the bucket's blobs/ prefix, nothing else.
 	if pol := get(pr, "Policies"); pol == nil || len(pol.Content) != 2 || !tableItemStatement(pol.Content[0]) {

@@ -124,7 +124,7 @@ func TestLambdaTiming(t *testing.T) {
 	if b, err := exec.Command("git", "-C", src, "rev-parse", "--short", "HEAD").Output(); err == nil {
 		run.Commit = strings.TrimSpace(string(b))
 	}
-	fns := []string{"push", "pull", "segment", "blob", "prune", "migratehook", "realtime", "fanout"}
+	fns := []string{"push", "pull", "segment", "blob", "prune", "migratehook", "fanout"}
 	bins := map[string]string{}
 	binDir := t.TempDir()
 	schemaJSON, err := os.ReadFile(filepath.Join(src, "examples/todo/schema.json"))
@@ -140,7 +140,6 @@ func TestLambdaTiming(t *testing.T) {
 
 	// One table and bucket for the run, seeded through this tree's push.
 	env := storageEnv(t)
-	env["SYNC_REALTIME_ENDPOINT"] = "http://127.0.0.1:1/realtime" // never reached by the quick runs
 	env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = "60"
 
 	tok := devToken(t, env["SYNC_HS256_SECRET"])
@@ -354,10 +353,6 @@ func timingEntries(t *testing.T, bins map[string]string, env map[string]string, 
 			&wire.PushCommit{ClientCommitID: id, Operations: []wire.Operation{apptest.Upsert("tasks", id, 0, d.Task(t, id, "p2", "timed"))}})
 		return pullEvent(t, tok, body, "/push")
 	}
-	disconnect := apptest.MustJSON(t, events.APIGatewayWebsocketProxyRequest{RequestContext: events.APIGatewayWebsocketProxyRequestContext{
-		RouteKey: "$disconnect", EventType: "DISCONNECT", ConnectionID: "timing-unknown", RequestID: "timing", Stage: "realtime",
-		DomainName: "example.execute-api.us-east-1.amazonaws.com",
-	}})
 	// The reads come before the push entry, so the quiet pull stays quiet.
 	return []timingEntry{
 		{"pull-quiet", "pull", fixed(quietPull)},
@@ -367,7 +362,6 @@ func timingEntries(t *testing.T, bins map[string]string, env map[string]string, 
 		{"push", "push", push},
 		{"prune", "prune", fixed([]byte(`{}`))},
 		{"migratehook", "migratehook", fixed([]byte(`{}`))},
-		{"realtime", "realtime", fixed(disconnect)},
 		{"fanout", "fanout", fixed([]byte(`{"Records":[]}`))},
 	}
 }

@@ -32,7 +32,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/lambdahttp"
 	"github.com/skyfold/syncular-lambda/internal/memblobs"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
-	"github.com/skyfold/syncular-lambda/internal/rtaws"
+	"github.com/skyfold/syncular-lambda/internal/rtfanout"
 	"github.com/skyfold/syncular-lambda/internal/wsrealtime"
 )
 
@@ -87,7 +87,7 @@ type runner struct {
 	authn auth.Authenticator
 	// poller, with a DynamoDB table that has a stream, feeds the hub from
 	// the stream instead of in-process commits (see stream.go).
-	poller *rtaws.Poller
+	poller *rtfanout.Poller
 	// memBlobs is the in-memory blob store whose URLs point at the runner.
 	memBlobs *memblobs.Store
 	// jsonEvents sends every request through Invoke as the JSON document

@@ -6,7 +6,7 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	ds "github.com/skyfold/syncular-lambda/internal/dynamostore"
-	"github.com/skyfold/syncular-lambda/internal/rtaws"
+	"github.com/skyfold/syncular-lambda/internal/rtfanout"
 )
 
 // streamPollInterval is how often the runner reads the table stream
@@ -22,9 +22,9 @@ const streamPollInterval = 100 * time.Millisecond
 func (rn *runner) followStream(ctx context.Context, s *tableStream, st store.Store) error {
 	last := map[string]int64{} // partition → highest seq handed to the hub
 	skip := true
-	rn.poller = &rtaws.Poller{Streams: s.client, StreamARN: s.arn, Handle: func(ctx context.Context, recs []rtaws.Record) error {
+	rn.poller = &rtfanout.Poller{Streams: s.client, StreamARN: s.arn, Handle: func(ctx context.Context, recs []rtfanout.Record) error {
 		for _, r := range recs {
-			if !r.Insert {
+			if r.Event != rtfanout.Insert {
 				continue
 			}
 			p, seq, ok := ds.ParseCommitKey(r.PK, r.SK)

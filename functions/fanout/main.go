@@ -1,6 +1,6 @@
-// Command fanout reads the table's DynamoDB stream and posts realtime
-// hellos, deltas and wake-ups to WebSocket connections, and on a schedule
-// §8.5 heartbeats (app.FanoutJob, app.HandleFanout).
+// Command fanout reads the table's DynamoDB stream and hints every live
+// realtime tier instance of new commits and epoch rotations
+// (app.FanoutJob, internal/rtfanout).
 // Build with -tags lambda.norpc.
 package main
 

@@ -102,6 +102,17 @@ type Config struct {
 	DynamoDBEndpoint string
 	S3Endpoint       string
 	S3PathStyle      bool
+
+	// The realtime tier (cmd/syncular-realtime, docs/REALTIME.md).
+	RealtimeAddr string // <mount>/realtime and /healthz
+	HintAddr     string // /internal/hints and /internal/presence
+	// HintAdvertise is the base URL peers and the fanout function post
+	// hints to; empty derives it from the ECS task metadata.
+	HintAdvertise string
+	// InstanceID names this instance in the registry; empty is random.
+	InstanceID            string
+	RealtimeMaxRoundBytes int
+	RealtimeDrainDelay    time.Duration
 }
 
 // Var documents one environment variable.
@@ -147,6 +158,12 @@ var Vars = []Var{
 	{"SYNC_DYNAMODB_ENDPOINT", "empty", "DynamoDB endpoint override (DynamoDB Local for `sam local`)."},
 	{"SYNC_S3_ENDPOINT", "empty", "S3 endpoint override (a local S3 API server)."},
 	{"SYNC_S3_PATH_STYLE", "`false`", "Path-style S3 addressing (needed by most local S3 servers)."},
+	{"SYNC_REALTIME_ADDR", "`:8080`", "Realtime tier (`cmd/syncular-realtime`): listen address of `<mount>/realtime` (the §8 WebSocket) and `GET /healthz` (the load balancer's health check)."},
+	{"SYNC_HINT_ADDR", "`:8081`", "Realtime tier: listen address of `POST /internal/hints` and `POST /internal/presence` (reachable only from the fanout function and the other tier tasks)."},
+	{"SYNC_HINT_ADVERTISE", "the task's private IP from the ECS task metadata endpoint v4 and the port of SYNC_HINT_ADDR", "Realtime tier: base URL (`http://host:port`) the instance registers for the fanout function and its peers."},
+	{"SYNC_INSTANCE_ID", "random", "Realtime tier: this instance's id in the instance registry (pk `RTI`) and the origin of its presence events."},
+	{"SYNC_REALTIME_MAX_ROUND_BYTES", "`33554432`", "Realtime tier: cap of one socket round's request stream (§8.7); above Lambda's 6 MB event, so a large offline queue is never wedged."},
+	{"SYNC_REALTIME_DRAIN_DELAY", "`5s`", "Realtime tier: on SIGTERM, time between leaving the registry (and failing `/healthz`) and closing every socket with going-away (1001)."},
 }
 
 // Limits of the protocol and the platform that configuration may not pass.
@@ -207,6 +224,13 @@ func Load(getenv func(string) string) (*Config, error) {
 		DynamoDBEndpoint: l.endpoint("SYNC_DYNAMODB_ENDPOINT"),
 		S3Endpoint:       l.endpoint("SYNC_S3_ENDPOINT"),
 		S3PathStyle:      l.boolean("SYNC_S3_PATH_STYLE"),
+
+		RealtimeAddr:          l.str("SYNC_REALTIME_ADDR", ":8080"),
+		HintAddr:              l.str("SYNC_HINT_ADDR", ":8081"),
+		HintAdvertise:         l.endpoint("SYNC_HINT_ADVERTISE"),
+		InstanceID:            l.str("SYNC_INSTANCE_ID", ""),
+		RealtimeMaxRoundBytes: l.integer("SYNC_REALTIME_MAX_ROUND_BYTES", 32<<20, 64<<10, 1<<30),
+		RealtimeDrainDelay:    l.duration("SYNC_REALTIME_DRAIN_DELAY", 5*time.Second, 0, 10*time.Minute),
 	}
 	c.validate(l)
 	if len(l.problems) > 0 {

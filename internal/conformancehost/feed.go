@@ -2,64 +2,83 @@ package conformancehost
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
-	"github.com/skyfold/syncular-lambda/internal/dynamostore"
-	"github.com/skyfold/syncular-lambda/internal/rtaws"
+	"github.com/skyfold/syncular-lambda/internal/rtfanout"
 )
 
-// streamFeed feeds an instance's hub from its table's stream, the way the
-// deployed realtime tier is fed: a commit's first log item INSERT becomes
-// a hint for its partition, whichever engine wrote it (on this host every
-// /sync request is served by the "functions" engine, which has no path to
-// the hub but the stream).
+// streamFeed feeds an instance's hub the way the deployed realtime tier is
+// fed: the table's stream (read by rtfanout.Poller, as Lambda's event
+// source mapping reads it) → rtfanout.Forwarder (the fanout function's
+// work) → HTTP POST /internal/hints on the instance's own hint port →
+// rtfanout.Handler → the hub. On this host every /sync request is served
+// by the "functions" engine, which has no path to the hub but this one.
 type streamFeed struct {
-	poller *rtaws.Poller
-	hub    *realtime.Hub
-	st     store.Store
+	poller *rtfanout.Poller
+	fwd    *rtfanout.Forwarder
+	hints  *http.Server
 	every  time.Duration
 	log    *slog.Logger
 	stop   context.CancelFunc
 	done   chan struct{}
 }
 
-func startStreamFeed(ps *prodStorage, hub *realtime.Hub, log *slog.Logger) *streamFeed {
+// oneInstance is the registry of a one-instance tier: the instance's hint
+// port.
+type oneInstance rtfanout.Instance
+
+func (o oneInstance) Live(context.Context) ([]rtfanout.Instance, error) {
+	return []rtfanout.Instance{rtfanout.Instance(o)}, nil
+}
+
+func startStreamFeed(ps *prodStorage, hub *realtime.Hub, id string, log *slog.Logger) (*streamFeed, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("hint port: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &streamFeed{hub: hub, st: ps.store, every: ps.cfg.StreamPoll, log: log, stop: cancel, done: make(chan struct{})}
-	f.poller = &rtaws.Poller{Streams: ps.cfg.streams(), StreamARN: ps.stream, Handle: f.handle}
+	f := &streamFeed{every: ps.cfg.StreamPoll, log: log, stop: cancel, done: make(chan struct{})}
+	f.hints = &http.Server{
+		Handler:           &rtfanout.Handler{Hints: &logHints{hub: hub, st: ps.store}, Logger: log},
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	go func() { _ = f.hints.Serve(ln) }()
+	f.fwd = &rtfanout.Forwarder{
+		Registry: oneInstance{ID: id, Addr: "http://" + ln.Addr().String()},
+		Client:   ps.cfg.HTTPClient,
+		Logger:   log,
+	}
+	f.poller = &rtfanout.Poller{Streams: ps.cfg.streams(), StreamARN: ps.stream, Handle: func(ctx context.Context, recs []rtfanout.Record) error {
+		_, err := f.fwd.Forward(ctx, recs)
+		return err // only a registry failure; the batch is read again
+	}}
 	go f.run(ctx)
-	return f
+	return f, nil
 }
 
-// handle turns each commit INSERT of a batch into a hint.
-func (f *streamFeed) handle(ctx context.Context, recs []rtaws.Record) error {
-	for _, r := range recs {
-		if !r.Insert {
-			continue
-		}
-		if p, seq, ok := dynamostore.ParseCommitKey(r.PK, r.SK); ok {
-			if err := f.hint(ctx, p, seq); err != nil {
-				return err // the batch is read again on the next poll
-			}
-		}
-	}
-	return nil
+// logHints turns a hint into the commits it names, read from the log.
+type logHints struct {
+	hub *realtime.Hub
+	st  store.Store
 }
 
-// hint tells the hub that partition's log reached seq.
-func (f *streamFeed) hint(ctx context.Context, p string, seq int64) error {
+func (l *logHints) Hint(p string, seq int64) {
 	var c *store.Commit
-	if err := f.st.ReadLog(ctx, p, seq-1, seq, func(x *store.Commit) bool { c = x; return false }); err != nil {
-		return err
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.st.ReadLog(ctx, p, seq-1, seq, func(x *store.Commit) bool { c = x; return false }); err == nil && c != nil {
+		l.hub.Notify(p, c)
 	}
-	if c != nil { // nil: pruned before the stream caught up
-		f.hub.Notify(p, c)
-	}
-	return nil
 }
+
+func (l *logHints) HintHead(string) {}
 
 func (f *streamFeed) run(ctx context.Context) {
 	defer close(f.done)
@@ -77,8 +96,13 @@ func (f *streamFeed) run(ctx context.Context) {
 	}
 }
 
-// Close stops the feed and waits for its last poll.
+// Close stops the feed, waits for its last poll and closes the hint port.
 func (f *streamFeed) Close() {
 	f.stop()
 	<-f.done
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.hints.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) && f.log != nil {
+		f.log.Warn("conformance: close hint port", "err", err)
+	}
 }

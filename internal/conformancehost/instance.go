@@ -223,7 +223,9 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 	}
 	inst.hub = realtime.NewHub(inst.rtEng, realtime.Options{Limits: rlim, Logger: log})
 	if ps != nil {
-		inst.feed = startStreamFeed(ps, inst.hub, log)
+		if inst.feed, err = startStreamFeed(ps, inst.hub, id, log); err != nil {
+			return nil, failed(err)
+		}
 	}
 	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments | httpapi.RouteBlobs, Logger: log}
 	return inst, nil

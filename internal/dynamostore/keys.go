@@ -12,6 +12,8 @@ import (
 //	item            pk                                  sk
 //	partition head  P#<p>                               HEAD
 //	commit tickets  P#<p>                               QUEUE      (queue.go)
+//	epoch event     P#<p>                               EPOCH      (RotateEpoch; for the stream)
+//	realtime tier   RTI                                 <instanceId> (rtfanout registry)
 //	commit log      P#<p>#L                             <seq:020d>[#<chunk:04d>]
 //	push outcome    P#<p>#O#<clientId>                  O<clientCommitId>
 //	row/tombstone   P#<p>#T#<table>                     R<rowId>
@@ -68,6 +70,11 @@ func refPK(p, table, column, parentID string) string {
 }
 
 const headSK = "HEAD"
+
+// EpochSK is the sort key of a partition's epoch-event item (pk the
+// head's), which RotateEpoch writes so the table's stream sees every
+// rotation.
+const EpochSK = "EPOCH"
 
 // seqSK is a commit's first log item; further chunks sort right after it
 // and before the next seq ("#" sorts below every digit).
@@ -133,6 +140,15 @@ func unesc(s string) (string, bool) {
 		}
 	}
 	return b.String(), true
+}
+
+// ParseEpochKey reports whether (pk, sk) is a partition's epoch-event
+// item and returns the partition.
+func ParseEpochKey(pk, sk string) (partition string, ok bool) {
+	if sk != EpochSK {
+		return "", false
+	}
+	return partitionOfHeadPK(pk)
 }
 
 // ParseCommitKey reports whether (pk, sk) is the first log item of a

@@ -299,6 +299,11 @@ func (s *Store) Head(ctx context.Context, partition string) (store.Head, bool, e
 // RotateEpoch implements store.Store (§2.1 backup restore rule): the new
 // epoch and epochRequired in one conditional update, then the client
 // records are deleted. Log, rows, outcomes and horizon stay.
+//
+// The same transaction puts the partition's epoch-event item (pk the
+// head's, sk EPOCH, the new epoch in ep): the table's stream carries it
+// to the realtime fanout, which makes every instance re-read the head and
+// reset the open sockets of the partition at once (docs/REALTIME.md).
 func (s *Store) RotateEpoch(ctx context.Context, partition, newEpoch string, nowMs int64) error {
 	if newEpoch == "" {
 		return errors.New("dynamostore: RotateEpoch needs a non-empty epoch")
@@ -306,17 +311,24 @@ func (s *Store) RotateEpoch(ctx context.Context, partition, newEpoch string, now
 	if err := checkPartition(partition); err != nil {
 		return err
 	}
-	_, err := s.updateItem(ctx, "rotate epoch", &dynamodb.UpdateItemInput{
-		Key:                       Key(headPK(partition), headSK),
-		UpdateExpression:          aws.String("SET ep = :ep, er = :t"),
-		ConditionExpression:       aws.String("attribute_exists(pk)"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":ep": S(newEpoch), ":t": BOOL(true)},
+	event := Key(headPK(partition), EpochSK)
+	event["ep"], event["at"] = S(newEpoch), N(nowMs)
+	const op = "rotate epoch"
+	err := s.transact(ctx, op, []txItem{
+		{size: 100, w: types.TransactWriteItem{Update: &types.Update{
+			TableName:                 s.table,
+			Key:                       Key(headPK(partition), headSK),
+			UpdateExpression:          aws.String("SET ep = :ep, er = :t"),
+			ConditionExpression:       aws.String("attribute_exists(pk)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":ep": S(newEpoch), ":t": BOOL(true)},
+		}}},
+		{size: 100, w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: event}}},
 	})
-	if isConditionFailed(err) {
+	if codes, _ := cancelReasons(err); len(codes) > 0 && codes[0] == "ConditionalCheckFailed" {
 		return ErrUnknownPartition
 	}
 	if err != nil {
-		return err
+		return wrap(op, err)
 	}
 	var keys []map[string]types.AttributeValue
 	err = s.query(ctx, "list client records", &dynamodb.QueryInput{

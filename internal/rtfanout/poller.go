@@ -1,4 +1,4 @@
-package rtaws
+package rtfanout
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func (p *Poller) Poll(ctx context.Context) (int, error) {
 				if pk == nil || sk == nil {
 					continue
 				}
-				recs = append(recs, Record{Insert: r.EventName == st.OperationTypeInsert, PK: pk.Value, SK: sk.Value})
+				recs = append(recs, Record{Event: string(r.EventName), PK: pk.Value, SK: sk.Value})
 			}
 			if len(recs) > 0 {
 				if err := p.Handle(ctx, recs); err != nil {

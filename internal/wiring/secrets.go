@@ -1,4 +1,4 @@
-package app
+package wiring
 
 import (
 	"context"
@@ -62,8 +62,8 @@ func ResolveSecret(ctx context.Context, awsCfg aws.Config, ref string) ([]byte, 
 	return v, nil
 }
 
-// resolveKeys fills cfg's keys from their references.
-func resolveKeys(ctx context.Context, awsCfg aws.Config, cfg *config.Config) error {
+// ResolveKeys fills cfg's keys from their references.
+func ResolveKeys(ctx context.Context, awsCfg aws.Config, cfg *config.Config) error {
 	var errs []error
 	if cfg.HS256SecretRef != "" {
 		k, err := ResolveSecret(ctx, awsCfg, cfg.HS256SecretRef)

@@ -1,0 +1,156 @@
+package wiring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/blobs"
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
+	"github.com/skyfold/syncular-lambda/internal/core/migrate"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
+)
+
+// Deps are what a handler serves over, built by NewAWS for Lambda or by
+// the local runner from in-memory stores.
+type Deps struct {
+	Schema    *schema.Schema
+	Store     store.Store
+	Segments  store.SegmentStore
+	Presigner store.Presigner // required when SYNC_SIGNED_URLS=presign
+	// Blobs stores §5.9 blob bytes (shared by every function: the push
+	// function checks existence, the blob function serves the routes);
+	// BlobPresigner mints upload grants and download URLs; BlobURLs
+	// serves native blob URLs on the blob route (in-memory runs).
+	Blobs         blobs.Store
+	BlobPresigner blobs.Presigner
+	BlobURLs      httpapi.BlobURLHost
+	// Grants is the DynamoDB client of the table scope resolver, with the
+	// table's key attribute names.
+	Grants         auth.GetItemAPI
+	PKAttr, SKAttr string
+	Logger         *slog.Logger
+	// Clock overrides the engine clock (tests).
+	Clock func() int64
+	// Meter adds per-request storage cost to the log line (DynamoMeter).
+	Meter func(ctx context.Context) (context.Context, func() []slog.Attr)
+	// OnCommit receives every commit the engine appends (the local
+	// runner's in-process realtime fanout, §8.2).
+	OnCommit func(partition string, c *store.Commit)
+}
+
+// NewEngine builds the engine every function serves over: the configured
+// scope resolver, limits and signed-URL mode.
+func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
+	if d.Schema == nil || d.Store == nil || d.Segments == nil {
+		return nil, errors.New("app: schema, store and segment store are required")
+	}
+	logger := d.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var resolver engine.ScopeResolver
+	switch cfg.ScopesMode {
+	case config.ScopesClaim:
+		resolver = &auth.ClaimResolver{Claim: cfg.ScopesClaim}
+	case config.ScopesTable:
+		if d.Grants == nil {
+			return nil, errors.New("app: SYNC_SCOPES_MODE=table needs a DynamoDB table")
+		}
+		resolver = &auth.TableResolver{Client: d.Grants, Table: cfg.TableName, PKAttr: d.PKAttr, SKAttr: d.SKAttr}
+	default:
+		return nil, fmt.Errorf("app: unknown scopes mode %q", cfg.ScopesMode)
+	}
+	decls, err := migrate.ParseDeclarations(cfg.Checkpoints)
+	if err != nil {
+		return nil, fmt.Errorf("app: SYNC_CHECKPOINTS: %w", err)
+	}
+	ec := engine.Config{
+		Checkpoints: migrate.Names(decls),
+		Schema:      d.Schema,
+		Store:       d.Store,
+		Segments:    d.Segments,
+		Resolver:    resolver,
+		Presigner:   d.Presigner,
+		Limits: engine.Limits{
+			MaxOperations:         cfg.MaxOperations,
+			ResponseBudgetBytes:   cfg.ResponseBudgetBytes,
+			InlineSegmentMaxBytes: cfg.InlineSegmentMaxBytes,
+			SegmentMaxBytes:       cfg.SegmentMaxBytes,
+			SegmentTTL:            cfg.SegmentTTL,
+			SignedURLTTL:          cfg.SignedURLTTL,
+			MaxBlobBytes:          cfg.BlobMaxBytes,
+		},
+		Blobs:         d.Blobs,
+		BlobPresigner: d.BlobPresigner,
+		Clock:         d.Clock,
+		Logger:        logger,
+		OnCommit:      d.OnCommit,
+	}
+	switch cfg.SignedURLs {
+	case config.SignedNative:
+		ec.SignedURLs, ec.SigningKey = engine.SignedURLsNative, cfg.SigningKey
+	case config.SignedPresign:
+		if d.Presigner == nil {
+			return nil, errors.New("app: SYNC_SIGNED_URLS=presign needs the S3 presigner")
+		}
+		ec.SignedURLs = engine.SignedURLsPresign
+	default:
+		ec.SignedURLs = engine.SignedURLsOff
+	}
+	eng, err := engine.New(ec)
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	return eng, nil
+}
+
+// Authenticator builds the configured authenticator.
+func Authenticator(cfg *config.Config) (auth.Authenticator, error) {
+	m := auth.Mapping{ActorClaim: cfg.ActorClaim, PartitionClaim: cfg.PartitionClaim, DefaultPartition: cfg.DefaultPartition}
+	switch cfg.AuthMode {
+	case config.AuthJWTAuthorizer:
+		return &auth.AuthorizerClaims{Mapping: m}, nil
+	case config.AuthHS256:
+		if len(cfg.HS256Secret) < config.MinKeyBytes {
+			return nil, fmt.Errorf("app: hs256 auth needs a key of at least %d bytes", config.MinKeyBytes)
+		}
+		return &auth.HS256{Key: cfg.HS256Secret, Mapping: m, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, Leeway: 30 * time.Second}, nil
+	}
+	return nil, fmt.Errorf("app: unknown auth mode %q", cfg.AuthMode)
+}
+
+// RealtimeAuthenticator authenticates a realtime socket's upgrade. No API
+// Gateway authorizer stands in front of the realtime tier, so in
+// jwt-authorizer mode the tier verifies the token itself with the HTTP API authorizer's rules
+// (auth.OIDC: SYNC_JWT_ISSUER, SYNC_JWT_AUDIENCE as a comma list, keys by
+// OIDC discovery). Claims of a Lambda authorizer an operator attached to
+// the route still take precedence. Without an issuer and audience it
+// accepts only such authorizer claims (fail closed).
+func RealtimeAuthenticator(cfg *config.Config) (auth.Authenticator, error) {
+	a, err := Authenticator(cfg)
+	if err != nil || cfg.AuthMode != config.AuthJWTAuthorizer {
+		return a, err
+	}
+	var auds []string
+	for _, s := range strings.Split(cfg.JWTAudience, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			auds = append(auds, s)
+		}
+	}
+	if cfg.JWTIssuer == "" || len(auds) == 0 {
+		return a, nil
+	}
+	m := auth.Mapping{ActorClaim: cfg.ActorClaim, PartitionClaim: cfg.PartitionClaim, DefaultPartition: cfg.DefaultPartition}
+	return &auth.FirstOf{
+		Authorizer: &auth.AuthorizerClaims{Mapping: m},
+		Token:      &auth.OIDC{Issuer: cfg.JWTIssuer, Audiences: auds, Mapping: m, Leeway: 30 * time.Second},
+	}, nil
+}
