@@ -143,7 +143,7 @@ Ctrl-C stops.
 	srv := &http.Server{Handler: rn, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	go rn.hub.RunHeartbeats(ctx, 30*time.Second) // §8.5
+	go rn.hub.Run(ctx) // hints, reconciliation, grant re-checks, §8.5 heartbeats
 	go rn.runFanout(ctx)
 	select {
 	case err := <-errc:

@@ -82,8 +82,10 @@ type runner struct {
 	backend  string
 	// corsOrigins are the browser origins allowed to call the runner.
 	corsOrigins []string
-	// hub serves <mount>/realtime (§8); authn authenticates its upgrade.
+	// hub serves <mount>/realtime (§8) through rt, which authenticates
+	// the upgrade with authn.
 	hub   *realtime.Hub
+	rt    *wsrealtime.Handler
 	authn auth.Authenticator
 	// poller, with a DynamoDB table that has a stream, feeds the hub from
 	// the stream instead of in-process commits (see stream.go).
@@ -189,12 +191,12 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		deps.Blobs, deps.BlobPresigner, deps.BlobURLs = memBlobs, memBlobs, memBlobs
 	}
 	rn := &runner{cfg: cfg, schema: sch, handlers: map[string]*lambdahttp.Handler{}, key: secret, logger: logger, backend: backend, corsOrigins: o.corsOrigins, memBlobs: memBlobs, jsonEvents: o.jsonEvents}
-	// §8: without a table stream, every function's engine hands its
-	// commits to the realtime hub in-process, so connected sockets get
-	// deltas without polling. With one, the stream drives the hub as it
-	// drives the deployed fanout function.
+	// §8: without a table stream, every function's engine hints its
+	// commits to the realtime hub in-process (the hub reads them from the
+	// log), so connected sockets get deltas without polling. With one,
+	// the stream's hints drive the hub as they drive the deployed tier.
 	if stream == nil {
-		deps.OnCommit = func(p string, c *store.Commit) { rn.hub.Notify(p, c) }
+		deps.OnCommit = func(p string, c *store.Commit) { rn.hub.Hint(p, c.Seq) }
 	}
 	rtDeps := deps
 	rtDeps.Logger = logger.With("function", "realtime")
@@ -204,7 +206,7 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 	}
 	rn.hub = realtime.NewHub(rtEngine, realtime.Options{Logger: rtDeps.Logger})
 	if stream != nil {
-		if err := rn.followStream(ctx, stream, deps.Store); err != nil {
+		if err := rn.followStream(ctx, stream); err != nil {
 			return nil, fmt.Errorf("realtime: table stream: %w", err)
 		}
 		rn.backend += ", realtime fanout from the table stream"
@@ -212,6 +214,13 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 	if rn.authn, err = app.Authenticator(cfg); err != nil {
 		return nil, err
 	}
+	rtOpts := wsrealtime.Options{OriginPatterns: o.corsOrigins}
+	for _, origin := range o.corsOrigins {
+		if origin == "*" {
+			rtOpts.InsecureSkipVerify = true
+		}
+	}
+	rn.rt = &wsrealtime.Handler{Hub: rn.hub, Auth: rn.authn, Options: rtOpts, Logger: logger, WriteError: writeErr}
 	for _, fn := range app.Functions {
 		d := deps
 		d.Logger = logger.With("function", fn.Name)
@@ -234,45 +243,6 @@ func (rn *runner) setPublicURL(base string) {
 	for _, h := range rn.handlers {
 		h.PublicURL = rn.cfg.PublicURL
 	}
-}
-
-// serveRealtime is GET <mount>/realtime?clientId=… (§8.1) over a real
-// WebSocket, authenticated like /sync. Browsers cannot set headers on a
-// WebSocket, so besides Authorization: Bearer the token may come in the
-// token (or access_token) query parameter — the stock web client's
-// connector takes the full URL, so apps put it there.
-func (rn *runner) serveRealtime(w http.ResponseWriter, r *http.Request) {
-	authz := r.Header.Get("Authorization")
-	if authz == "" {
-		q := r.URL.Query()
-		tok := q.Get("token")
-		if tok == "" {
-			tok = q.Get("access_token")
-		}
-		if tok != "" {
-			authz = "Bearer " + tok
-		}
-	}
-	a, claims, err := rn.authn.Authenticate(r.Context(), auth.Credentials{Authorization: authz})
-	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="syncular"`)
-		writeErr(w, syncerr.New(syncerr.AuthRequired, "authentication failed: %v", err))
-		return
-	}
-	clientID, err := wsrealtime.ClientID(r)
-	if err != nil {
-		writeErr(w, syncerr.New(syncerr.InvalidRequest, "%v", err))
-		return
-	}
-	r = r.WithContext(auth.WithClaims(r.Context(), claims))
-	opts := wsrealtime.Options{OriginPatterns: rn.corsOrigins}
-	for _, o := range rn.corsOrigins {
-		if o == "*" {
-			opts.InsecureSkipVerify = true
-		}
-	}
-	rn.logger.Info("realtime connect", "partition", a.Partition, "actor", a.ActorID, "client", clientID)
-	wsrealtime.Serve(w, r, rn.hub, a, clientID, opts, writeErr)
 }
 
 func derive(secret []byte, purpose string) []byte {
@@ -302,7 +272,10 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Method == http.MethodGet && r.URL.Path == rn.cfg.Mount+"/realtime" {
-		rn.serveRealtime(w, r)
+		// §8.1: GET <mount>/realtime?clientId=… over a real WebSocket,
+		// authenticated like /sync (Bearer header, or the token /
+		// access_token query parameter browsers must use).
+		rn.rt.ServeHTTP(w, r)
 		return
 	}
 	reqID := newRequestID()

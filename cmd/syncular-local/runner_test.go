@@ -46,6 +46,9 @@ func startRunner(t testing.TB, o options) (*runner, *httptest.Server) {
 	}
 	srv := httptest.NewServer(rn)
 	t.Cleanup(srv.Close)
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	go rn.hub.Run(ctx) // as main does: hints reach sockets through it
 	if o.publicURL == "" {
 		rn.setPublicURL(srv.URL)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/skyfold/syncular-lambda/internal/core/store"
 	ds "github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/rtfanout"
 )
@@ -13,31 +12,22 @@ import (
 // (Lambda's event source mapping polls each shard about 4 times a second).
 const streamPollInterval = 100 * time.Millisecond
 
-// followStream makes the table's stream the hub's source of commits, as
-// on AWS: a commit's first log item INSERT (what template.yaml's event
-// source mapping lets through) is read back from the log and handed to
-// the hub, whichever process wrote it — another runner, a deployed
-// function, a script. What the stream already holds is skipped: it was
-// committed before this runner had any connection.
-func (rn *runner) followStream(ctx context.Context, s *tableStream, st store.Store) error {
-	last := map[string]int64{} // partition → highest seq handed to the hub
+// followStream makes the table's stream the hub's source of hints, as on
+// AWS: a commit's first log item INSERT (what template.yaml's event
+// source mapping lets through) hints its partition's seq to the hub,
+// which reads the log itself — whichever process wrote the commit:
+// another runner, a deployed function, a script. What the stream already
+// holds is skipped: it was committed before this runner had any
+// connection.
+func (rn *runner) followStream(ctx context.Context, s *tableStream) error {
 	skip := true
 	rn.poller = &rtfanout.Poller{Streams: s.client, StreamARN: s.arn, Handle: func(ctx context.Context, recs []rtfanout.Record) error {
 		for _, r := range recs {
-			if r.Event != rtfanout.Insert {
+			if r.Event != rtfanout.Insert || skip {
 				continue
 			}
-			p, seq, ok := ds.ParseCommitKey(r.PK, r.SK)
-			if !ok || skip || seq <= last[p] {
-				continue // not a commit, history, or a replayed record
-			}
-			var c *store.Commit
-			if err := st.ReadLog(ctx, p, seq-1, seq, func(x *store.Commit) bool { c = x; return false }); err != nil {
-				return err // the batch is read again on the next poll
-			}
-			last[p] = seq
-			if c != nil { // nil: pruned before the stream caught up
-				rn.hub.Notify(p, c)
+			if p, seq, ok := ds.ParseCommitKey(r.PK, r.SK); ok {
+				rn.hub.Hint(p, seq) // duplicates and reordering are harmless
 			}
 		}
 		return nil

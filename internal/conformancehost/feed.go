@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
-	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/rtfanout"
 )
 
@@ -46,7 +45,7 @@ func startStreamFeed(ps *prodStorage, hub *realtime.Hub, id string, log *slog.Lo
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &streamFeed{every: ps.cfg.StreamPoll, log: log, stop: cancel, done: make(chan struct{})}
 	f.hints = &http.Server{
-		Handler:           &rtfanout.Handler{Hints: &logHints{hub: hub, st: ps.store}, Logger: log},
+		Handler:           &rtfanout.Handler{Hints: hub, Logger: log},
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	go func() { _ = f.hints.Serve(ln) }()
@@ -62,23 +61,6 @@ func startStreamFeed(ps *prodStorage, hub *realtime.Hub, id string, log *slog.Lo
 	go f.run(ctx)
 	return f, nil
 }
-
-// logHints turns a hint into the commits it names, read from the log.
-type logHints struct {
-	hub *realtime.Hub
-	st  store.Store
-}
-
-func (l *logHints) Hint(p string, seq int64) {
-	var c *store.Commit
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := l.st.ReadLog(ctx, p, seq-1, seq, func(x *store.Commit) bool { c = x; return false }); err == nil && c != nil {
-		l.hub.Notify(p, c)
-	}
-}
-
-func (l *logHints) HintHead(string) {}
 
 func (f *streamFeed) run(ctx context.Context) {
 	defer close(f.done)

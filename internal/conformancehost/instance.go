@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
@@ -49,6 +50,11 @@ type limitOptions struct {
 	MaxCascadeOperationsPerCommit *int `json:"maxCascadeOperationsPerCommit"`
 }
 
+// authRecheck is the hub's authorization re-check interval on this host
+// (realtime.Options.AuthInterval; production's default is 30 s): short, so
+// a scenario's grant change reaches open sockets within its waits.
+const authRecheck = 100 * time.Millisecond
+
 // defaultSignedURLTTLSeconds matches the reference driver's default.
 const defaultSignedURLTTLSeconds = 900
 
@@ -75,6 +81,8 @@ type instance struct {
 	api     *httpapi.Handler
 	hub     *realtime.Hub
 	feed    *streamFeed // nil on memstore
+	rt      *wsrealtime.Handler
+	stop    context.CancelFunc // ends the hub's Run
 	signed  bool
 	ttlSecs int64
 }
@@ -203,7 +211,7 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 	// only through the table's stream.
 	fcfg := cfg
 	if ps == nil {
-		fcfg.OnCommit = func(p string, c *store.Commit) { inst.hub.Notify(p, c) }
+		fcfg.OnCommit = func(p string, c *store.Commit) { inst.hub.Hint(p, c.Seq) }
 	}
 	if inst.eng, err = engine.New(fcfg); err != nil {
 		return nil, badArgs("engine: %v", err)
@@ -211,7 +219,7 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 	inst.rtEng = inst.eng
 	if ps != nil {
 		// The tier's own commits (socket rounds) hint its hub in process.
-		cfg.OnCommit = func(p string, c *store.Commit) { inst.hub.Notify(p, c) }
+		cfg.OnCommit = func(p string, c *store.Commit) { inst.hub.Hint(p, c.Seq) }
 		if inst.rtEng, err = engine.New(cfg); err != nil {
 			return nil, badArgs("engine: %v", err)
 		}
@@ -221,12 +229,39 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 			e.SetSignedURLTTL(time.Duration(inst.ttlSecs) * time.Second)
 		}
 	}
-	inst.hub = realtime.NewHub(inst.rtEng, realtime.Options{Limits: rlim, Logger: log})
+	// Grant changes (setAllowedScopes) reach open sockets the way they do
+	// in production, through the hub's periodic authorization re-check,
+	// run here every authRecheck instead of every 30 s.
+	inst.hub = realtime.NewHub(inst.rtEng, realtime.Options{Limits: rlim, Logger: log, AuthInterval: authRecheck})
 	if ps != nil {
 		if inst.feed, err = startStreamFeed(ps, inst.hub, id, log); err != nil {
 			return nil, failed(err)
 		}
 	}
+	// The catalog's driver has no credentials: the actor travels in the
+	// query (or X-Actor) exactly as it does for /sync.
+	inst.rt = &wsrealtime.Handler{Hub: inst.hub, Options: wsrealtime.Options{InsecureSkipVerify: true}, Logger: log,
+		Identify: func(r *http.Request) (engine.Auth, auth.Claims, error) {
+			actor := r.URL.Query().Get("actor")
+			if actor == "" {
+				actor = r.Header.Get("X-Actor")
+			}
+			if actor == "" {
+				return engine.Auth{}, nil, errors.New("realtime needs an actor (query actor or X-Actor)")
+			}
+			return engine.Auth{Partition: inst.partition, ActorID: actor}, nil, nil
+		},
+		WriteError: func(w http.ResponseWriter, err error) {
+			se := syncerr.As(err)
+			if se == nil {
+				se = syncerr.Internal(err)
+			}
+			writeError(w, se.HTTPStatus(), string(se.Code), se.Message)
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	inst.stop = cancel
+	go inst.hub.Run(ctx)
 	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments | httpapi.RouteBlobs, Logger: log}
 	return inst, nil
 }
@@ -241,40 +276,21 @@ func (in *instance) engines() []*engine.Engine {
 	return []*engine.Engine{in.eng, in.rtEng}
 }
 
-// shutdown stops the instance's stream feed and releases its stores.
+// shutdown closes the instance's sockets, stops its hub and stream feed
+// and releases its stores.
 func (in *instance) shutdown() {
+	in.stop()
+	in.hub.Drain("instance closed")
 	if in.feed != nil {
 		in.feed.Close()
 	}
 	in.st.Close()
 }
 
-// serveRealtime serves /i/{id}/realtime?clientId=…&actor=… (§8.1) over a
-// WebSocket: the catalog's driver has no credentials, so the actor
-// travels in the query (or X-Actor) exactly as it does for /sync.
-func (in *instance) serveRealtime(w http.ResponseWriter, r *http.Request) {
-	actor := r.URL.Query().Get("actor")
-	if actor == "" {
-		actor = r.Header.Get("X-Actor")
-	}
-	clientID, err := wsrealtime.ClientID(r)
-	if err != nil || actor == "" {
-		writeError(w, http.StatusBadRequest, string(syncerr.InvalidRequest), "realtime needs clientId and actor")
-		return
-	}
-	wsrealtime.Serve(w, r, in.hub, engine.Auth{Partition: in.partition, ActorID: actor}, clientID, wsrealtime.Options{InsecureSkipVerify: true}, func(w http.ResponseWriter, err error) {
-		se := syncerr.As(err)
-		if se == nil {
-			se = syncerr.Internal(err)
-		}
-		writeError(w, se.HTTPStatus(), string(se.Code), se.Message)
-	})
-}
-
 // serveHTTP serves /i/{id}/sync and /i/{id}/segments/... through httpapi.
 func (in *instance) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasSuffix(r.URL.Path, "/realtime") {
-		in.serveRealtime(w, r)
+		in.rt.ServeHTTP(w, r) // /i/{id}/realtime?clientId=…&actor=… (§8.1)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, httpapi.DefaultMaxBodyBytes+1))

@@ -1,25 +1,37 @@
 // Package wsrealtime serves the realtime hub (internal/core/realtime)
-// over a real WebSocket (github.com/coder/websocket): the local runner's
-// and the conformance host's <mount>/realtime. Each connection gets a
+// over a real WebSocket (github.com/coder/websocket): the one
+// <mount>/realtime handler of the local runner, the conformance host and
+// the realtime tier. It authenticates the upgrade like /sync (§8.1),
+// validates the clientId with /sync's rule, enforces the connection caps
+// and passes the token's expiry to the hub. Each connection gets a
 // bounded send queue drained by its own writer goroutine, so a slow
 // client never blocks the hub's fanout (§8.2 flow control: a full queue
-// is a dropped delta, answered by a wake-up).
+// is a dropped delta, answered by a wake-up); a round's response waits
+// for room instead (§8.7 backpressure) and learns when its final chunk
+// was written (the pipelining rule).
 package wsrealtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
 
-// Options configure Serve.
+// Options configure the handler.
 type Options struct {
 	// QueueMessages bounds a connection's send queue (default 1024).
 	QueueMessages int
@@ -29,21 +41,224 @@ type Options struct {
 	OriginPatterns []string
 	// InsecureSkipVerify disables the origin check (local development).
 	InsecureSkipVerify bool
+	// MaxConnections caps the handler's open connections (default
+	// 50,000) and MaxConnectionsPerActor those of one (partition, actor)
+	// (default 1,000); a connect past either is refused before the
+	// upgrade with 429 sync.websocket_connection_limit.
+	MaxConnections         int
+	MaxConnectionsPerActor int
+	// WriteTimeout bounds one message write (default 30 s).
+	WriteTimeout time.Duration
+}
+
+// Defaults of Options.
+const (
+	DefaultQueueMessages          = 1024
+	DefaultMaxReadBytes           = 1 << 20
+	DefaultMaxConnections         = 50_000
+	DefaultMaxConnectionsPerActor = 1_000
+	DefaultWriteTimeout           = 30 * time.Second
+)
+
+// Handler is GET <mount>/realtime?clientId=… (§8.1).
+type Handler struct {
+	Hub *realtime.Hub
+	// Auth authenticates the upgrade like /sync: Authorization: Bearer,
+	// or (browsers cannot set headers on a WebSocket) the token or
+	// access_token query parameter.
+	Auth    auth.Authenticator
+	Options Options
+	Logger  *slog.Logger
+	// Identify, when set, replaces Auth (a host whose callers are
+	// identified otherwise, e.g. the conformance host's actor
+	// parameter).
+	Identify func(*http.Request) (engine.Auth, auth.Claims, error)
+	// WriteError, when set, renders a refused connect; the default is
+	// the §10.1 JSON error body with the code's status.
+	WriteError func(http.ResponseWriter, error)
+
+	mu       sync.Mutex
+	total    int
+	perActor map[string]int
+}
+
+// ServeHTTP authenticates, validates and admits the connect, then runs
+// the connection until either side closes.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o := h.options()
+	a, claims, err := h.authenticate(r)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="syncular"`)
+		h.refuse(w, syncerr.New(syncerr.AuthRequired, "authentication failed: %v", err))
+		return
+	}
+	clientID := r.URL.Query().Get("clientId")
+	if err := engine.CheckClientID(clientID); err != nil {
+		h.refuse(w, err) // the same code and 400 as /sync (§1.5)
+		return
+	}
+	expiresAt, err := expiryOf(claims)
+	if err != nil {
+		h.refuse(w, syncerr.New(syncerr.AuthRequired, "authentication failed: %v", err))
+		return
+	}
+	actorKey := a.Partition + "\x00" + a.ActorID
+	if err := h.admit(actorKey, o); err != nil {
+		h.refuse(w, err)
+		return
+	}
+	defer h.leave(actorKey)
+	if claims != nil {
+		r = r.WithContext(auth.WithClaims(r.Context(), claims))
+	}
+	if h.Logger != nil {
+		h.Logger.Info("realtime connect", "partition", a.Partition, "actor", a.ActorID, "client", clientID)
+	}
+	serve(w, r, h.Hub, a, clientID, realtime.ConnectOptions{ExpiresAt: expiresAt}, o, h.refuse)
+}
+
+func (h *Handler) options() Options {
+	o := h.Options
+	o.QueueMessages = orDefault(o.QueueMessages, DefaultQueueMessages)
+	o.MaxReadBytes = orDefault(o.MaxReadBytes, DefaultMaxReadBytes)
+	o.MaxConnections = orDefault(o.MaxConnections, DefaultMaxConnections)
+	o.MaxConnectionsPerActor = orDefault(o.MaxConnectionsPerActor, DefaultMaxConnectionsPerActor)
+	o.WriteTimeout = orDefault(o.WriteTimeout, DefaultWriteTimeout)
+	return o
+}
+
+// orDefault is v, or d when v is not positive (an unset option).
+func orDefault[T int | int64 | time.Duration](v, d T) T {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+func (h *Handler) authenticate(r *http.Request) (engine.Auth, auth.Claims, error) {
+	if h.Identify != nil {
+		return h.Identify(r)
+	}
+	if h.Auth == nil {
+		return engine.Auth{}, nil, errors.New("no authenticator configured")
+	}
+	authz := r.Header.Get("Authorization")
+	if authz == "" {
+		q := r.URL.Query()
+		tok := q.Get("token")
+		if tok == "" {
+			tok = q.Get("access_token")
+		}
+		if tok != "" {
+			authz = "Bearer " + tok
+		}
+	}
+	return h.Auth.Authenticate(r.Context(), auth.Credentials{Authorization: authz})
+}
+
+// expiryOf reads the verified exp claim (seconds since the epoch, RFC
+// 7519) as epoch ms; 0 when there is none.
+func expiryOf(c auth.Claims) (int64, error) {
+	v, ok := c["exp"]
+	if !ok || v == nil {
+		return 0, nil
+	}
+	var f float64
+	switch t := v.(type) {
+	case float64:
+		f = t
+	case int64:
+		f = float64(t)
+	case int:
+		f = float64(t)
+	case json.Number:
+		n, err := t.Float64()
+		if err != nil {
+			return 0, errors.New("exp claim is not a number")
+		}
+		f = n
+	case string: // behind API Gateway's authorizer every claim is text
+		n, err := strconv.ParseFloat(t, 64)
+		if err != nil {
+			return 0, errors.New("exp claim is not a number")
+		}
+		f = n
+	default:
+		return 0, errors.New("exp claim is not a number")
+	}
+	if math.IsNaN(f) || f <= 0 || f > math.MaxInt64/1000 {
+		return 0, errors.New("exp claim is out of range")
+	}
+	return int64(f * 1000), nil
+}
+
+// admit counts a connection against the caps.
+func (h *Handler) admit(actorKey string, o Options) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.total >= o.MaxConnections {
+		return syncerr.New(syncerr.WebsocketConnectionLimit, "this server holds its maximum of %d realtime connections; retry later", o.MaxConnections)
+	}
+	if h.perActor[actorKey] >= o.MaxConnectionsPerActor {
+		return syncerr.New(syncerr.WebsocketConnectionLimit, "this actor holds its maximum of %d realtime connections; close one or retry later", o.MaxConnectionsPerActor)
+	}
+	if h.perActor == nil {
+		h.perActor = map[string]int{}
+	}
+	h.total++
+	h.perActor[actorKey]++
+	return nil
+}
+
+func (h *Handler) leave(actorKey string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.total--
+	if h.perActor[actorKey]--; h.perActor[actorKey] <= 0 {
+		delete(h.perActor, actorKey)
+	}
+}
+
+// Connections reports the handler's open connections.
+func (h *Handler) Connections() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.total
+}
+
+func (h *Handler) refuse(w http.ResponseWriter, err error) {
+	if h.WriteError != nil {
+		h.WriteError(w, err)
+		return
+	}
+	WriteError(w, err)
+}
+
+// WriteError renders err as the §10.1 JSON error body with its status.
+func WriteError(w http.ResponseWriter, err error) {
+	resp := httpapi.ErrorResponse(err)
+	for k, vs := range resp.Header {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
 }
 
 type msg struct {
-	typ  websocket.MessageType
-	data []byte
+	typ     websocket.MessageType
+	data    []byte
+	written func(ok bool)
 }
 
-// conn adapts a websocket.Conn to realtime.Conn.
+// conn adapts a websocket.Conn to realtime.Conn (and CodeCloser,
+// RoundSender).
 type conn struct {
-	ws     *websocket.Conn
 	out    chan msg
 	once   sync.Once
 	done   chan struct{}
-	reason string
 	mu     sync.Mutex
+	code   websocket.StatusCode
+	reason string
 }
 
 func (c *conn) send(m msg) bool {
@@ -60,37 +275,41 @@ func (c *conn) send(m msg) bool {
 	}
 }
 
-func (c *conn) SendText(b []byte) bool   { return c.send(msg{websocket.MessageText, b}) }
-func (c *conn) SendBinary(b []byte) bool { return c.send(msg{websocket.MessageBinary, b}) }
+func (c *conn) SendText(b []byte) bool   { return c.send(msg{typ: websocket.MessageText, data: b}) }
+func (c *conn) SendBinary(b []byte) bool { return c.send(msg{typ: websocket.MessageBinary, data: b}) }
 
-func (c *conn) Close(reason string) {
+// SendRound waits for room in the queue (§8.7 backpressure).
+func (c *conn) SendRound(b []byte, written func(ok bool)) bool {
+	select {
+	case c.out <- msg{typ: websocket.MessageBinary, data: b, written: written}:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+func (c *conn) Close(reason string) { c.CloseCode(realtime.ClosePolicyViolation, reason) }
+
+func (c *conn) CloseCode(code int, reason string) {
 	c.once.Do(func() {
 		c.mu.Lock()
-		c.reason = reason
+		c.code, c.reason = websocket.StatusCode(code), reason
 		c.mu.Unlock()
 		close(c.done)
 	})
 }
 
-// Serve upgrades r, registers the connection with hub for (auth,
-// clientID) and runs it until either side closes. The caller has
-// authenticated the request (§8.1: same authentication as /sync). A
-// refused connect (bad clientId, foreign actor binding, resolver outage)
-// is passed to refuse before any upgrade (the caller answers it like
-// /sync answers errors).
-func Serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, auth engine.Auth, clientID string, o Options, refuse func(http.ResponseWriter, error)) {
-	if o.QueueMessages <= 0 {
-		o.QueueMessages = 1024
-	}
-	if o.MaxReadBytes <= 0 {
-		o.MaxReadBytes = 1 << 20
-	}
+// serve registers the connection with hub for (a, clientID), upgrades
+// and runs it until either side closes. A refused connect (foreign actor
+// binding, resolver outage, expired token) is answered before any
+// upgrade.
+func serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, a engine.Auth, clientID string, co realtime.ConnectOptions, o Options, refuse func(http.ResponseWriter, error)) {
 	// Register before upgrading, so a refused connect is a plain HTTP
 	// error; hello waits in the send queue until the socket exists.
 	c := &conn{out: make(chan msg, o.QueueMessages), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
-	s, err := hub.Connect(ctx, auth, clientID, c)
+	s, err := hub.Connect(ctx, a, clientID, c, co)
 	if err != nil {
 		refuse(w, err)
 		return
@@ -101,18 +320,23 @@ func Serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, auth engin
 		return
 	}
 	ws.SetReadLimit(o.MaxReadBytes)
-	c.ws = ws
+	write := func(m msg, timeout time.Duration) error {
+		wctx, wcancel := context.WithTimeout(ctx, timeout)
+		err := ws.Write(wctx, m.typ, m.data)
+		wcancel()
+		if m.written != nil {
+			m.written(err == nil)
+		}
+		return err
+	}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
 		for {
 			select {
 			case m := <-c.out:
-				wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-				err := ws.Write(wctx, m.typ, m.data)
-				wcancel()
-				if err != nil {
-					c.Close("write failed")
+				if write(m, o.WriteTimeout) != nil {
+					c.CloseCode(realtime.CloseGoingAway, "write failed")
 					cancel()
 					return
 				}
@@ -121,18 +345,16 @@ func Serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, auth engin
 				for {
 					select {
 					case m := <-c.out:
-						wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
-						_ = ws.Write(wctx, m.typ, m.data)
-						wcancel()
+						_ = write(m, 5*time.Second)
 						continue
 					default:
 					}
 					break
 				}
 				c.mu.Lock()
-				reason := c.reason
+				code, reason := c.code, c.reason
 				c.mu.Unlock()
-				_ = ws.Close(websocket.StatusPolicyViolation, truncate(reason))
+				_ = ws.Close(code, truncate(reason))
 				cancel()
 				return
 			case <-ctx.Done():
@@ -151,10 +373,22 @@ func Serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, auth engin
 			s.HandleBinary(ctx, data)
 		}
 	}
-	c.Close("")
+	c.CloseCode(realtime.CloseNormal, "")
 	cancel()
 	<-writerDone
 	_ = ws.CloseNow()
+	// Round callbacks still queued never run: release their waiters.
+	for {
+		select {
+		case m := <-c.out:
+			if m.written != nil {
+				m.written(false)
+			}
+			continue
+		default:
+		}
+		break
+	}
 }
 
 // truncate keeps a close reason within the 123 bytes a close frame holds.
@@ -163,16 +397,4 @@ func truncate(s string) string {
 		return s[:120]
 	}
 	return s
-}
-
-// ErrNoClientID is returned by ClientID for a request without one.
-var ErrNoClientID = errors.New("realtime: the clientId query parameter is required (§8.1)")
-
-// ClientID returns the §8.1 clientId query parameter.
-func ClientID(r *http.Request) (string, error) {
-	id := r.URL.Query().Get("clientId")
-	if id == "" {
-		return "", ErrNoClientID
-	}
-	return id, nil
 }

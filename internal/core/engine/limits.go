@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -20,15 +21,44 @@ import (
 // forever), while a rejected PUSH_RESULT drops just that commit (§7.2), so
 // everything that concerns one commit is answered per commit.
 
+// CheckClientID is the clientId rule of /sync (§1.5), for transports that
+// take a clientId outside an SSP2 request (the realtime upgrade, §8.1):
+// empty is sync.invalid_request (the request decoder's answer), the
+// reserved server-command namespace and an id over
+// limits.MaxClientIDBytes are sync.invalid_client_id, all HTTP 400.
+func CheckClientID(clientID string) error {
+	if clientID == "" {
+		return syncerr.New(syncerr.InvalidRequest, "clientId must be non-empty (§1.5)")
+	}
+	if isReservedClientID(clientID) {
+		return errReservedClientID()
+	}
+	return checkClientIDLength(clientID)
+}
+
+// isReservedClientID: the server-command namespace of §1.5.
+func isReservedClientID(id string) bool { return strings.HasPrefix(id, `["remote-command",`) }
+
+func errReservedClientID() error {
+	return syncerr.New(syncerr.InvalidClientID, "clientId uses the reserved server-command namespace (§1.5)")
+}
+
+func checkClientIDLength(id string) error {
+	if n := len(id); n > limits.MaxClientIDBytes {
+		// §10.2 resetClientId: the client picks a new, shorter id.
+		return syncerr.New(syncerr.InvalidClientID, "clientId is %d bytes; at most %d are accepted (§1.5)", n, limits.MaxClientIDBytes)
+	}
+	return nil
+}
+
 // checkRequestLimits is the request-level part (§1.7): identifiers that
 // are not about one commit.
 func (e *Engine) checkRequestLimits(auth Auth, req *wire.Request) error {
 	if len(auth.Partition) > limits.MaxPartitionBytes {
 		return syncerr.New(syncerr.InvalidRequest, "the partition name is %d bytes; at most %d are served", len(auth.Partition), limits.MaxPartitionBytes)
 	}
-	if n := len(req.Header.ClientID); n > limits.MaxClientIDBytes {
-		// §10.2 resetClientId: the client picks a new, shorter id.
-		return syncerr.New(syncerr.InvalidClientID, "clientId is %d bytes; at most %d are accepted (§1.5)", n, limits.MaxClientIDBytes)
+	if err := checkClientIDLength(req.Header.ClientID); err != nil {
+		return err
 	}
 	// Work budgets (issue 11): the subscriptions and scope values one
 	// request may make the server read for.

@@ -236,6 +236,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 				e.queueMemo.noteOwn(rs.auth.Partition, creq.Ticket, time.Now().UnixMicro(), creq.TurnGapUs)
 			}
 			rs.head.MaxCommitSeq = seq
+			rs.report.CommittedSeq = max(rs.report.CommittedSeq, seq)
 			if e.cfg.OnCommit != nil {
 				e.cfg.OnCommit(rs.auth.Partition, &creq.Commit)
 			}

@@ -207,8 +207,8 @@ func (e *Engine) Attach(ctx context.Context, auth Auth, clientID string) (*Attac
 	if auth.Partition == "" || auth.ActorID == "" {
 		return nil, syncerr.New(syncerr.AuthRequired, "authentication required")
 	}
-	if clientID == "" || strings.HasPrefix(clientID, `["remote-command",`) {
-		return nil, syncerr.New(syncerr.InvalidClientID, "realtime connect needs a clientId outside the reserved namespace (§1.5, §8.1)")
+	if err := CheckClientID(clientID); err != nil {
+		return nil, err
 	}
 	head, err := e.store.TouchPartition(ctx, auth.Partition, e.now(), e.epoch())
 	if err != nil {
@@ -256,13 +256,31 @@ func (e *Engine) Reresolve(ctx context.Context, auth Auth, clientID string, sche
 	if len(regs) == 0 {
 		return nil, nil
 	}
-	v, ok := e.schema.Versions[schemaVersion]
-	if !ok {
+	if _, ok := e.schema.Versions[schemaVersion]; !ok {
 		return nil, nil
 	}
 	allowed, err := e.resolve(ctx, auth, clientID)
 	if err != nil {
 		return nil, err
+	}
+	return e.Restrict(schemaVersion, regs, allowed), nil
+}
+
+// ResolveScopes asks the scope resolver once for what auth may read
+// (§3.2), with the engine's fail-closed handling: an error means nothing
+// is allowed. The realtime hub shares one answer between the sessions of
+// an actor (periodic re-checks, §3.3).
+func (e *Engine) ResolveScopes(ctx context.Context, auth Auth, clientID string) (ScopeMap, error) {
+	return e.resolve(ctx, auth, clientID)
+}
+
+// Restrict is Reresolve with the resolver's answer given: the
+// registrations whose table schemaVersion still has, effective scopes
+// recomputed against allowed; inactive ones are dropped (§3.3).
+func (e *Engine) Restrict(schemaVersion int32, regs []Registration, allowed ScopeMap) []Registration {
+	v, ok := e.schema.Versions[schemaVersion]
+	if !ok || len(regs) == 0 {
+		return nil
 	}
 	out := make([]Registration, 0, len(regs))
 	for _, r := range regs {
@@ -276,7 +294,29 @@ func (e *Engine) Reresolve(ctx context.Context, auth Auth, clientID string, sche
 		r.Effective = eff
 		out = append(out, r)
 	}
-	return out, nil
+	return out
+}
+
+// PartitionHead reads partition's head without touching it (the realtime
+// hub's reconciliation, §8.2, and epoch check, §2.1); ok is false for a
+// partition that does not exist (removed).
+func (e *Engine) PartitionHead(ctx context.Context, partition string) (store.Head, bool, error) {
+	h, ok, err := e.store.Head(ctx, partition)
+	if err != nil {
+		return h, false, storeErr(err, "read partition head")
+	}
+	return h, ok, nil
+}
+
+// ReadLog calls fn for partition's commits with afterSeq < Seq ≤
+// throughSeq, oldest first, until fn returns false: the realtime hub's
+// read of the log after a hint (§8.2; commits at or below the horizon
+// may be missing).
+func (e *Engine) ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) error {
+	if err := e.store.ReadLog(ctx, partition, afterSeq, throughSeq, fn); err != nil {
+		return storeErr(err, "read commit log")
+	}
+	return nil
 }
 
 // Ack persists a realtime ack (§8.2; newer spec: cursor and timestamp

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +60,10 @@ type Report struct {
 	SchemaVersion int32
 	// LogEpoch is the partition's log epoch the request was served in.
 	LogEpoch string
+	// CommittedSeq is the highest commitSeq this request committed, 0
+	// when it committed nothing (the realtime hub settles its feed
+	// through it before a socket round ends, §8.7).
+	CommittedSeq int64
 
 	// Operational counters (metrics): commit attempts that lost the race
 	// for the next commitSeq, bootstrap pages built from a row scan or
@@ -331,8 +334,8 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		return rep, enc.Close()
 	}
 
-	if strings.HasPrefix(rs.clientID, `["remote-command",`) {
-		return rep, syncerr.New(syncerr.InvalidClientID, "clientId uses the reserved server-command namespace (§1.5)")
+	if isReservedClientID(rs.clientID) {
+		return rep, errReservedClientID()
 	}
 	if err := e.checkRequestLimits(auth, req); err != nil {
 		return rep, err

@@ -182,7 +182,7 @@ func (e *env) synced(t *testing.T, v uint16, actor, id, project string) *enginet
 func (e *env) connect(t *testing.T, actor, id string) (*realtime.Session, *conn) {
 	t.Helper()
 	c := newConn()
-	s, err := e.hub.Connect(context.Background(), engine.Auth{Partition: "part", ActorID: actor}, id, c)
+	s, err := e.hub.Connect(context.Background(), engine.Auth{Partition: "part", ActorID: actor}, id, c, realtime.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,10 +307,12 @@ func TestOversizeAndDrop(t *testing.T) {
 	}
 }
 
-// Newer §8.2 gap rule: a notification that is not adjacent to the
-// highest one observed (a gap or a reordering) forces catchup-required,
-// and notifications outside the registered scopes still advance the
-// sequence (an unrelated commit is not a gap).
+// §8.2 with the log as the truth: notifications outside the registered
+// scopes still advance the feed (an unrelated commit is not a gap); a
+// notification the hub already fed (a duplicate, or one reordered behind
+// a later one) is ignored, never a second delta or a wake-up; a commit
+// whose predecessors are missing from the log (a hole) is a gap and
+// forces catchup-required.
 func TestNotificationGap(t *testing.T) {
 	e := newEnv(t, realtime.Limits{})
 	writer := e.synced(t, wire.Version3, "actor-a", "writer", "p1")
@@ -321,7 +323,7 @@ func TestNotificationGap(t *testing.T) {
 	if len(c.deltas(t)) != 1 || len(c.wakes(t)) != 0 {
 		t.Fatal("an out-of-scope notification broke contiguity")
 	}
-	// Replay commit 3 from the log out of order: a reordering.
+	// Replay commit t1 from the log: a duplicate.
 	var old *store.Commit
 	_ = e.h.Store.ReadLog(context.Background(), "part", 0, 100, func(c *store.Commit) bool {
 		if c.ClientCommitID == "t1" {
@@ -330,15 +332,15 @@ func TestNotificationGap(t *testing.T) {
 		return true
 	})
 	e.hub.Notify("part", old)
-	if w := c.wakes(t); len(w) != 1 || w[0] != realtime.ReasonCatchupRequired || len(c.deltas(t)) != 1 {
-		t.Fatalf("reordered notification: wakes %v deltas %d", w, len(c.deltas(t)))
+	if w := c.wakes(t); len(w) != 0 || len(c.deltas(t)) != 1 {
+		t.Fatalf("duplicate notification: wakes %v deltas %d", w, len(c.deltas(t)))
 	}
-	// A gap: seq jumps by two.
+	// A hole: seq jumps past commits the log does not hold.
 	skip := *old
 	skip.Seq = old.Seq + 5
 	e.hub.Notify("part", &skip)
-	if w := c.wakes(t); len(w) != 2 {
-		t.Fatalf("gap: wakes %v", w)
+	if w := c.wakes(t); len(w) != 1 || w[0] != realtime.ReasonCatchupRequired || len(c.deltas(t)) != 1 {
+		t.Fatalf("gap: wakes %v deltas %d", w, len(c.deltas(t)))
 	}
 }
 
@@ -367,7 +369,7 @@ func TestRevocationStopsDeltas(t *testing.T) {
 
 // §8.6: lifecycle, snapshot, privacy floor, forbidden and too-large.
 func TestPresence(t *testing.T) {
-	e := newEnv(t, realtime.Limits{MaxPresenceBytes: 64})
+	e := newEnv(t, realtime.Limits{MaxPresenceBytes: 64, PresencePerSecond: 1 << 30}) // no coalescing here
 	for _, id := range []string{"a", "b", "d"} {
 		actor := map[string]string{"a": "actor-a", "b": "actor-b", "d": "actor-d"}[id]
 		project := map[string]string{"a": "p1", "b": "p1", "d": "p2"}[id]
@@ -424,7 +426,7 @@ func TestPresence(t *testing.T) {
 	}
 	// A malformed known event closes the connection; unknown JSON does not.
 	_, cx := e.connect(t, "actor-b", "b")
-	sx, _ := e.hub.Connect(ctx, engine.Auth{Partition: "part", ActorID: "actor-b"}, "b", cx)
+	sx, _ := e.hub.Connect(ctx, engine.Auth{Partition: "part", ActorID: "actor-b"}, "b", cx, realtime.ConnectOptions{})
 	sx.HandleText(ctx, []byte(`{"event":"future","data":1}`))
 	sx.HandleText(ctx, []byte(`not json`))
 	if cx.closed != "" {

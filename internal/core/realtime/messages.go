@@ -1,15 +1,42 @@
 // Package realtime is the transport-neutral realtime hub of SPEC §8: it
 // registers connections with their client, actor, wire version and scope
-// keys (§8.1), decides per committed commit between a binary delta and a
-// wake-up (§8.2, §8.3, with the newer spec's gap rule), records acks,
-// sends heartbeats (§8.5), keeps ephemeral presence (§8.6) and runs sync
-// rounds over the socket through the same engine as POST /sync (§8.7).
+// keys (§8.1), delivers commits as binary deltas or wake-ups (§8.2,
+// §8.3), records acks, sends heartbeats (§8.5), keeps ephemeral presence
+// (§8.6, across instances through PresenceEvent) and runs sync rounds
+// over the socket through the same engine as POST /sync (§8.7).
 //
-// A transport (the local runner's WebSocket server, the conformance
-// host, a Lambda behind API Gateway) supplies a Conn per connection and
-// feeds inbound messages to the Session; committed commits reach the hub
-// through Hub.Notify, from the engine's in-process OnCommit hook or from
-// a stream of the commit log.
+// The policy, in one place (policy.go) for every transport:
+//
+//   - The log is the truth; notifications are hints. Hub.Hint(p, seq)
+//     only says "p's log reached seq"; the hub reads the log from the
+//     last commit it decided for p, in order, and decides each commit
+//     for every session (Decide). A lost, late, duplicated or reordered
+//     hint cannot make a gap: the next hint or the periodic
+//     reconciliation (a head read per partition with sessions) delivers
+//     what was missed. A delta counts as delivered only once the
+//     transport accepted it; otherwise the session gets catchup-required
+//     and stays suppressed until an ack reaches what it observed.
+//   - One encoded delta per DeltaKey (log epoch, wire version, schema
+//     version, registrations) per commit, shared by every session with
+//     that key.
+//   - A session on another log epoch than the head's gets
+//     reset-required and is closed; a removed partition closes its
+//     sessions; a token's expiry closes its session; grants are
+//     re-resolved every AuthInterval, one resolver call per (partition,
+//     actor): a revoked scope drops its registration and presence and
+//     wakes catchup-required, and a resolver error drops everything
+//     (fail closed).
+//   - Client text is answered by ClassifyText: unknown or non-object
+//     input is ignored, a malformed ack or presence publish closes.
+//     Client binary is a round (0x01) or closes; round bytes from a
+//     request's END until its response's final chunk was written are
+//     pipelining and close. Buffered round bytes are capped per
+//     connection, per actor and per hub; presence per size and rate.
+//
+// A transport (package wsrealtime's handler) supplies a Conn per
+// connection and feeds inbound messages to the Session; committed
+// commits reach the hub as hints, from the engine's in-process OnCommit
+// hook or from a stream of the commit log.
 package realtime
 
 import (
