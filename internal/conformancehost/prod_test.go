@@ -142,6 +142,30 @@ func TestProductionStores(t *testing.T) {
 		t.Logf("HTTP push → delta on the socket through the table stream: %v", time.Since(start).Round(time.Millisecond))
 		break
 	}
+
+	// A revoked grant reaches the open socket through the hub's own
+	// periodic authorization re-check (setAllowedScopes pushes nothing):
+	// a catchup-required wake-up, so the next pull sees the revocation.
+	e.call(id, "setAllowedScopes", nil, "reader", map[string][]string{"project_id": {"p2"}})
+	start = time.Now()
+	for {
+		typ, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the revocation wake-up: %v", err)
+		}
+		if typ != websocket.MessageText {
+			t.Fatalf("binary message after the revocation (tag 0x%02x)", b[0])
+		}
+		if msg, err := realtime.Parse(b); err == nil {
+			if w, isWake := msg.(*realtime.Wake); isWake {
+				if w.Reason != realtime.ReasonCatchupRequired {
+					t.Fatalf("wake-up %s, want catchup-required", b)
+				}
+				break
+			}
+		}
+	}
+	t.Logf("grant revoked → catchup-required on the open socket: %v", time.Since(start).Round(time.Millisecond))
 	ws.Close(websocket.StatusNormalClosure, "")
 
 	if st, _, b := e.do(http.MethodDelete, "/i/"+id, nil, nil); st != http.StatusNoContent {
@@ -225,5 +249,39 @@ func testBlobsOnS3(t *testing.T, e *env) {
 	}
 	if st, _, b := e.do(http.MethodDelete, "/i/"+id, nil, nil); st != http.StatusNoContent {
 		t.Fatalf("drop: %d %s", st, b)
+	}
+}
+
+// TestResolverFailureIsRetryable: the catalog's throwing scope resolver
+// is answered as production answers a resolver that could not find out
+// (README, "Scope resolver outages"): a retryable error, nothing applied
+// and no subscription revoked — not the decided "no grant" that revokes.
+func TestResolverFailureIsRetryable(t *testing.T) { forStores(t, testResolverFailureIsRetryable) }
+
+func testResolverFailureIsRetryable(t *testing.T, e *env) {
+	id := e.create("")
+	e.call(id, "setAllowedScopes", nil, "actor-a", map[string][]string{"project_id": {"p1"}})
+	c := e.client(id, "actor-a", "client-a")
+	c.push("c1", upsert("n1", e.note("n1", "p1", "one", 1, nil)))
+	e.call(id, "setResolverFailing", nil, true)
+	body := c.body([]wire.PushCommit{{ClientCommitID: "c2", Operations: []wire.Operation{upsert("n2", e.note("n2", "p1", "two", 2, nil))}}},
+		&wire.PullHeader{Accept: wire.AcceptInlineRows}, []wire.Subscription{sub("s", "p1", 1)})
+	st, _, b := c.post(body)
+	t.Logf("failing resolver: HTTP %d %s", st, b)
+	if st == http.StatusOK {
+		t.Fatalf("a failing resolver was answered 200 (a decision), want production's retryable error")
+	}
+	if !strings.Contains(string(b), `"retryable":true`) {
+		t.Fatalf("failing resolver: %d %s, want a retryable error", st, b)
+	}
+	if got := e.callInt(id, "getMaxCommitSeq"); got != 1 {
+		t.Fatalf("maxCommitSeq = %d after the failed round, want 1 (nothing applied)", got)
+	}
+	e.call(id, "setResolverFailing", nil, false)
+	m := c.send(nil, &wire.PullHeader{Accept: wire.AcceptInlineRows}, []wire.Subscription{sub("s", "p1", 1)})
+	for _, f := range m.Frames {
+		if sr, ok := f.(*wire.SubStart); ok && sr.Status != wire.SubActive {
+			t.Fatalf("subscription after the outage: %+v, want active (never revoked)", sr)
+		}
 	}
 }
