@@ -69,7 +69,9 @@ func TestProductionStores(t *testing.T) {
 	e := newProdEnv(t)
 	db := testenv.DynamoDB(t).Client(t)
 	before := conformanceTables(t, db)
+	start := time.Now()
 	id := e.create(`, "limits": {"inlineSegmentMaxBytes": 0}`)
+	t.Logf("instance created (table with stream, S3 server, bucket, engines, hint port): %v", time.Since(start).Round(time.Millisecond))
 	if got := conformanceTables(t, db); got != before+1 {
 		t.Fatalf("instance tables: %d, want %d", got, before+1)
 	}
@@ -118,7 +120,7 @@ func TestProductionStores(t *testing.T) {
 	} else if h, isHello := msg.(*realtime.Hello); !isHello || h.Cursor != cursor {
 		t.Fatalf("first message %s, want a hello at cursor %d", b, cursor)
 	}
-	start := time.Now()
+	start = time.Now()
 	w.push("c2", upsert("n2", e.note("n2", "p1", "two", 2, nil)))
 	for {
 		typ, b, err := ws.Read(ctx)
