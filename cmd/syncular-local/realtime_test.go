@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"sort"
@@ -220,4 +221,39 @@ func TestRealtimeSocketRound(t *testing.T) {
 		t.Fatalf("delta rows %v", ids)
 	}
 	_ = json.Valid
+}
+
+// Decision 5 on the runner: the socket of a token that expires is closed
+// at its exp (policy violation, "token expired"), so nothing sent on it
+// afterwards — a push round included — reaches the engine; the client
+// reconnects with a fresh token.
+func TestRealtimeTokenExpiryClosesSocket(t *testing.T) {
+	r := newRTRig(t)
+	tok, err := auth.MintHS256([]byte(testSecret), auth.Claims{"sub": "short", "syncular_scopes": map[string][]string{"project_id": {"p1"}}}, 2*time.Second, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := r.dial(tok, "short-lived")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		_, _, err := ws.Read(ctx)
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the socket outlived its token")
+		}
+		var ce websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.Contains(ce.Reason, "expired") {
+			t.Fatalf("close: %v", err)
+		}
+		break
+	}
+	t.Logf("closed %v after connect (token valid for up to 2 s, exp in whole seconds)", time.Since(start).Round(time.Millisecond))
 }

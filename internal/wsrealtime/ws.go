@@ -7,8 +7,11 @@
 // bounded send queue drained by its own writer goroutine, so a slow
 // client never blocks the hub's fanout (§8.2 flow control: a full queue
 // is a dropped delta, answered by a wake-up); a round's response waits
-// for room instead (§8.7 backpressure) and learns when its final chunk
-// was written (the pipelining rule).
+// for room instead (§8.7 backpressure). For the §8.7 pipelining rule the
+// transport tells the hub whether a new round's first message was sent
+// before the client could have seen the previous END: its bytes reached
+// the server before END went to the socket, or the client's kernel had
+// not acknowledged END when it arrived (inflow.go).
 package wsrealtime
 
 import (
@@ -245,9 +248,10 @@ func WriteError(w http.ResponseWriter, err error) {
 }
 
 type msg struct {
-	typ     websocket.MessageType
-	data    []byte
-	written func(ok bool)
+	typ  websocket.MessageType
+	data []byte
+	// writing runs right before the write (a round's final chunk).
+	writing func()
 }
 
 // conn adapts a websocket.Conn to realtime.Conn (and CodeCloser,
@@ -279,9 +283,9 @@ func (c *conn) SendText(b []byte) bool   { return c.send(msg{typ: websocket.Mess
 func (c *conn) SendBinary(b []byte) bool { return c.send(msg{typ: websocket.MessageBinary, data: b}) }
 
 // SendRound waits for room in the queue (§8.7 backpressure).
-func (c *conn) SendRound(b []byte, written func(ok bool)) bool {
+func (c *conn) SendRound(b []byte, writing func()) bool {
 	select {
-	case c.out <- msg{typ: websocket.MessageBinary, data: b, written: written}:
+	case c.out <- msg{typ: websocket.MessageBinary, data: b, writing: writing}:
 		return true
 	case <-c.done:
 		return false
@@ -315,18 +319,24 @@ func serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, a engine.A
 		return
 	}
 	defer s.Close()
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: o.OriginPatterns, InsecureSkipVerify: o.InsecureSkipVerify, CompressionMode: websocket.CompressionDisabled})
+	in := &inflow{}
+	ws, err := websocket.Accept(hijackCounter{ResponseWriter: w, in: in}, r, &websocket.AcceptOptions{
+		OriginPatterns: o.OriginPatterns, InsecureSkipVerify: o.InsecureSkipVerify, CompressionMode: websocket.CompressionDisabled,
+	})
 	if err != nil {
 		return
 	}
 	ws.SetReadLimit(o.MaxReadBytes)
 	write := func(m msg, timeout time.Duration) error {
+		if m.writing != nil {
+			// A round's final chunk: what reached us by now was sent
+			// before the client could see END.
+			in.markEnd(len(m.data))
+			m.writing()
+		}
 		wctx, wcancel := context.WithTimeout(ctx, timeout)
 		err := ws.Write(wctx, m.typ, m.data)
 		wcancel()
-		if m.written != nil {
-			m.written(err == nil)
-		}
 		return err
 	}
 	writerDone := make(chan struct{})
@@ -370,19 +380,20 @@ func serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, a engine.A
 		if typ == websocket.MessageText {
 			s.HandleText(ctx, data)
 		} else {
-			s.HandleBinary(ctx, data)
+			s.HandleBinaryArrival(ctx, data, in.beforeLastEnd(len(data)))
 		}
 	}
 	c.CloseCode(realtime.CloseNormal, "")
 	cancel()
 	<-writerDone
 	_ = ws.CloseNow()
-	// Round callbacks still queued never run: release their waiters.
+	// Round callbacks still queued never ran: run them (the session is
+	// closed; nothing waits on the flag but its state stays consistent).
 	for {
 		select {
 		case m := <-c.out:
-			if m.written != nil {
-				m.written(false)
+			if m.writing != nil {
+				m.writing()
 			}
 			continue
 		default:

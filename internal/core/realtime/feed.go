@@ -180,6 +180,9 @@ func (h *Hub) checkHead(pt *part, head store.Head, ok bool) bool {
 			gone = append(gone, s)
 		}
 	}
+	if ok {
+		pt.epoch = head.LogEpoch
+	}
 	if ok && head.MaxCommitSeq < pt.delivered {
 		// The log went back (a restore): feed from its head.
 		pt.delivered = head.MaxCommitSeq
@@ -229,12 +232,12 @@ func (h *Hub) deliver(pt *part, c *store.Commit) {
 	}
 	prev := pt.delivered
 	pt.delivered = c.Seq
-	now := h.e.Now()
+	f := fanout{pt: pt, now: h.e.Now()}
 	if c.Seq != prev+1 {
 		for s := range pt.sessions {
 			if s.since < c.Seq-1 && s.stamp < c.Seq {
 				s.stamp = c.Seq
-				h.applyLocked(pt, s, Decide(h.factsLocked(s), CommitFacts{Gap: true}), nil, now)
+				f.apply(s, Decide(h.factsLocked(s), CommitFacts{Gap: true}), nil)
 			}
 		}
 	}
@@ -258,7 +261,7 @@ func (h *Hub) deliver(pt *part, c *store.Commit) {
 				n = -1
 			}
 			d := Decide(h.factsLocked(s), CommitFacts{Touched: true, DeltaBytes: n, MaxMessageBytes: h.lim.MaxMessageBytes})
-			h.applyLocked(pt, s, d, msg, now)
+			f.apply(s, d, msg)
 		}
 	}
 }
@@ -284,9 +287,23 @@ func (h *Hub) encodeDelta(p string, s *Session, c *store.Commit) []byte {
 	return msg
 }
 
-// applyLocked carries out a decision for s. A delta counts as delivered
+// fanout carries out one commit's decisions; equal wake-ups (same
+// cursor and reason) are encoded once per commit, like deltas, so a
+// reconnect storm of suppressed sessions costs no message per session.
+type fanout struct {
+	pt    *part
+	now   int64
+	wakes map[wakeKey][]byte
+}
+
+type wakeKey struct {
+	cursor int64
+	reason string
+}
+
+// apply carries out d for s (h.mu held). A delta counts as delivered
 // only once the transport accepted it; a refused one is a wake-up.
-func (h *Hub) applyLocked(pt *part, s *Session, d Decision, msg []byte, now int64) {
+func (f *fanout) apply(s *Session, d Decision, msg []byte) {
 	switch d.Action {
 	case SendDelta:
 		if s.conn.SendBinary(msg) {
@@ -296,7 +313,16 @@ func (h *Hub) applyLocked(pt *part, s *Session, d Decision, msg []byte, now int6
 		fallthrough
 	case WakeUp:
 		s.suppressed = true
-		s.wakeLocked(pt, d.Reason, now)
+		k := wakeKey{s.observedLocked(f.pt), d.Reason}
+		w, ok := f.wakes[k]
+		if !ok {
+			w = EncodeWake(k.cursor, k.reason, f.now)
+			if f.wakes == nil {
+				f.wakes = map[wakeKey][]byte{}
+			}
+			f.wakes[k] = w
+		}
+		s.conn.SendText(w)
 	}
 }
 

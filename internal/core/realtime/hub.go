@@ -41,12 +41,14 @@ type CodeCloser interface {
 }
 
 // RoundSender is implemented by a Conn that can apply backpressure to a
-// round's response (§8.7 Backpressure) and report when a message reached
-// the socket. SendRound queues msg, waiting for room instead of refusing
-// it (false only when the connection is gone); written, when not nil, is
-// called once the transport finished writing msg (ok) or gave up.
+// round's response (§8.7 Backpressure) and say when a message leaves.
+// SendRound queues msg, waiting for room instead of refusing it (false
+// only when the connection is gone); writing, when not nil, is called by
+// the transport's writer right before it writes msg to the socket (not
+// after: a quick client's reply to the final chunk could otherwise reach
+// the read loop before the writer got round to saying it had written).
 type RoundSender interface {
-	SendRound(msg []byte, written func(ok bool)) bool
+	SendRound(msg []byte, writing func()) bool
 }
 
 func closeConn(c Conn, code int, reason string) {
@@ -94,6 +96,7 @@ const (
 	DefaultReconcileInterval    = 30 * time.Second
 	DefaultAuthInterval         = 30 * time.Second
 	DefaultHeartbeatInterval    = 30 * time.Second
+	DefaultPipelineHold         = 2 * time.Millisecond
 )
 
 // Options configure a Hub.
@@ -112,6 +115,13 @@ type Options struct {
 	// HeartbeatInterval: how often Run sends §8.5 heartbeats (default
 	// 30 s).
 	HeartbeatInterval time.Duration
+	// PipelineHold is the shortest time between a round request's END
+	// and its response's END (default 2 ms; negative: none). A client
+	// that sends two requests back to back (§8.7 forbids it) has its
+	// second one arrive inside that time, while the response is
+	// provably in flight, so it is always refused — also when the round
+	// itself is faster than the client's two sends.
+	PipelineHold time.Duration
 	// InstanceID is this hub's origin in PresenceEvent (default random).
 	InstanceID string
 	// OnPresence, when set, receives every presence change of this hub's
@@ -130,6 +140,7 @@ type Hub struct {
 	log *slog.Logger
 
 	reconcileEvery, authEvery, heartbeatEvery time.Duration
+	pipelineHold                              time.Duration
 	instanceID                                string
 	onPresence                                func(PresenceEvent)
 
@@ -167,7 +178,10 @@ type part struct {
 	// delivered: every commit ≤ delivered was decided for every session
 	// of the partition (the hub's feed position).
 	delivered int64
-	closed    bool
+	// epoch is the log epoch of the last head this hub saw for the
+	// partition (a connect's or a head read's).
+	epoch  string
+	closed bool
 }
 
 // NewHub returns a hub serving e. Call Run for hints, reconciliation,
@@ -192,9 +206,13 @@ func NewHub(e *engine.Engine, o Options) *Hub {
 		reconcileEvery: orDefault(o.ReconcileInterval, DefaultReconcileInterval),
 		authEvery:      orDefault(o.AuthInterval, DefaultAuthInterval),
 		heartbeatEvery: orDefault(o.HeartbeatInterval, DefaultHeartbeatInterval),
+		pipelineHold:   o.PipelineHold,
 		instanceID:     o.InstanceID, onPresence: o.OnPresence,
 		parts: map[string]*part{}, remote: map[string]map[string]map[string]remoteDoc{},
 		actorBytes: map[string]int{}, hints: map[string]hint{}, kick: make(chan struct{}, 1),
+	}
+	if o.PipelineHold == 0 {
+		h.pipelineHold = DefaultPipelineHold
 	}
 	if h.instanceID == "" {
 		h.instanceID = newSessionID()
@@ -253,8 +271,11 @@ type Session struct {
 	roundBuf []byte
 	// roundHeld: bytes reserved in the hub's round accounting (h.bmu).
 	roundHeld int
+	// gone mirrors closed for the transport's goroutine: input after
+	// the session closed is dropped.
+	gone atomic.Bool
 	// roundBusy is set from a request's END until its response's final
-	// chunk was written (§8.7: round bytes then are pipelining).
+	// chunk goes to the socket (§8.7: round bytes then are pipelining).
 	roundBusy atomic.Bool
 }
 
@@ -296,6 +317,10 @@ func (h *Hub) Connect(ctx context.Context, auth engine.Auth, clientID string, co
 	}
 	h.mu.Lock()
 	pt, created := h.partLocked(auth.Partition, a.Head.MaxCommitSeq)
+	// A connect that saw another epoch than the partition's sessions
+	// did: the epoch rotated (§2.1); the head read settles who is stale.
+	rotated := !created && pt.epoch != a.Head.LogEpoch
+	pt.epoch = a.Head.LogEpoch
 	// The hub may already have fed commits past the head this connect
 	// read: those were never decided for this session, so its latest is
 	// the later of the two.
@@ -315,7 +340,7 @@ func (h *Hub) Connect(ctx context.Context, auth engine.Auth, clientID string, co
 		s.expiry = time.AfterFunc(time.Duration(o.ExpiresAt-h.e.Now())*time.Millisecond, s.expire)
 	}
 	h.mu.Unlock()
-	if created {
+	if created || rotated {
 		// A commit hinted before this partition had a session was not
 		// fed; read the head once so it is (§8.2, no gap).
 		h.HintHead(auth.Partition)
@@ -431,6 +456,7 @@ func (s *Session) Close() {
 		return
 	}
 	s.closed = true
+	s.gone.Store(true)
 	if s.expiry != nil {
 		s.expiry.Stop()
 	}
@@ -473,6 +499,9 @@ func (s *Session) violation(why string) {
 // tolerated input is ignored, malformed input closes the connection. A
 // message after the token expired closes it too.
 func (s *Session) HandleText(ctx context.Context, msg []byte) {
+	if s.gone.Load() {
+		return
+	}
 	if s.expired() {
 		s.expire()
 		return

@@ -24,6 +24,7 @@ type conn struct {
 	text    [][]byte
 	binary  [][]byte
 	closed  string
+	code    int
 	refuse  bool
 	changed chan struct{}
 }
@@ -49,11 +50,26 @@ func (c *conn) SendBinary(m []byte) bool {
 	return true
 }
 
-func (c *conn) Close(reason string) {
+func (c *conn) Close(reason string) { c.CloseCode(0, reason) }
+
+func (c *conn) CloseCode(code int, reason string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.closed = reason
+	if c.code != 0 || c.closed != "" {
+		return // a connection closes once
+	}
+	c.closed, c.code = reason, code
+	if reason == "" {
+		c.closed = "closed"
+	}
 	c.changed <- struct{}{}
+}
+
+// closedWith reports the close code and reason (0, "" while open).
+func (c *conn) closedWith() (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.code, c.closed
 }
 
 // events returns the parsed text messages of one event name.
@@ -153,11 +169,21 @@ type env struct {
 }
 
 func newEnv(t *testing.T, lim realtime.Limits) *env {
+	return newEnvWith(t, realtime.Options{Limits: lim}, func(hub *realtime.Hub, p string, c *store.Commit) { hub.Notify(p, c) })
+}
+
+// newEnvWith builds a hub with o whose engine hands each commit to
+// onCommit (nil: the hub hears of no commit).
+func newEnvWith(t *testing.T, o realtime.Options, onCommit func(hub *realtime.Hub, p string, c *store.Commit)) *env {
 	var hub *realtime.Hub
 	h := enginetest.New(t, memstore.New(), memstore.NewSegments(), enginetest.Options{
-		OnCommit: func(p string, c *store.Commit) { hub.Notify(p, c) },
+		OnCommit: func(p string, c *store.Commit) {
+			if onCommit != nil {
+				onCommit(hub, p, c)
+			}
+		},
 	})
-	hub = realtime.NewHub(h.Engine, realtime.Options{Limits: lim})
+	hub = realtime.NewHub(h.Engine, o)
 	h.Grants.Set("actor-a", engine.ScopeMap{"project_id": {"p1", "p2"}})
 	h.Grants.Set("actor-b", engine.ScopeMap{"project_id": {"p1"}})
 	h.Grants.Set("actor-d", engine.ScopeMap{"project_id": {"p2"}})

@@ -28,10 +28,18 @@
 //     (fail closed).
 //   - Client text is answered by ClassifyText: unknown or non-object
 //     input is ignored, a malformed ack or presence publish closes.
-//     Client binary is a round (0x01) or closes; round bytes from a
-//     request's END until its response's final chunk was written are
-//     pipelining and close. Buffered round bytes are capped per
-//     connection, per actor and per hub; presence per size and rate.
+//     Client binary is a round (0x01) or closes. One round at a time
+//     (§8.7): round bytes from a request's END until its response's
+//     final chunk goes to the socket are pipelining and close; END is
+//     held at least PipelineHold after the request, so a request sent
+//     right behind another always lands in that window; a transport
+//     that sees arrival times (wsrealtime) also refuses a new round
+//     whose bytes reached the server before END did leave.
+//   - Limits: buffered round bytes per connection (close 1009), per
+//     actor and per hub (1013); presence size (presence.too_large) and
+//     rate (publishes past PresencePerSecond coalesce to the latest);
+//     connections per actor and per instance in the transport (429
+//     sync.websocket_connection_limit); the clientId rule of /sync.
 //
 // A transport (package wsrealtime's handler) supplies a Conn per
 // connection and feeds inbound messages to the Session; committed

@@ -3,6 +3,7 @@ package realtime
 import (
 	"context"
 	"encoding/binary"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
@@ -10,9 +11,9 @@ import (
 )
 
 // Sync rounds over the socket (§8.7). One round at a time: from the
-// moment a request's END arrives until its response's final chunk has
-// been written to the socket, any round byte is pipelining (the client
-// sent it before it could have seen END) and closes the connection.
+// moment a request's END arrives until its response's final chunk goes
+// to the socket, any round byte is pipelining (the client sent it before
+// it could have seen END) and closes the connection.
 
 // HandleBinary handles one client→server binary message: a chunk of a
 // sync round (§8.7). Another tag, an invalid envelope header, bytes past
@@ -22,6 +23,19 @@ import (
 // control messages keep flowing during the round. Call it from one
 // goroutine per session (the transport's read loop).
 func (s *Session) HandleBinary(ctx context.Context, msg []byte) {
+	s.HandleBinaryArrival(ctx, msg, false)
+}
+
+// HandleBinaryArrival is HandleBinary for a transport that can tell that
+// msg's first byte reached the server before the previous round's final
+// response chunk had been written (beforeLastEnd): the client sent it
+// before it could have seen that END, so a message that begins a new
+// round is pipelining (§8.7) even when the read loop got to it only
+// after the round finished.
+func (s *Session) HandleBinaryArrival(ctx context.Context, msg []byte, beforeLastEnd bool) {
+	if s.gone.Load() {
+		return // closed: nothing it sends is applied
+	}
 	if s.expired() {
 		s.expire()
 		return
@@ -32,6 +46,10 @@ func (s *Session) HandleBinary(ctx context.Context, msg []byte) {
 	}
 	if s.roundBusy.Load() {
 		s.violation("round bytes while a response is in flight (§8.7 no pipelining)")
+		return
+	}
+	if beforeLastEnd && len(s.roundBuf) == 0 {
+		s.violation("a new round sent before the previous response's END (§8.7 no pipelining)")
 		return
 	}
 	if code, why := s.reserveRound(len(msg) - 1); code != 0 {
@@ -60,7 +78,7 @@ func (s *Session) HandleBinary(ctx context.Context, msg []byte) {
 	s.roundGen++
 	gen := s.roundGen
 	s.h.mu.Unlock()
-	go s.runRound(context.WithoutCancel(ctx), body, gen)
+	go s.runRound(context.WithoutCancel(ctx), body, gen, time.Now())
 }
 
 // reserveRound accounts n more buffered round bytes of s against the
@@ -173,34 +191,34 @@ func (w *roundWriter) Write(p []byte) (int, error) {
 	return int(w.n), nil
 }
 
-// send hands one chunk to the transport; written runs once it was
-// written (at once when the transport cannot tell).
-func (w *roundWriter) send(msg []byte, written func(ok bool)) {
+// send hands one chunk to the transport; writing runs when it goes to
+// the socket (at once after the hand-over when the transport cannot
+// tell).
+func (w *roundWriter) send(msg []byte, writing func()) {
 	if len(msg) <= 1 {
-		if written != nil {
-			written(true)
+		if writing != nil {
+			writing()
 		}
 		return
 	}
 	if rs, ok := w.conn.(RoundSender); ok {
-		if !rs.SendRound(msg, written) {
+		if !rs.SendRound(msg, writing) {
 			w.err = true
-			if written != nil {
-				written(false)
+			if writing != nil {
+				writing()
 			}
 		}
 		return
 	}
-	ok := w.conn.SendBinary(msg)
-	if !ok {
+	if !w.conn.SendBinary(msg) {
 		w.err = true
 	}
-	if written != nil {
-		written(ok)
+	if writing != nil {
+		writing()
 	}
 }
 
-func (s *Session) runRound(ctx context.Context, body []byte, gen uint64) {
+func (s *Session) runRound(ctx context.Context, body []byte, gen uint64, received time.Time) {
 	h := s.h
 	w := &roundWriter{conn: s.conn, limit: h.lim.RoundChunkBytes}
 	var rep *engine.Report
@@ -247,11 +265,16 @@ func (s *Session) runRound(ctx context.Context, body []byte, gen uint64) {
 		}
 	}
 	h.mu.Unlock()
-	// The round stays busy until its final chunk is written: round bytes
-	// the client sent before it could see END are pipelining.
+	// The round stays busy until its final chunk goes to the socket:
+	// round bytes read before then were sent before the client could see
+	// END, and are pipelining. (A transport that knows when bytes arrived
+	// also catches those the read loop gets to later: HandleBinaryArrival.)
 	final := w.buf
 	w.buf = nil
-	w.send(final, func(bool) { s.roundBusy.Store(false) })
+	if d := h.pipelineHold - time.Since(received); h.pipelineHold > 0 && d > 0 {
+		time.Sleep(d) // Options.PipelineHold
+	}
+	w.send(final, func() { s.roundBusy.Store(false) })
 	// Deltas resume only once END is queued (§8.7 interleaving); a commit
 	// meanwhile got a wake-up.
 	h.mu.Lock()
