@@ -249,6 +249,39 @@ func testBlobsOnS3(t *testing.T, e *env) {
 	if !bytes.Equal(br.data(t), payload) {
 		t.Fatal("fetchBlobUrl returned other bytes")
 	}
+	// The S3 server checks presigned signatures, as S3 does: an edited
+	// URL is refused.
+	edited := strings.Replace(dl.URL, "X-Amz-Expires=", "X-Amz-Expires=1", 1)
+	e.call(id, "fetchBlobUrl", &br, edited)
+	if br.OK {
+		t.Fatal("a presigned URL with an edited expiry was served")
+	}
+	// A presigned upload grant binds the length: other bytes are refused,
+	// the granted ones land.
+	other := []byte("granted upload bytes")
+	otherID := blobs.IDOfBytes(other)
+	var grant struct {
+		OK    bool `json:"ok"`
+		Grant struct {
+			Kind string `json:"kind"`
+			URL  string `json:"url"`
+		} `json:"grant"`
+	}
+	e.call(id, "uploadBlobGrant", &grant, "writer", otherID, len(other))
+	if !grant.OK || grant.Grant.Kind != "url" {
+		t.Fatalf("upload grant: %+v", grant)
+	}
+	u8 := func(b []byte) map[string]string {
+		return map[string]string{"$u8": base64.StdEncoding.EncodeToString(b)}
+	}
+	e.call(id, "putBlobUrl", &ok, grant.Grant.URL, u8(append(other, '!')))
+	if ok.OK {
+		t.Fatal("a presigned PUT longer than its grant was accepted")
+	}
+	e.call(id, "putBlobUrl", &ok, grant.Grant.URL, u8(other))
+	if !ok.OK {
+		t.Fatal("the granted presigned PUT was refused")
+	}
 	if st, _, b := e.do(http.MethodDelete, "/i/"+id, nil, nil); st != http.StatusNoContent {
 		t.Fatalf("drop: %d %s", st, b)
 	}

@@ -71,8 +71,11 @@ func (p *Prod) withDefaults() *Prod {
 	return &c
 }
 
+// localCreds sign every call (local emulators accept any).
+var localCreds = aws.Credentials{AccessKeyID: "local", SecretAccessKey: "local", Source: "conformance-host"}
+
 func (p *Prod) creds() aws.CredentialsProvider {
-	return credentials.NewStaticCredentialsProvider("local", "local", "")
+	return credentials.StaticCredentialsProvider{Value: localCreds}
 }
 
 func (p *Prod) dynamo() *dynamodb.Client {
@@ -149,7 +152,7 @@ func newProdStorage(ctx context.Context, cfg *Prod, id string, now func() int64,
 		return nil, fmt.Errorf("S3 server: %w", err)
 	}
 	fake := gofakes3.New(s3mem.New(s3mem.WithTimeSource(virtualTime(now))), gofakes3.WithAutoBucket(false))
-	ps.s3srv = &http.Server{Handler: fake.Server(), ReadHeaderTimeout: 10 * time.Second}
+	ps.s3srv = &http.Server{Handler: &presignedS3{next: fake.Server(), creds: localCreds, region: cfg.Region}, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = ps.s3srv.Serve(ln) }()
 	ps.s3url = "http://" + ln.Addr().String()
 	s3c := s3.New(s3.Options{
@@ -190,9 +193,8 @@ func (ps *prodStorage) Blobs() blobs.Store             { return ps.blobs }
 func (ps *prodStorage) BlobPresigner() blobs.Presigner { return ps.blobs }
 func (ps *prodStorage) FailNextOutcomeRead()           { ps.store.failGet.Store(true) }
 
-// objectURL checks that a presigned URL names this instance's S3 server.
-// gofakes3 checks neither the signature nor the expiry of a presigned
-// URL; the §5.9.5 expiry rule the catalog probes is the client's.
+// objectURL checks that a presigned URL names this instance's S3 server,
+// which checks its signature and expiry (presigned.go).
 func (ps *prodStorage) objectURL(rawURL string) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme+"://"+u.Host != ps.s3url || u.Query().Get("X-Amz-Signature") == "" {
