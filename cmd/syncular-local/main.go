@@ -151,6 +151,9 @@ Ctrl-C stops.
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down")
+	// Hijacked sockets outlive srv.Shutdown: close them going-away (1001)
+	// so clients reconnect at once.
+	rn.hub.Drain("server shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
@@ -113,12 +114,31 @@ func (h *Hub) processHints(ctx context.Context) {
 	work := h.hints
 	h.hints = make(map[string]hint, len(work))
 	h.hmu.Unlock()
-	for p, x := range work {
+	parallel(ctx, work, func(p string, x hint) { h.feed(ctx, p, x) })
+}
+
+// workers bounds the partitions (or actors) the hub works on at once: a
+// slow log read or resolver call for one does not hold up the others;
+// one partition's feed stays in order (part.dmu).
+const workers = 16
+
+// parallel runs fn for every entry of m, at most workers at a time, and
+// returns when all are done or ctx ended.
+func parallel[K comparable, V any](ctx context.Context, m map[K]V, fn func(K, V)) {
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	for k, v := range m {
 		if ctx.Err() != nil {
-			return
+			break
 		}
-		h.feed(ctx, p, x)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(k, v)
+		}()
 	}
+	wg.Wait()
 }
 
 // Reconcile reads the head of every partition with sessions and delivers
@@ -126,17 +146,12 @@ func (h *Hub) processHints(ctx context.Context) {
 // (the backstop of HintHead).
 func (h *Hub) Reconcile(ctx context.Context) {
 	h.mu.Lock()
-	names := make([]string, 0, len(h.parts))
+	names := make(map[string]hint, len(h.parts))
 	for p := range h.parts {
-		names = append(names, p)
+		names[p] = hint{head: true}
 	}
 	h.mu.Unlock()
-	for _, p := range names {
-		if ctx.Err() != nil {
-			return
-		}
-		h.feed(ctx, p, hint{head: true})
-	}
+	parallel(ctx, names, func(p string, x hint) { h.feed(ctx, p, x) })
 }
 
 // feed works one partition's hint: a head read when asked, then the log
@@ -347,24 +362,14 @@ func (h *Hub) Heartbeat() {
 func (h *Hub) RecheckAuth(ctx context.Context) {
 	h.mu.Lock()
 	type pa struct{ p, actor string }
-	seen := map[pa]bool{}
-	var todo []pa
+	todo := map[pa]bool{}
 	for p, pt := range h.parts {
 		for s := range pt.sessions {
-			k := pa{p, s.auth.ActorID}
-			if !seen[k] {
-				seen[k] = true
-				todo = append(todo, k)
-			}
+			todo[pa{p, s.auth.ActorID}] = true
 		}
 	}
 	h.mu.Unlock()
-	for _, k := range todo {
-		if ctx.Err() != nil {
-			return
-		}
-		h.RefreshScopes(ctx, k.p, k.actor)
-	}
+	parallel(ctx, todo, func(k pa, _ bool) { h.RefreshScopes(ctx, k.p, k.actor) })
 }
 
 // RefreshScopes re-resolves the registrations of partition's sessions
