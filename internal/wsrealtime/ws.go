@@ -18,9 +18,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -38,7 +40,11 @@ import (
 type Options struct {
 	// QueueMessages bounds a connection's send queue (default 1024).
 	QueueMessages int
-	// MaxReadBytes caps one inbound message (default 1 MiB).
+	// MaxReadBytes caps one inbound text (control) message (default 1
+	// MiB; past it the connection closes with 1009). Binary round
+	// messages are bounded by the hub's round caps instead
+	// (realtime.Limits), counted while they arrive: a stock client sends
+	// a whole round request as one message.
 	MaxReadBytes int64
 	// OriginPatterns are passed to websocket.Accept (browser origins).
 	OriginPatterns []string
@@ -326,7 +332,9 @@ func serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, a engine.A
 	if err != nil {
 		return
 	}
-	ws.SetReadLimit(o.MaxReadBytes)
+	// The library's own limit only backs ours up: the hub's caps refuse
+	// a round message first, while it arrives (readBinary).
+	ws.SetReadLimit(max(o.MaxReadBytes, int64(hub.Limits().MaxRoundRequestBytes)+64))
 	write := func(m msg, timeout time.Duration) error {
 		if m.writing != nil {
 			// A round's final chunk: what reached us by now was sent
@@ -373,15 +381,27 @@ func serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, a engine.A
 		}
 	}()
 	for {
-		typ, data, err := ws.Read(ctx)
+		typ, rd, err := ws.Reader(ctx)
 		if err != nil {
 			break
 		}
 		if typ == websocket.MessageText {
+			data, err := io.ReadAll(io.LimitReader(rd, o.MaxReadBytes+1))
+			if err != nil {
+				break
+			}
+			if int64(len(data)) > o.MaxReadBytes {
+				c.CloseCode(realtime.CloseMessageTooBig, "control message too large")
+				break
+			}
 			s.HandleText(ctx, data)
-		} else {
-			s.HandleBinaryArrival(ctx, data, in.beforeLastEnd(len(data)))
+			continue
 		}
+		data, ok := readBinary(rd, s)
+		if !ok {
+			break
+		}
+		s.HandleBinaryArrival(ctx, data, in.beforeLastEnd(len(data)))
 	}
 	c.CloseCode(realtime.CloseNormal, "")
 	cancel()
@@ -401,6 +421,33 @@ func serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, a engine.A
 		break
 	}
 }
+
+// readBinary reads one binary message, reserving its bytes with the hub
+// as they arrive (so the per-connection, per-actor and per-hub round
+// caps hold before the bytes are buffered, not after); false when a cap
+// refused them (the session closed the connection) or the read failed.
+func readBinary(rd io.Reader, s *realtime.Session) ([]byte, bool) {
+	var buf []byte
+	for {
+		buf = slices.Grow(buf, readStep)
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		if n > 0 {
+			if !s.ReserveIncoming(n) {
+				return nil, false
+			}
+			buf = buf[:len(buf)+n]
+		}
+		if err == io.EOF {
+			return buf, true
+		}
+		if err != nil {
+			return nil, false
+		}
+	}
+}
+
+// readStep is the least room readBinary offers each read.
+const readStep = 16 << 10
 
 // truncate keeps a close reason within the 123 bytes a close frame holds.
 func truncate(s string) string {

@@ -350,3 +350,75 @@ func TestConnectionCaps(t *testing.T) {
 	}
 	r.open(t, "actor-b", "b3")
 }
+
+// bigPush is a tagged push request of clientID of about size bytes (one
+// message, as a stock client sends a round).
+func bigPush(t *testing.T, r *rig, clientID string, size int) []byte {
+	t.Helper()
+	c := &enginetest.Client{H: r.h, Partition: "part", Actor: "actor-a", ID: clientID, Version: wire.Version3, Schema: 1, Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}
+	var commits []wire.PushCommit
+	for i := 0; i*32<<10 < size; i++ {
+		id := fmt.Sprintf("big-%d", i)
+		commits = append(commits, wire.PushCommit{ClientCommitID: id, Operations: []wire.Operation{enginetest.Upsert("tasks", id, c.Task(id, "p1", strings.Repeat("x", 32<<10), false), -1)}})
+	}
+	body, err := wire.Encode(c.Request(commits, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]byte{realtime.TagRound}, body...)
+}
+
+// Item 1/5: a round request larger than a control message — here 3 MiB
+// in one binary message — is read and answered (the old 1 MiB read limit
+// closed the socket, wedging a client with a large queue); one over the
+// hub's per-connection cap is refused with 1009 while it arrives, and
+// its bytes are given back.
+func TestLargeRoundMessage(t *testing.T) {
+	r := newRig(t, wsrealtime.Options{})
+	ws := r.open(t, "actor-a", "bulk")
+	if err := ws.Write(context.Background(), websocket.MessageBinary, bigPush(t, r, "bulk", 3<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if m := roundResponse(t, ws); m.Kind != wire.KindResponse {
+		t.Fatalf("response %+v", m)
+	}
+
+	small := newRigHub(t, wsrealtime.Options{}, realtime.Options{Limits: realtime.Limits{MaxRoundRequestBytes: 256 << 10}})
+	ws2 := small.open(t, "actor-a", "bulk")
+	_ = ws2.Write(context.Background(), websocket.MessageBinary, bigPush(t, small, "bulk", 1<<20))
+	if code := waitClose(t, ws2); code != websocket.StatusMessageTooBig {
+		t.Fatalf("over the cap: close %d", code)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		hub, actor := small.hub.RoundBytes("part", "actor-a")
+		if hub == 0 && actor == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("round bytes still held: hub %d actor %d", hub, actor)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Drain (scale-in) closes every socket going-away (1001), and the
+// handler's connection count falls back to zero.
+func TestDrainClosesGoingAway(t *testing.T) {
+	r := newRig(t, wsrealtime.Options{})
+	a := r.open(t, "actor-a", "d1")
+	b := r.open(t, "actor-b", "d2")
+	r.hub.Drain("scale-in")
+	for _, ws := range []*websocket.Conn{a, b} {
+		if code := waitClose(t, ws); code != websocket.StatusGoingAway {
+			t.Fatalf("close %d, want 1001", code)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for r.rt.Connections() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still counted", r.rt.Connections())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

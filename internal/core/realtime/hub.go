@@ -220,6 +220,9 @@ func NewHub(e *engine.Engine, o Options) *Hub {
 	return h
 }
 
+// Limits returns the hub's limits, defaults applied.
+func (h *Hub) Limits() Limits { return h.lim }
+
 // InstanceID is this hub's origin id in presence events.
 func (h *Hub) InstanceID() string { return h.instanceID }
 
@@ -269,8 +272,10 @@ type Session struct {
 
 	// Round input, touched only by the goroutine feeding HandleBinary.
 	roundBuf []byte
-	// roundHeld: bytes reserved in the hub's round accounting (h.bmu).
-	roundHeld int
+	// roundHeld: bytes reserved in the hub's round accounting, incoming
+	// the part of them the transport reserved for the message it is
+	// reading (h.bmu).
+	roundHeld, incoming int
 	// gone mirrors closed for the transport's goroutine: input after
 	// the session closed is dropped.
 	gone atomic.Bool

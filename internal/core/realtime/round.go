@@ -52,9 +52,7 @@ func (s *Session) HandleBinaryArrival(ctx context.Context, msg []byte, beforeLas
 		s.violation("a new round sent before the previous response's END (§8.7 no pipelining)")
 		return
 	}
-	if code, why := s.reserveRound(len(msg) - 1); code != 0 {
-		s.h.log.Info("realtime: closing a connection over a round buffer cap", "partition", s.auth.Partition, "client", s.clientID, "reason", why)
-		s.closeWith(code, why)
+	if !s.settleIncoming(len(msg) - 1) {
 		return
 	}
 	s.roundBuf = append(s.roundBuf, msg[1:]...)
@@ -81,6 +79,46 @@ func (s *Session) HandleBinaryArrival(ctx context.Context, msg []byte, beforeLas
 	go s.runRound(context.WithoutCancel(ctx), body, gen, time.Now())
 }
 
+// ReserveIncoming accounts n more bytes of the binary message the
+// transport is reading against the round caps (Limits) before it buffers
+// them, so a cap holds while a large message is still arriving. False:
+// a cap refused them and the connection is closed; stop reading. The
+// message then goes to HandleBinary(Arrival), which settles the count.
+func (s *Session) ReserveIncoming(n int) bool {
+	if code, why := s.reserveRound(n); code != 0 {
+		s.refuseRound(code, why)
+		return false
+	}
+	s.h.bmu.Lock()
+	s.incoming += n
+	s.h.bmu.Unlock()
+	return true
+}
+
+// settleIncoming makes the reservation of the message being handled
+// exactly need bytes (the transport reserved s.incoming of it while
+// reading); false when a cap refused the rest (connection closed).
+func (s *Session) settleIncoming(need int) bool {
+	s.h.bmu.Lock()
+	pre := s.incoming
+	s.incoming = 0
+	s.h.bmu.Unlock()
+	if pre > need {
+		s.release(pre - need)
+		return true
+	}
+	if code, why := s.reserveRound(need - pre); code != 0 {
+		s.refuseRound(code, why)
+		return false
+	}
+	return true
+}
+
+func (s *Session) refuseRound(code int, why string) {
+	s.h.log.Info("realtime: closing a connection over a round buffer cap", "partition", s.auth.Partition, "client", s.clientID, "reason", why)
+	s.closeWith(code, why)
+}
+
 // reserveRound accounts n more buffered round bytes of s against the
 // connection's, its actor's and the hub's caps (Limits); a nonzero close
 // code says which one refused them.
@@ -103,14 +141,20 @@ func (s *Session) reserveRound(n int) (code int, why string) {
 	return 0, ""
 }
 
-// releaseRound returns s's reserved round bytes.
-func (s *Session) releaseRound() {
+// releaseRound returns all of s's reserved round bytes.
+func (s *Session) releaseRound() { s.release(-1) }
+
+// release returns n of s's reserved round bytes (all when n < 0).
+func (s *Session) release(n int) {
 	h := s.h
 	k := s.auth.Partition + "\x00" + s.auth.ActorID
 	h.bmu.Lock()
 	defer h.bmu.Unlock()
-	n := s.roundHeld
-	s.roundHeld = 0
+	if n < 0 || n > s.roundHeld {
+		n = s.roundHeld
+		s.incoming = 0
+	}
+	s.roundHeld -= n
 	h.hubBytes -= n
 	if h.actorBytes[k] -= n; h.actorBytes[k] <= 0 {
 		delete(h.actorBytes, k)
