@@ -280,6 +280,11 @@ func checkNetworkLoadBalancer(t *testing.T, root *yaml.Node) {
 			t.Errorf("target group attribute %s = %q, want %q", k, attrs[k], want)
 		}
 	}
+	// Keeping an unhealthy task's sockets takes both attributes: without
+	// a draining interval (default 0) they are reset at once anyway.
+	if d, _ := strconv.Atoi(attrs["target_health_state.unhealthy.draining_interval_seconds"]); attrs["target_health_state.unhealthy.connection_termination.enabled"] != "false" || d <= 0 {
+		t.Error("target group: an unhealthy task keeps its sockets for a draining interval (connection termination off, interval > 0)")
+	}
 
 	l := res("RealtimeListener", "Properties")
 	if !refTo(get(l, "LoadBalancerArn"), "RealtimeLoadBalancer") || !refTo(get(get(l, "DefaultActions").Content[0], "TargetGroupArn"), "RealtimeTargetGroup") {
