@@ -147,6 +147,31 @@ func TestTemplateRealtimeTier(t *testing.T) {
 		t.Error("service: circuit breaker with rollback, rolling deploy at 100% healthy, a health check grace period")
 	}
 
+	// Capacity: on-demand by default; with RealtimeFargateSpot at least
+	// one task stays on Fargate (a Spot stop never leaves no endpoint).
+	if scalar(get(root, "Parameters", "RealtimeFargateSpot", "Default")) != "disabled" {
+		t.Error("RealtimeFargateSpot: default disabled")
+	}
+	cps := map[string]bool{}
+	for _, cp := range res("RealtimeCluster", "Properties", "CapacityProviders").Content {
+		cps[cp.Value] = true
+	}
+	lt, strat := get(svc, "LaunchType"), get(svc, "CapacityProviderStrategy")
+	if !cps["FARGATE"] || !cps["FARGATE_SPOT"] || lt == nil || lt.Tag != "!If" || lt.Content[0].Value != "SpotTasks" ||
+		lt.Content[1].Value != "AWS::NoValue" || scalar(lt.Content[2]) != "FARGATE" ||
+		strat == nil || strat.Tag != "!If" || strat.Content[0].Value != "SpotTasks" || strat.Content[2].Value != "AWS::NoValue" {
+		t.Fatal("service: LaunchType FARGATE, or with SpotTasks a capacity provider strategy on the cluster's FARGATE and FARGATE_SPOT")
+	}
+	base := 0
+	for _, item := range strat.Content[1].Content {
+		if scalar(get(item, "CapacityProvider")) == "FARGATE" {
+			base, _ = strconv.Atoi(scalar(get(item, "Base")))
+		}
+	}
+	if base < 1 {
+		t.Error("capacity provider strategy: Base of at least 1 on FARGATE")
+	}
+
 	// Autoscaling: target tracking on CPU and on the connections metric
 	// the tier writes (internal/metrics).
 	var cpu, conns bool
