@@ -83,7 +83,7 @@ func checkOurs(t *testing.T, r metricRef) {
 	if !found {
 		t.Errorf("%s: %s with dimensions %v; the code emits it with %v", r.at, r.name, names, m.Dimensions)
 	}
-	if fn, ok := r.dimensions[metrics.DimFunction]; ok && !slices.Contains(functionNames(), fn) && fn != metrics.FunctionGateway {
+	if fn, ok := r.dimensions[metrics.DimFunction]; ok && !slices.Contains(functionNames(), fn) && fn != metrics.FunctionGateway && fn != tierFunction {
 		t.Errorf("%s: %s of unknown function %q", r.at, r.name, fn)
 	}
 }

@@ -32,8 +32,7 @@ func Markdown() string {
 
 // RealtimeVars are the variables the realtime and fanout functions read
 // outside Load (internal/app/realtime.go), documented beside Vars.
-var RealtimeVars = []Var{
-}
+var RealtimeVars = []Var{}
 
 // limitsMarkdown renders the fixed size limits of internal/core/limits,
 // so the documented numbers are the enforced ones.
