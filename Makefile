@@ -51,9 +51,13 @@ tools:
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
-## bench: codec, engine and store benchmarks
+## bench: codec, engine, store, auth and adapter benchmarks (internal/...), and
+## the local runner's whole-request (BenchmarkRunner*) and realtime fanout
+## (BenchmarkRealtimeFanout) benchmarks over loopback; BENCHTIME per benchmark
+## (e.g. BENCHTIME=1x for a quick check that every benchmark still runs)
+BENCHTIME ?= 1s
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/... ./cmd/syncular-local/
 
 ## load: a fresh local runner under cmd/syncular-load (LOAD_ARGS, e.g.
 ## LOAD_ARGS="-mix quiet-pull -vus 10,50,100 -runs 3"; loopback only)

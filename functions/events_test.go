@@ -338,6 +338,31 @@ func TestEnvLocal(t *testing.T) {
 	if !strings.Contains(env["SYNC_HS256_SECRET"], "local-dev-only") {
 		t.Error("the checked-in secret must be visibly dev-only")
 	}
+	// env.linux.json (samconfig.toml's linux environment, for
+	// --docker-network host) is the same file with the service endpoints
+	// on this machine's loopback instead of Docker Desktop's host name.
+	lb, err := os.ReadFile("../env.linux.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var linux map[string]map[string]string
+	if err := json.Unmarshal(lb, &linux); err != nil {
+		t.Fatal(err)
+	}
+	for scope, vars := range f {
+		for k, v := range vars {
+			want := strings.ReplaceAll(v, "host.docker.internal", "127.0.0.1")
+			if got, ok := linux[scope][k]; !ok || got != want {
+				t.Errorf("env.linux.json %s.%s = %q, want %q", scope, k, got, want)
+			}
+		}
+		if len(linux[scope]) != len(vars) {
+			t.Errorf("env.linux.json %s: %d variables, env.local.json %d", scope, len(linux[scope]), len(vars))
+		}
+	}
+	if len(linux) != len(f) {
+		t.Errorf("env.linux.json has %d scopes, env.local.json %d", len(linux), len(f))
+	}
 }
 
 func isFunction(id string) bool {

@@ -2,6 +2,7 @@ package functions
 
 import (
 	"encoding/json"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -82,7 +83,7 @@ func checkOurs(t *testing.T, r metricRef) {
 	if !found {
 		t.Errorf("%s: %s with dimensions %v; the code emits it with %v", r.at, r.name, names, m.Dimensions)
 	}
-	if fn, ok := r.dimensions[metrics.DimFunction]; ok && !slices.Contains(functionNames(), fn) {
+	if fn, ok := r.dimensions[metrics.DimFunction]; ok && !slices.Contains(functionNames(), fn) && fn != metrics.FunctionGateway && fn != tierFunction {
 		t.Errorf("%s: %s of unknown function %q", r.at, r.name, fn)
 	}
 }
@@ -121,7 +122,7 @@ func TestTemplateAlarmsUseCatalogue(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"ours/serverErrors", "ours/requests", "ours/rateLimited", "ours/softTimeouts", "ours/pruneFailures",
+		"ours/serverErrors", "ours/requests", "ours/rateLimited", "ours/softTimeouts", "ours/pruneFailures", "ours/requestsOverCap",
 		"AWS/ApiGateway/5xx", "AWS/Lambda/Throttles", "AWS/Lambda/Errors", "AWS/Lambda/ConcurrentExecutions",
 		"AWS/DynamoDB/ThrottledRequests", "AWS/DynamoDB/SystemErrors",
 	} {
@@ -375,5 +376,96 @@ func TestTemplateMigrateHook(t *testing.T) {
 	}
 	if !refTo(get(root, "Globals", "Function", "Environment", "Variables", "SYNC_CHECKPOINTS"), "BackfillCheckpoints") {
 		t.Error("SYNC_CHECKPOINTS must come from the BackfillCheckpoints parameter (the hook and the serving functions read the same declarations)")
+	}
+}
+
+// docs/OPERATIONS.md's alarm table names every alarm of the template by
+// logical id, and nothing else, so the runbook cannot drift from the stack.
+func TestOperationsAlarmTable(t *testing.T) {
+	root := loadYAML(t)
+	b, err := os.ReadFile("../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "\n## Alarms\n")
+	if start < 0 {
+		t.Fatal("docs/OPERATIONS.md has no Alarms section")
+	}
+	section := doc[start+1:]
+	if end := strings.Index(section[1:], "\n## "); end >= 0 {
+		section = section[:end+1]
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") {
+			continue
+		}
+		for _, m := range alarmID.FindAllStringSubmatch(cells[1], -1) {
+			if listed[m[1]] {
+				t.Errorf("OPERATIONS.md lists %s twice", m[1])
+			}
+			listed[m[1]] = true
+		}
+	}
+	inTemplate := map[string]bool{}
+	for _, id := range resourcesOfType(root, "AWS::CloudWatch::Alarm") {
+		inTemplate[id] = true
+		if !listed[id] {
+			t.Errorf("template alarm %s is missing from docs/OPERATIONS.md#alarms", id)
+		}
+	}
+	for id := range listed {
+		if !inTemplate[id] {
+			t.Errorf("docs/OPERATIONS.md#alarms lists %s, which template.yaml does not define", id)
+		}
+	}
+}
+
+var alarmID = regexp.MustCompile("`([A-Za-z0-9]+Alarm)`")
+
+// The metrics the template derives from the API access log (function
+// "gateway") come from a metric filter of the access log group whose
+// dimension the log format carries, are catalogue metrics, and are the
+// only source of function=gateway series an alarm reads.
+func TestTemplateAccessLogMetrics(t *testing.T) {
+	root := loadYAML(t)
+	format := scalar(get(root, "Resources", "SyncApi", "Properties", "AccessLogSettings", "Format"))
+	var fields map[string]string
+	if err := json.Unmarshal([]byte(format), &fields); err != nil {
+		t.Fatalf("access log format is not a JSON object of strings: %v", err)
+	}
+	produced := map[string]bool{}
+	for _, id := range resourcesOfType(root, "AWS::Logs::MetricFilter") {
+		p := get(root, "Resources", id, "Properties")
+		if !refTo(get(p, "LogGroupName"), "ApiAccessLogGroup") {
+			continue
+		}
+		for _, mt := range get(p, "MetricTransformations").Content {
+			if !refTo(get(mt, "MetricNamespace"), "MetricsNamespace") {
+				t.Errorf("%s: namespace must be !Ref MetricsNamespace", id)
+			}
+			name := scalar(get(mt, "MetricName"))
+			if _, ok := metrics.Lookup(name); !ok {
+				t.Errorf("%s: %s is not in the catalogue", id, name)
+			}
+			ds := get(mt, "Dimensions")
+			if ds == nil || len(ds.Content) != 1 || scalar(get(ds.Content[0], "Key")) != metrics.DimFunction ||
+				scalar(get(ds.Content[0], "Value")) != "$."+metrics.DimFunction || fields[metrics.DimFunction] != metrics.FunctionGateway {
+				t.Errorf("%s: want one dimension function = $.function, and \"function\":%q in the access log format", id, metrics.FunctionGateway)
+			}
+			produced[name] = true
+		}
+	}
+	if !produced[metrics.RequestsOverCap.Name] {
+		t.Error("no access-log metric filter counts API Gateway's 413s (requestsOverCap)")
+	}
+	for _, id := range resourcesOfType(root, "AWS::CloudWatch::Alarm") {
+		for _, r := range alarmMetrics(t, root, id) {
+			if r.ours && r.dimensions[metrics.DimFunction] == metrics.FunctionGateway && !produced[r.name] {
+				t.Errorf("%s: reads %s of function=gateway, which no access-log metric filter produces", r.at, r.name)
+			}
+		}
 	}
 }

@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/skyfold/syncular-lambda/internal/app"
+	"github.com/skyfold/syncular-lambda/internal/core/realtime"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/metrics"
 	"github.com/skyfold/syncular-lambda/internal/rtfanout"
@@ -31,7 +34,7 @@ func actionsOf(st *yaml.Node) []string {
 	return []string{a.Value}
 }
 
-// The realtime endpoint is the tier (ECS Fargate behind an ALB): no API
+// The realtime endpoint is the tier (ECS Fargate behind an NLB): no API
 // Gateway WebSocket API, no realtime function, no heartbeat schedule.
 func TestTemplateHasNoWebSocketAPI(t *testing.T) {
 	root := loadYAML(t)
@@ -134,31 +137,7 @@ func TestTemplateRealtimeTier(t *testing.T) {
 		t.Error("container StopTimeout (SIGTERM → drain → exit)")
 	}
 
-	// Load balancer: health check on /healthz, ip targets, a draining
-	// delay, an idle timeout parameter above a minute (heartbeats keep
-	// sockets open), HTTPS when a certificate is given.
-	tg := res("RealtimeTargetGroup", "Properties")
-	if scalar(get(tg, "TargetType")) != "ip" || scalar(get(tg, "HealthCheckPath")) != "/healthz" || scalar(get(tg, "Port")) != "8080" {
-		t.Error("target group: ip targets on 8080, health check /healthz")
-	}
-	attrs := map[string]*yaml.Node{}
-	for _, a := range get(tg, "TargetGroupAttributes").Content {
-		attrs[scalar(get(a, "Key"))] = get(a, "Value")
-	}
-	if v := attrs["deregistration_delay.timeout_seconds"]; v == nil || !strings.Contains(v.Value, "RealtimeDrainSeconds") {
-		t.Error("target group: deregistration delay from RealtimeDrainSeconds")
-	}
-	lbAttrs := map[string]*yaml.Node{}
-	for _, a := range res("RealtimeLoadBalancer", "Properties", "LoadBalancerAttributes").Content {
-		lbAttrs[scalar(get(a, "Key"))] = get(a, "Value")
-	}
-	if v := lbAttrs["idle_timeout.timeout_seconds"]; v == nil || !strings.Contains(v.Value, "RealtimeIdleTimeout") ||
-		scalar(get(root, "Parameters", "RealtimeIdleTimeout", "MinValue")) != "61" {
-		t.Error("load balancer idle timeout: RealtimeIdleTimeout, at least 61 s")
-	}
-	if l := res("RealtimeListener", "Properties", "Protocol"); l == nil || l.Tag != "!If" || l.Content[0].Value != "HasCertificate" {
-		t.Error("listener: HTTPS with RealtimeCertificateArn, else HTTP")
-	}
+	checkNetworkLoadBalancer(t, root)
 
 	// Service: rolling deploy with circuit breaker, health check grace.
 	svc := res("RealtimeService", "Properties")
@@ -166,6 +145,31 @@ func TestTemplateRealtimeTier(t *testing.T) {
 	if scalar(get(dc, "DeploymentCircuitBreaker", "Enable")) != "true" || scalar(get(dc, "DeploymentCircuitBreaker", "Rollback")) != "true" ||
 		scalar(get(dc, "MinimumHealthyPercent")) != "100" || scalar(get(svc, "HealthCheckGracePeriodSeconds")) == "" {
 		t.Error("service: circuit breaker with rollback, rolling deploy at 100% healthy, a health check grace period")
+	}
+
+	// Capacity: on-demand by default; with RealtimeFargateSpot at least
+	// one task stays on Fargate (a Spot stop never leaves no endpoint).
+	if scalar(get(root, "Parameters", "RealtimeFargateSpot", "Default")) != "disabled" {
+		t.Error("RealtimeFargateSpot: default disabled")
+	}
+	cps := map[string]bool{}
+	for _, cp := range res("RealtimeCluster", "Properties", "CapacityProviders").Content {
+		cps[cp.Value] = true
+	}
+	lt, strat := get(svc, "LaunchType"), get(svc, "CapacityProviderStrategy")
+	if !cps["FARGATE"] || !cps["FARGATE_SPOT"] || lt == nil || lt.Tag != "!If" || lt.Content[0].Value != "SpotTasks" ||
+		lt.Content[1].Value != "AWS::NoValue" || scalar(lt.Content[2]) != "FARGATE" ||
+		strat == nil || strat.Tag != "!If" || strat.Content[0].Value != "SpotTasks" || strat.Content[2].Value != "AWS::NoValue" {
+		t.Fatal("service: LaunchType FARGATE, or with SpotTasks a capacity provider strategy on the cluster's FARGATE and FARGATE_SPOT")
+	}
+	base := 0
+	for _, item := range strat.Content[1].Content {
+		if scalar(get(item, "CapacityProvider")) == "FARGATE" {
+			base, _ = strconv.Atoi(scalar(get(item, "Base")))
+		}
+	}
+	if base < 1 {
+		t.Error("capacity provider strategy: Base of at least 1 on FARGATE")
 	}
 
 	// Autoscaling: target tracking on CPU and on the connections metric
@@ -186,16 +190,16 @@ func TestTemplateRealtimeTier(t *testing.T) {
 		t.Errorf("target tracking on CPU (%v) and on %s per task (%v)", cpu, metrics.Connections.Name, conns)
 	}
 
-	// Security groups: the ALB reaches the socket port, the fanout
-	// function and the other tasks the hint port, nothing else.
+	// Security groups: the load balancer reaches the socket port, the
+	// fanout function and the other tasks the hint port, nothing else.
 	ingress := map[string]string{}
 	for _, r := range res("RealtimeTaskSecurityGroup", "Properties", "SecurityGroupIngress").Content {
 		ingress[scalar(get(r, "FromPort"))+"/"+get(r, "SourceSecurityGroupId").Value] = scalar(get(r, "ToPort"))
-		if get(r, "CidrIp") != nil {
+		if get(r, "CidrIp") != nil || get(r, "CidrIpv6") != nil {
 			t.Error("task security group open to a CIDR")
 		}
 	}
-	if len(ingress) != 2 || ingress["8080/RealtimeAlbSecurityGroup"] != "8080" || ingress["8081/FanoutSecurityGroup"] != "8081" {
+	if len(ingress) != 2 || ingress["8080/RealtimeLoadBalancerSecurityGroup"] != "8080" || ingress["8081/FanoutSecurityGroup"] != "8081" {
 		t.Errorf("task ingress %v", ingress)
 	}
 	peer := res("RealtimeTaskPeerIngress", "Properties")
@@ -212,18 +216,165 @@ func TestTemplateRealtimeTier(t *testing.T) {
 		}
 	}
 
-	if o := get(root, "Outputs", "RealtimeUrl", "Value"); o == nil || !strings.Contains(yamlString(t, o), "RealtimeLoadBalancer.DNSName}/realtime") {
-		t.Error("output RealtimeUrl: ws(s)://<load balancer>/realtime")
+	// RealtimeUrl: wss:// with the certificate (TLS listener), else ws://,
+	// then the load balancer's name, the tier's mount and /realtime.
+	var mount *yaml.Node
+	for _, e := range get(c, "Environment").Content {
+		if scalar(get(e, "Name")) == "SYNC_MOUNT" {
+			mount = get(e, "Value")
+		}
+	}
+	url := get(root, "Outputs", "RealtimeUrl", "Value")
+	if url == nil || url.Tag != "!Sub" || mount == nil || mount.Kind != yaml.ScalarNode {
+		t.Fatal("output RealtimeUrl: !Sub [format, vars]; the tier's SYNC_MOUNT a plain value")
+	}
+	if f := scalar(url.Content[0]); f != "${Scheme}://${RealtimeLoadBalancer.DNSName}"+mount.Value+"/realtime" {
+		t.Errorf("RealtimeUrl %q, want ws(s)://<load balancer DNS name>%s/realtime", f, mount.Value)
+	}
+	if sch := get(url.Content[1], "Scheme"); !isIf(sch, "HasCertificate", "wss", "ws") {
+		t.Error("RealtimeUrl scheme: !If [HasCertificate, wss, ws]")
 	}
 }
 
-func yamlString(t *testing.T, n *yaml.Node) string {
+// isIf: n is !If [cond, then, else] with scalar branches.
+func isIf(n *yaml.Node, cond, then, els string) bool {
+	return n != nil && n.Tag == "!If" && len(n.Content) == 3 && n.Content[0].Value == cond &&
+		scalar(n.Content[1]) == then && scalar(n.Content[2]) == els
+}
+
+// nlbTLSIdleTimeout is the fixed idle timeout of a Network Load Balancer
+// TLS listener (AWS: "350 seconds and can't be modified"); TCP listeners
+// take tcp.idle_timeout.seconds in 60..6000.
+const nlbTLSIdleTimeout = 350 * time.Second
+
+// tierFunction is the function dimension of the tier's own metrics
+// (cmd/syncular-realtime).
+const tierFunction = "realtime"
+
+// The tier sits behind a Network Load Balancer: TLS on 443 with the
+// certificate (terminated there, TCP to the tasks) or TCP on 80; TCP ip
+// targets health-checked over HTTP on /healthz; draining kept and closed
+// by the tasks themselves; an idle timeout above the hub's heartbeat
+// interval on either listener; a security group on the load balancer;
+// the unhealthy-target alarm on the NLB's metrics; no ALB anywhere.
+func checkNetworkLoadBalancer(t *testing.T, root *yaml.Node) {
 	t.Helper()
-	b, err := yaml.Marshal(n)
+	res := func(id string, path ...string) *yaml.Node {
+		return get(root, append([]string{"Resources", id}, path...)...)
+	}
+	attrsOf := func(n *yaml.Node) map[string]string {
+		out := map[string]string{}
+		if n == nil {
+			return out
+		}
+		for _, a := range n.Content {
+			out[scalar(get(a, "Key"))] = get(a, "Value").Value
+		}
+		return out
+	}
+
+	lb := res("RealtimeLoadBalancer", "Properties")
+	if scalar(get(lb, "Type")) != "network" || scalar(get(lb, "Scheme")) != "internet-facing" {
+		t.Errorf("RealtimeLoadBalancer: Type %q Scheme %q, want an internet-facing network load balancer", scalar(get(lb, "Type")), scalar(get(lb, "Scheme")))
+	}
+	if sg := get(lb, "SecurityGroups"); sg == nil || len(sg.Content) != 1 || !refTo(sg.Content[0], "RealtimeLoadBalancerSecurityGroup") {
+		t.Error("RealtimeLoadBalancer: SecurityGroups [!Ref RealtimeLoadBalancerSecurityGroup] (an NLB takes them only at creation)")
+	}
+	if _, ok := attrsOf(get(lb, "LoadBalancerAttributes"))["idle_timeout.timeout_seconds"]; ok {
+		t.Error("idle_timeout.timeout_seconds is an ALB attribute")
+	}
+
+	tg := res("RealtimeTargetGroup", "Properties")
+	for k, want := range map[string]string{"TargetType": "ip", "Protocol": "TCP", "Port": "8080",
+		"HealthCheckProtocol": "HTTP", "HealthCheckPath": "/healthz"} {
+		if got := scalar(get(tg, k)); got != want {
+			t.Errorf("RealtimeTargetGroup %s %q, want %q", k, got, want)
+		}
+	}
+	if m := scalar(get(tg, "Matcher", "HttpCode")); m != "200" {
+		t.Errorf("health check matcher %q: a draining task's 503 must count as unhealthy", m)
+	}
+	attrs := attrsOf(get(tg, "TargetGroupAttributes"))
+	if !strings.Contains(attrs["deregistration_delay.timeout_seconds"], "${RealtimeDrainSeconds}") {
+		t.Error("target group: deregistration delay from RealtimeDrainSeconds")
+	}
+	// SIGTERM comes after the delay and the task closes its sockets with
+	// 1001; the load balancer must not reset them first.
+	for k, want := range map[string]string{"deregistration_delay.connection_termination.enabled": "false", "preserve_client_ip.enabled": "false"} {
+		if attrs[k] != want {
+			t.Errorf("target group attribute %s = %q, want %q", k, attrs[k], want)
+		}
+	}
+	// Keeping an unhealthy task's sockets takes both attributes: without
+	// a draining interval (default 0) they are reset at once anyway.
+	if d, _ := strconv.Atoi(attrs["target_health_state.unhealthy.draining_interval_seconds"]); attrs["target_health_state.unhealthy.connection_termination.enabled"] != "false" || d <= 0 {
+		t.Error("target group: an unhealthy task keeps its sockets for a draining interval (connection termination off, interval > 0)")
+	}
+
+	l := res("RealtimeListener", "Properties")
+	if !refTo(get(l, "LoadBalancerArn"), "RealtimeLoadBalancer") || !refTo(get(get(l, "DefaultActions").Content[0], "TargetGroupArn"), "RealtimeTargetGroup") {
+		t.Error("listener: on RealtimeLoadBalancer, forwarding to RealtimeTargetGroup")
+	}
+	if !isIf(get(l, "Protocol"), "HasCertificate", "TLS", "TCP") || !isIf(get(l, "Port"), "HasCertificate", "443", "80") {
+		t.Error("listener: !If [HasCertificate, TLS, TCP] on !If [HasCertificate, 443, 80]")
+	}
+	if certs := get(l, "Certificates"); certs == nil || certs.Tag != "!If" || !refTo(get(certs.Content[1].Content[0], "CertificateArn"), "RealtimeCertificateArn") {
+		t.Error("listener: the RealtimeCertificateArn certificate when given")
+	}
+	if alpn := get(l, "AlpnPolicy"); alpn == nil || alpn.Tag != "!If" || scalar(alpn.Content[1].Content[0]) != "HTTP1Only" {
+		t.Error("TLS listener: ALPN HTTP1Only (the tasks serve the upgrade over HTTP/1.1)")
+	}
+	var sg []*yaml.Node
+	if in := res("RealtimeLoadBalancerSecurityGroup", "Properties", "SecurityGroupIngress"); in != nil {
+		sg = in.Content
+	}
+	if len(sg) != 1 || !isIf(get(sg[0], "FromPort"), "HasCertificate", "443", "80") || !isIf(get(sg[0], "ToPort"), "HasCertificate", "443", "80") {
+		t.Error("load balancer security group: the listener's port only")
+	}
+
+	// Idle sockets outlive both listeners' idle timeouts: the TCP one is
+	// the parameter (within the NLB's range), the TLS one fixed.
+	heartbeat := realtime.DefaultHeartbeatInterval
+	la := get(l, "ListenerAttributes")
+	if la == nil || la.Tag != "!If" || la.Content[0].Value != "HasCertificate" || la.Content[1].Value != "AWS::NoValue" ||
+		attrsOf(la.Content[2])["tcp.idle_timeout.seconds"] != "${RealtimeIdleTimeout}" {
+		t.Error("listener: tcp.idle_timeout.seconds from RealtimeIdleTimeout on the TCP listener (TLS listeners take none)")
+	}
+	p := get(root, "Parameters", "RealtimeIdleTimeout")
+	minV, _ := strconv.Atoi(scalar(get(p, "MinValue")))
+	maxV, _ := strconv.Atoi(scalar(get(p, "MaxValue")))
+	def, _ := strconv.Atoi(scalar(get(p, "Default")))
+	if minV < 60 || maxV > 6000 || def < minV || def > maxV {
+		t.Errorf("RealtimeIdleTimeout %d..%d (default %d), outside the NLB's 60..6000", minV, maxV, def)
+	}
+	if time.Duration(minV)*time.Second <= heartbeat || nlbTLSIdleTimeout <= heartbeat {
+		t.Errorf("idle timeouts (TCP at least %d s, TLS %v) must exceed the heartbeat interval %v", minV, nlbTLSIdleTimeout, heartbeat)
+	}
+
+	// The unhealthy-target alarm reads the NLB's namespace for this target
+	// group and load balancer.
+	al := res("RealtimeUnhealthyTasksAlarm", "Properties")
+	dims := map[string]string{}
+	for _, d := range get(al, "Dimensions").Content {
+		dims[scalar(get(d, "Name"))] = get(d, "Value").Tag + " " + get(d, "Value").Value
+	}
+	if scalar(get(al, "Namespace")) != "AWS/NetworkELB" || scalar(get(al, "MetricName")) != "UnHealthyHostCount" ||
+		dims["TargetGroup"] != "!GetAtt RealtimeTargetGroup.TargetGroupFullName" || dims["LoadBalancer"] != "!GetAtt RealtimeLoadBalancer.LoadBalancerFullName" {
+		t.Errorf("RealtimeUnhealthyTasksAlarm: AWS/NetworkELB UnHealthyHostCount of the tier's target group, got %s %s %v",
+			scalar(get(al, "Namespace")), scalar(get(al, "MetricName")), dims)
+	}
+
+	// Nothing of an Application Load Balancer is left: no ALB metric, no
+	// RequestCountPerTarget scaling (an NLB counts no requests).
+	b, err := yaml.Marshal(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	for _, alb := range []string{"AWS/ApplicationELB", "RequestCountPerTarget"} {
+		if strings.Contains(string(b), alb) {
+			t.Errorf("template still mentions %s", alb)
+		}
+	}
 }
 
 // The fanout function: in the tier's VPC, reads only the registry, and

@@ -160,6 +160,8 @@ func openTemplate(t *testing.T) *cloudformation.Template {
 
 var unmodelled = [][]string{
 	{"Resources", "SyncApi", "Properties", "AccessLogSettings"},
+	// TestTemplateRealtimeTier checks it.
+	{"Resources", "RealtimeListener", "Properties", "ListenerAttributes"},
 }
 
 // goformation parses the whole template with SAM's and CloudFormation's

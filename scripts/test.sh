@@ -3,8 +3,14 @@
 # installed and started by the tests' own harness (internal/testenv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -n "${SSP2_VECTORS:-}" ]; then echo "golden vectors: $SSP2_VECTORS"; fi
-if [ -n "${SSP2_VECTORS_V3:-}" ]; then echo "golden vectors (wire v3): $SSP2_VECTORS_V3"; fi
+# The golden vectors are not in the repository (internal/vectors says where
+# they come from). Unset variables mean ../shared beside the checkout; a
+# test that cannot find them fails. "skip" skips them on purpose.
+echo "golden vectors: ${SSP2_VECTORS:-../shared/ssp2-vectors beside the checkout}"
+echo "golden vectors (wire v3): ${SSP2_VECTORS_V3:-../shared/ssp2-vectors-v3 beside the checkout}"
+for v in SSP2_VECTORS SSP2_VECTORS_V3; do
+  if [ "${!v:-}" = skip ]; then echo "WARNING: $v=skip: the golden vector tests are skipped" >&2; fi
+done
 go test -race -count=1 -timeout 40m ./...
 # A short fuzz pass on every target (seeded with the vectors).
 ./scripts/fuzz.sh "${FUZZ_SMOKE:-5s}"

@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -106,10 +105,14 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	pullFile := filepath.Join(os.TempDir(), "syncular-local-pull.bin")
-	if err := os.WriteFile(pullFile, body, 0o644); err != nil {
+	// The demo pull body: a file of this run's own (a fixed path would be
+	// overwritten by every other runner on the machine, possibly with
+	// another schema), removed when the runner stops.
+	pullFile, err := writeTempFile("syncular-local-pull-*.bin", body)
+	if err != nil {
 		return err
 	}
+	defer os.Remove(pullFile)
 
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
@@ -192,4 +195,23 @@ func renderStdin(r io.Reader, w io.Writer) error {
 	pretty.WriteByte('\n')
 	_, err = w.Write(pretty.Bytes())
 	return err
+}
+
+// writeTempFile writes body to a new file in the temporary directory,
+// named after pattern (os.CreateTemp), and returns its path.
+func writeTempFile(pattern string, body []byte) (string, error) {
+	f, err := os.CreateTemp("", pattern)
+	if err != nil {
+		return "", fmt.Errorf("demo pull body: %w", err)
+	}
+	if _, err := f.Write(body); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return "", fmt.Errorf("demo pull body: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("demo pull body: %w", err)
+	}
+	return f.Name(), nil
 }

@@ -284,13 +284,16 @@ func (rn *runner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, syncerr.New(syncerr.InvalidRequest, "read body: %v", err))
 		return
 	}
-	if len(body) > maxRequestBytes {
-		writeErr(w, syncerr.New(syncerr.InvalidRequest, "request body exceeds %d bytes, the most a Lambda invocation can carry", maxRequestBytes).WithStatus(http.StatusRequestEntityTooLarge))
-		return
-	}
 	fn, ok := app.Match(rn.cfg.Mount, r.Method, r.URL.EscapedPath())
 	if !ok {
 		writeErr(w, syncerr.New(syncerr.NotFound, "no route for %s %s", r.Method, r.URL.EscapedPath()).WithStatus(http.StatusNotFound))
+		return
+	}
+	if len(body) > maxRequestBytes {
+		// Lambda could not carry it, and API Gateway would answer 413
+		// without running a function. Here the route's handler answers
+		// the §10 error, logs the clientId and counts it (httpapi).
+		_ = lambdahttp.WriteResponse(w, rn.handlers[fn.Name].RefuseHTTP(r.Context(), r, body, r.ContentLength, reqID))
 		return
 	}
 	if !rn.jsonEvents {

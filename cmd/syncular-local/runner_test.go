@@ -203,6 +203,16 @@ func TestRunnerBanner(t *testing.T) {
 		t.Fatalf("banner:\n%s", banner)
 	}
 	body := pullFileBytes(t)
+	// The curl's body file is this run's own, holds the pull, and is
+	// removed when the runner stops (no fixed path shared by runners).
+	_, after, _ := strings.Cut(banner, "--data-binary @")
+	pullPath := strings.Trim(strings.Fields(after + " ")[0], "'")
+	if filepath.Base(pullPath) == "syncular-local-pull.bin" || !strings.HasPrefix(filepath.Base(pullPath), "syncular-local-pull-") {
+		t.Errorf("demo pull body at %q, want a per-run temporary file", pullPath)
+	}
+	if got, err := os.ReadFile(pullPath); err != nil || !bytes.Equal(got, body) {
+		t.Errorf("demo pull body %s: %v (%d bytes, want the %d-byte pull)", pullPath, err, len(got), len(body))
+	}
 	b := postSync(t, base, token, body)
 	m := apptest.Decode(t, b)
 	if ss := apptest.Find[*wire.SubStart](m); len(ss) != 1 || ss[0].Status != wire.SubActive {
@@ -220,6 +230,9 @@ func TestRunnerBanner(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no clean shutdown")
+	}
+	if _, err := os.Stat(pullPath); !os.IsNotExist(err) {
+		t.Errorf("demo pull body %s left behind after shutdown (%v)", pullPath, err)
 	}
 }
 

@@ -1,6 +1,6 @@
 // Command syncular-realtime is the realtime tier (docs/REALTIME.md): the
 // §8 WebSocket endpoint stock clients sync over, run as a long-lived
-// service (ECS Fargate behind an Application Load Balancer) over the
+// service (ECS Fargate behind a Network Load Balancer) over the
 // deployment's DynamoDB table and S3 bucket, with the same engine and
 // hub as every other host. It reads the functions' SYNC_* configuration
 // (docs/CONFIG.md) plus the tier's own: SYNC_REALTIME_ADDR serves

@@ -14,6 +14,7 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 )
 
@@ -23,9 +24,10 @@ import (
 // strings; Cognito custom attributes are strings). A token without the
 // claim holds no grant (engine.ErrNoGrant: subscriptions revoke, writes
 // are forbidden), the way identity providers omit an attribute that has
-// no value. A malformed claim is a configuration fault, not an answer:
-// it is an ordinary error, so the request fails retryably and no client
-// purges its rows because of it.
+// no value. A malformed claim is a resolver that throws (§3.2 rule 5): it
+// fails loud, revoking and forbidding like "no grant", so a broken
+// authorization setup fences instead of leaking; the engine logs it as an
+// error.
 type ClaimResolver struct {
 	Claim string
 
@@ -172,9 +174,11 @@ func GrantKey(partition, actorID string) (string, string) {
 // revocation is seen by the next request. The item's "scopes" attribute is
 // a map of variable → list or string set of values, or a string holding
 // the JSON scope map. A missing item grants nothing (an empty map: the
-// actor's subscriptions revoke). A failed read or a malformed item is an
-// error, which the engine answers with a retryable request error and never
-// with a revocation (fail closed without purging clients).
+// actor's subscriptions revoke). A failed read is an outage
+// (engine.ErrResolverUnavailable, or sync.rate_limited for a throttle): the
+// engine answers it with a retryable request error and never with a
+// revocation. A malformed item is a resolver that throws: it fails loud
+// (§3.2 rule 5), like a missing grant.
 //
 // The read goes through the store's call path: the same bounded, jittered
 // retries on throttling and 5xx (the SDK retryer is off, so attempts do
@@ -215,7 +219,12 @@ func (r *TableResolver) ResolveScopes(ctx context.Context, partition, actorID, _
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("table resolver: read grant: %w", err)
+		if syncerr.As(err) != nil {
+			return nil, fmt.Errorf("table resolver: read grant: %w", err) // a throttle keeps its retryable code
+		}
+		// The grant could not be read (a timeout, a 5xx, a broken
+		// connection): an outage, answered retryably, never a revocation.
+		return nil, fmt.Errorf("table resolver: read grant: %w: %w", engine.ErrResolverUnavailable, err)
 	}
 	// A consistent read costs one unit per started 4 KB (a miss costs one).
 	dynamostore.RecordEstimate(ctx, float64(max(1, (dynamostore.ItemSize(out.Item)+4095)/4096)), 0)

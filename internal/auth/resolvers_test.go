@@ -131,8 +131,15 @@ func TestTableResolverFailsClosed(t *testing.T) {
 		"list of numbers": {item: map[string]types.AttributeValue{"scopes": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"project_id": &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberN{Value: "1"}}}}}}},
 	} {
 		r := &TableResolver{Client: f, Table: "t", PKAttr: "pk", SKAttr: "sk"}
-		if got, err := r.ResolveScopes(context.Background(), "p", "a", "c"); err == nil {
+		got, err := r.ResolveScopes(context.Background(), "p", "a", "c")
+		if err == nil {
 			t.Errorf("%s: accepted as %v", name, got)
+			continue
+		}
+		// A read that failed is the outage signal (retryable, nothing
+		// revoked); a malformed item is a throw (fails loud, §3.2 rule 5).
+		if outage := errors.Is(err, engine.ErrResolverUnavailable); outage != (f.err != nil) {
+			t.Errorf("%s: outage signal %v, want %v (%v)", name, outage, f.err != nil, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,7 +173,7 @@ func TestConfigDoc(t *testing.T) {
 
 func TestMarkdownListsEveryVar(t *testing.T) {
 	md := Markdown()
-	for _, v := range Vars {
+	for _, v := range append(slices.Clone(Vars), RealtimeVars...) {
 		if !strings.Contains(md, "| `"+v.Name+"` |") {
 			t.Errorf("%s missing from the table", v.Name)
 		}

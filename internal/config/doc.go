@@ -20,9 +20,19 @@ func Markdown() string {
 	for _, v := range Vars {
 		b.WriteString("| `" + v.Name + "` | " + v.Default + " | " + strings.ReplaceAll(v.Doc, "|", `\|`) + " |\n")
 	}
+	b.WriteString("\nSet by the template for the realtime functions only (read by `internal/app`,\n")
+	b.WriteString("not validated at init):\n\n")
+	b.WriteString("| Variable | Default | Meaning |\n|---|---|---|\n")
+	for _, v := range RealtimeVars {
+		b.WriteString("| `" + v.Name + "` | " + v.Default + " | " + strings.ReplaceAll(v.Doc, "|", `\|`) + " |\n")
+	}
 	b.WriteString(limitsMarkdown())
 	return b.String()
 }
+
+// RealtimeVars are the variables the realtime and fanout functions read
+// outside Load (internal/app/realtime.go), documented beside Vars.
+var RealtimeVars = []Var{}
 
 // limitsMarkdown renders the fixed size limits of internal/core/limits,
 // so the documented numbers are the enforced ones.
@@ -34,8 +44,8 @@ func limitsMarkdown() string {
 	b.WriteString("adapter, the local runner (`make run`) and every store enforce the same numbers.\n\n")
 	b.WriteString("| Limit | Bytes | Why | Over the limit |\n|---|---|---|---|\n")
 	rows := [][4]string{
-		{"Request body as sent", n(limits.MaxRequestBodyBytes), "Lambda's 6 MiB invocation payload holds the body base64 encoded, beside the event's headers and context (API Gateway's own cap is 10 MB)", "never reaches the function: API Gateway answers 413 itself; the local runner answers 413 too. Stock clients batch up to 500 operations per request without a byte cap, so keep rows small enough that a batch fits, or have clients gzip their pushes"},
-		{"Request body after gzip decoding", "`SYNC_MAX_BODY_BYTES`", "guards against gzip bombs; never below the previous line, so an uncompressed body is always read", "413 `sync.invalid_request`"},
+		{"Request body as sent", n(limits.MaxRequestBodyBytes), "Lambda's 6 MiB invocation payload holds the body base64 encoded, beside the event's headers and context (API Gateway's own cap is 10 MB)", "never reaches the function: API Gateway answers 413 itself (counted by the `RequestsOverCapAlarm`); the local runner answers 413 `sync.too_many_operations` with a message saying what to change. Stock clients batch up to 500 operations per request without a byte cap, so keep rows small enough that a batch fits, or have clients gzip their pushes (docs/LIMITS.md)"},
+		{"Request body after gzip decoding", "`SYNC_MAX_BODY_BYTES`", "guards against gzip bombs; never below the previous line, so an uncompressed body is always read", "413 `sync.too_many_operations` (details `limit: decoded`)"},
 		{"Response body as sent", n(limits.MaxResponseBodyBytes), "the same 6 MiB payload with the base64 body and headers", "500 (logged with that status); cannot happen for commits accepted under these limits"},
 		{"Response budget (`SYNC_RESPONSE_BUDGET_BYTES`)", "at most " + n(limits.MaxResponseBudgetBytes), "room for the frames written after the last budget check", "the response stops early (§4.5); later push results are answered `sync.idempotency_cache_miss` (retryable, not stored) and the client resends those commits"},
 		{"One commit's changes", n(limits.MaxCommitBytes), "one DynamoDB TransactWriteItems (4 MB) holds the log entry, outcome and head", "that commit is rejected with `sync.constraint_violation` (stored); the rest of the request proceeds"},

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
@@ -113,25 +114,25 @@ func (in *instance) uploadBlobGrant(ctx context.Context, a *args) (any, *control
 	return map[string]any{"ok": true, "grant": map[string]any{"kind": "none"}}, nil
 }
 
-func (in *instance) fetchBlobURL(_ context.Context, a *args) (any, *controlError) {
+func (in *instance) fetchBlobURL(ctx context.Context, a *args) (any, *controlError) {
 	var raw string
 	if e := firstErr(a.arity(1, 1), a.decode(0, "url", &raw)); e != nil {
 		return nil, e
 	}
-	b, err := in.blobs.ServeGet(raw)
+	b, err := in.st.FetchBlobURL(ctx, raw)
 	if err != nil {
 		return failBytes(syncerr.New(syncerr.Forbidden, "presigned URL rejected: %v", err)), nil
 	}
 	return okBytes(b), nil
 }
 
-func (in *instance) putBlobURL(_ context.Context, a *args) (any, *controlError) {
+func (in *instance) putBlobURL(ctx context.Context, a *args) (any, *controlError) {
 	var raw string
 	var body u8
 	if e := firstErr(a.arity(2, 3), a.decode(0, "url", &raw), a.decode(1, "bytes", &body)); e != nil {
 		return nil, e
 	}
-	if err := in.blobs.ServePut(raw, body); err != nil {
+	if err := in.st.PutBlobURL(ctx, raw, body); err != nil {
 		de := toDriverError(syncerr.New(syncerr.Forbidden, "presigned URL rejected: %v", err))
 		return okResult{Error: &de}, nil
 	}
@@ -143,10 +144,12 @@ func (in *instance) setBlobPresign(_ context.Context, a *args) (any, *controlErr
 	if e := firstErr(a.arity(1, 1), a.decode(0, "enabled", &on)); e != nil {
 		return nil, e
 	}
+	var p blobs.Presigner
 	if on {
-		in.eng.SetBlobPresigner(in.blobs)
-	} else {
-		in.eng.SetBlobPresigner(nil)
+		p = in.st.BlobPresigner()
+	}
+	for _, e := range in.engines() {
+		e.SetBlobPresigner(p)
 	}
 	return nil, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -50,8 +51,9 @@ var methods = map[string]method{
 }
 
 // unsupportedMethods are ServerInstance methods the engine cannot back.
+// (connectRealtime is not a control method: the driver opens a WebSocket
+// on the instance's /realtime route itself.)
 var unsupportedMethods = map[string]string{
-	"connectRealtime":        "realtime (§8)",
 	"installValidators":      "write validators (§6.7)",
 	"installCommitValidator": "commit validators (§6.8)",
 	"setResolverOutage":      "auth leases (§7.3)",
@@ -191,11 +193,13 @@ func (in *instance) setSignedURLTTL(_ context.Context, a *args) (any, *controlEr
 		return nil, badArgs("ttlSeconds must be ≥ 0")
 	}
 	in.ttlSecs = secs
-	in.eng.SetSignedURLTTL(time.Duration(secs) * time.Second)
+	for _, e := range in.engines() {
+		e.SetSignedURLTTL(time.Duration(secs) * time.Second)
+	}
 	return nil, nil
 }
 
-func (in *instance) setAllowedScopes(ctx context.Context, a *args) (any, *controlError) {
+func (in *instance) setAllowedScopes(_ context.Context, a *args) (any, *controlError) {
 	var actor string
 	var allowed map[string][]string
 	if e := firstErr(a.arity(2, 2), a.decode(0, "actorId", &actor), a.decode(1, "allowed", &allowed)); e != nil {
@@ -214,8 +218,8 @@ func (in *instance) setAllowedScopes(ctx context.Context, a *args) (any, *contro
 	in.grants.mu.Lock()
 	in.grants.byActor[actor] = m
 	in.grants.mu.Unlock()
-	// A grant change is a §3.3 decision point for live connections.
-	in.hub.RefreshScopes(ctx, in.partition, actor)
+	// Open sockets see the change as in production: through the hub's
+	// own periodic authorization re-check, never a push from here.
 	return nil, nil
 }
 
@@ -249,11 +253,13 @@ func (in *instance) nowMs(_ context.Context, a *args) (any, *controlError) {
 	return in.clock.Load(), nil
 }
 
-func (in *instance) captureBackup(_ context.Context, a *args) (any, *controlError) {
+func (in *instance) captureBackup(ctx context.Context, a *args) (any, *controlError) {
 	if e := a.arity(0, 0); e != nil {
 		return nil, e
 	}
-	in.backup = in.store.mark()
+	if err := in.st.Capture(ctx); err != nil {
+		return nil, failed(err)
+	}
 	return nil, nil
 }
 
@@ -263,9 +269,6 @@ func (in *instance) restoreBackup(ctx context.Context, a *args) (any, *controlEr
 	if e := a.arity(0, 0); e != nil {
 		return nil, e
 	}
-	if in.backup < 0 {
-		return nil, &controlError{http.StatusConflict, codeFailed, "captureBackup must run before restoreBackup"}
-	}
 	now := in.clock.Load()
 	rotate := func(ctx context.Context, s store.Store) error {
 		if _, ok, err := s.Head(ctx, in.partition); err != nil || !ok {
@@ -273,7 +276,10 @@ func (in *instance) restoreBackup(ctx context.Context, a *args) (any, *controlEr
 		}
 		return s.RotateEpoch(ctx, in.partition, fmt.Sprintf("restored-%d-%s", now, engine.RandomEpoch()), now)
 	}
-	if err := in.store.restore(ctx, in.backup, rotate); err != nil {
+	if err := in.st.Restore(ctx, rotate); err != nil {
+		if errors.Is(err, errNoBackup) {
+			return nil, &controlError{http.StatusConflict, codeFailed, err.Error()}
+		}
 		return nil, failed(err)
 	}
 	return nil, nil
@@ -314,7 +320,7 @@ func (in *instance) head(ctx context.Context, a *args) (store.Head, *controlErro
 	if e := a.arity(0, 0); e != nil {
 		return store.Head{}, e
 	}
-	h, _, err := in.store.Head(ctx, in.partition)
+	h, _, err := in.st.Store().Head(ctx, in.partition)
 	if err != nil {
 		return h, failed(err)
 	}
@@ -359,7 +365,7 @@ func (in *instance) readRows(ctx context.Context, a *args) (any, *controlError) 
 	out := []rowState{}
 	var vals []rowcodec.Value
 	var decodeErr error
-	err := in.store.ScanRows(ctx, in.partition, table, "", false, func(r *store.Row) bool {
+	err := in.st.Store().ScanRows(ctx, in.partition, table, "", false, func(r *store.Row) bool {
 		vals, decodeErr = t.Codec.Decode(r.Payload, vals)
 		if decodeErr != nil {
 			decodeErr = fmt.Errorf("row %q of %s does not decode: %w", r.RowID, table, decodeErr)
@@ -388,7 +394,7 @@ func (in *instance) failNextIdempotencyLookup(_ context.Context, a *args) (any, 
 	if e := a.arity(0, 0); e != nil {
 		return nil, e
 	}
-	in.store.failGet.Store(true)
+	in.st.FailNextOutcomeRead()
 	return nil, nil
 }
 

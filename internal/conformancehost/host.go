@@ -1,8 +1,11 @@
 // Package conformancehost is a test-only HTTP host that lets the public
 // Syncular conformance catalog (a TypeScript ServerDriver talking HTTP)
 // drive this module's SSP2 engine. Each instance is an isolated engine
-// over its own memstore and segment store with a virtual clock and a
-// scriptable scope resolver.
+// with a virtual clock and a scriptable scope resolver, over either
+// in-memory stores (the default: a journaled memstore, in-memory segments
+// and blobs, commits reaching the realtime hub in process) or the
+// production stores (Options.Prod: dynamostore, s3segments and s3blobs on
+// a table and bucket of its own, realtime fed from the table's stream).
 //
 // Protocol (all paths relative to the host's base URL):
 //
@@ -10,6 +13,7 @@
 //	POST   /__conformance/instances         ServerCreateOptions → {"id", "methods", "baseUrl"}
 //	POST   /i/{id}/sync                     SSP2 bytes, actor in X-Actor (§1.1)
 //	GET    /i/{id}/segments/{segmentId}     X-Actor + X-Syncular-Scopes (§5.5) or ?st= (§5.4)
+//	GET    /i/{id}/realtime?clientId=&actor=  §8 WebSocket (the driver's connectRealtime)
 //	POST   /i/{id}/control/{method}         JSON array of arguments → {"result": …}
 //	DELETE /i/{id}                          drop the instance
 //
@@ -38,7 +42,7 @@ var Capabilities = []string{"backfill-checkpoints", "backup-restore", "blob-pres
 
 // Unsupported lists catalog capabilities and features this engine lacks:
 // scenarios needing them are skipped (capabilities) or fail (features the
-// catalog does not gate, e.g. sqlite images and realtime).
+// catalog does not gate: sqlite images).
 var Unsupported = []string{
 	"crdt", "leases", "validators", "commit-validators",
 	"sqlite-image",
@@ -51,11 +55,15 @@ const maxControlBody = 16 << 20
 type Options struct {
 	// Logger receives one line per sync/segment request; nil is silent.
 	Logger *slog.Logger
+	// Prod, when set, runs every instance on the production stores
+	// (prodstore.go); nil keeps them in memory.
+	Prod *Prod
 }
 
 // Host serves the conformance protocol. It is an http.Handler.
 type Host struct {
-	log *slog.Logger
+	log  *slog.Logger
+	prod *Prod
 
 	mu        sync.Mutex
 	next      int
@@ -64,7 +72,11 @@ type Host struct {
 
 // New returns an empty Host.
 func New(o Options) *Host {
-	return &Host{log: o.Logger, instances: make(map[string]*instance)}
+	h := &Host{log: o.Logger, instances: make(map[string]*instance)}
+	if o.Prod != nil {
+		h.prod = o.Prod.withDefaults()
+	}
+	return h
 }
 
 // Handler returns the Host as an http.Handler.
@@ -125,14 +137,23 @@ func (h *Host) lookup(id string) *instance {
 	return h.instances[id]
 }
 
+// drop removes an instance and releases its stores (its table, S3
+// server and stream feed on the production stores).
 func (h *Host) drop(id string) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if in := h.instances[id]; in != nil {
-		in.stop()
-		in.hub.Drain("instance closed")
-	}
+	inst := h.instances[id]
 	delete(h.instances, id)
+	h.mu.Unlock()
+	if inst != nil {
+		inst.shutdown()
+	}
+}
+
+// Close drops every instance.
+func (h *Host) Close() {
+	for _, id := range h.Instances() {
+		h.drop(id)
+	}
 }
 
 // Instances reports the live instance ids, sorted (for tests and logs).
@@ -164,7 +185,7 @@ func (h *Host) create(w http.ResponseWriter, r *http.Request) {
 	h.next++
 	id := fmt.Sprintf("inst-%d", h.next)
 	h.mu.Unlock()
-	inst, cerr := newInstance(id, &opts, h.log)
+	inst, cerr := newInstance(r.Context(), id, &opts, h.log, h.prod)
 	if cerr != nil {
 		writeControlError(w, cerr)
 		return

@@ -47,9 +47,13 @@ type env struct {
 	sc  *schema.Schema
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, conformancehost.Options{}) }
+
+func newEnvWith(t *testing.T, o conformancehost.Options) *env {
 	t.Helper()
-	srv := httptest.NewServer(conformancehost.New(conformancehost.Options{}))
+	h := conformancehost.New(o)
+	srv := httptest.NewServer(h)
+	t.Cleanup(h.Close)
 	t.Cleanup(srv.Close)
 	if !strings.HasPrefix(srv.URL, "http://127.0.0.1:") {
 		t.Fatalf("test server not on loopback: %s", srv.URL)
@@ -333,8 +337,9 @@ func TestInfo(t *testing.T) {
 	}
 }
 
-func TestPushPullReadRows(t *testing.T) {
-	e := newEnv(t)
+func TestPushPullReadRows(t *testing.T) { forStores(t, testPushPullReadRows) }
+
+func testPushPullReadRows(t *testing.T, e *env) {
 	id := e.create("")
 	e.call(id, "setAllowedScopes", nil, "actor-a", map[string][]string{"project_id": {"p1"}})
 	c := e.client(id, "actor-a", "client-a")
@@ -431,8 +436,9 @@ func TestSyncErrorsAreJSON(t *testing.T) {
 	}
 }
 
-func TestClockAndPrune(t *testing.T) {
-	e := newEnv(t)
+func TestClockAndPrune(t *testing.T) { forStores(t, testClockAndPrune) }
+
+func testClockAndPrune(t *testing.T, e *env) {
 	id := e.create("")
 	if got := e.callInt(id, "nowMs"); got != startMs {
 		t.Fatalf("nowMs = %d", got)
@@ -477,8 +483,9 @@ func TestClockAndPrune(t *testing.T) {
 	}
 }
 
-func TestSignedURLs(t *testing.T) {
-	e := newEnv(t)
+func TestSignedURLs(t *testing.T) { forStores(t, testSignedURLs) }
+
+func testSignedURLs(t *testing.T, e *env) {
 	id := e.create(`, "limits": {"inlineSegmentMaxBytes": 0}, "signedUrls": {"ttlSeconds": 900}`)
 	e.call(id, "setAllowedScopes", nil, "actor-a", map[string][]string{"project_id": {"p1"}})
 	c := e.client(id, "actor-a", "client-a")
@@ -536,8 +543,9 @@ func TestSignedURLs(t *testing.T) {
 	}
 }
 
-func TestDirectSegmentDownload(t *testing.T) {
-	e := newEnv(t)
+func TestDirectSegmentDownload(t *testing.T) { forStores(t, testDirectSegmentDownload) }
+
+func testDirectSegmentDownload(t *testing.T, e *env) {
 	id := e.create(`, "limits": {"inlineSegmentMaxBytes": 0}`)
 	e.call(id, "setAllowedScopes", nil, "actor-a", map[string][]string{"project_id": {"p1"}})
 	e.call(id, "setAllowedScopes", nil, "actor-b", map[string][]string{"project_id": {"p2"}})
@@ -568,9 +576,11 @@ func TestDirectSegmentDownload(t *testing.T) {
 	if st, _, b := e.do(http.MethodGet, path, hdr("actor-b"), nil); st != http.StatusForbidden {
 		t.Fatalf("foreign actor: %d %s", st, b)
 	}
+	// A resolver that throws fails loud (§3.2 rule 5, as production
+	// answers a malformed grant): the download is a decided denial.
 	e.call(id, "setResolverFailing", nil, true)
-	if st, _, _ := e.do(http.MethodGet, path, hdr("actor-a"), nil); st != http.StatusForbidden {
-		t.Fatalf("failing resolver: %d", st)
+	if st, _, b := e.do(http.MethodGet, path, hdr("actor-a"), nil); st != http.StatusForbidden {
+		t.Fatalf("failing resolver: %d %s", st, b)
 	}
 	e.call(id, "setResolverFailing", nil, false)
 	// fetchSegmentUrl without signed URLs configured is a clean failure.
@@ -581,7 +591,10 @@ func TestDirectSegmentDownload(t *testing.T) {
 }
 
 func TestBackupRestoreAndIdempotencyFault(t *testing.T) {
-	e := newEnv(t)
+	forStores(t, testBackupRestoreAndIdempotencyFault)
+}
+
+func testBackupRestoreAndIdempotencyFault(t *testing.T, e *env) {
 	id := e.create("")
 	e.call(id, "setAllowedScopes", nil, "actor-a", map[string][]string{"project_id": {"p1"}})
 	c := e.client(id, "actor-a", "client-a")
@@ -664,8 +677,9 @@ func TestControlErrors(t *testing.T) {
 	st, _, b = e.do(http.MethodPost, "/i/"+id+"/control/nowMs", nil, []byte(`{"not":"an array"}`))
 	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
 
+	// connectRealtime is the driver's own WebSocket, not a control call.
 	st, b = e.control(id, "connectRealtime", "a", "c")
-	expect(st, b, http.StatusNotImplemented, "conformance.unsupported")
+	expect(st, b, http.StatusNotFound, "conformance.unknown_method")
 	st, b = e.control(id, "installValidators", []any{})
 	expect(st, b, http.StatusNotImplemented, "conformance.unsupported")
 	st, b = e.control(id, "frobnicate")

@@ -21,8 +21,6 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
-	"github.com/skyfold/syncular-lambda/internal/memblobs"
-	"github.com/skyfold/syncular-lambda/internal/memstore"
 	"github.com/skyfold/syncular-lambda/internal/wsrealtime"
 )
 
@@ -52,6 +50,11 @@ type limitOptions struct {
 	MaxCascadeOperationsPerCommit *int `json:"maxCascadeOperationsPerCommit"`
 }
 
+// authRecheck is the hub's authorization re-check interval on this host
+// (realtime.Options.AuthInterval; production's default is 30 s): short, so
+// a scenario's grant change reaches open sockets within its waits.
+const authRecheck = 100 * time.Millisecond
+
 // defaultSignedURLTTLSeconds matches the reference driver's default.
 const defaultSignedURLTTLSeconds = 900
 
@@ -64,23 +67,27 @@ type instance struct {
 	// mu serializes every request and control call: the catalog drives an
 	// instance sequentially, and engine knobs (signed URL TTL) are plain
 	// fields that must not change under a request in flight.
-	mu      sync.Mutex
-	clock   atomic.Int64
-	grants  *grants
-	store   *journalStore
-	segs    *memstore.Segments
+	mu     sync.Mutex
+	clock  atomic.Int64
+	grants *grants
+	st     storage
+	// eng serves /sync, segments and blobs (the deployed stack's
+	// functions). rtEng is the realtime tier's engine: on the production
+	// stores it is a second engine over the same table, so a commit made
+	// over HTTP reaches the hub only through the table's stream (feed);
+	// on memstore it is eng, whose commits reach the hub in process.
 	eng     *engine.Engine
+	rtEng   *engine.Engine
 	api     *httpapi.Handler
 	hub     *realtime.Hub
+	feed    *streamFeed // nil on memstore
 	rt      *wsrealtime.Handler
 	stop    context.CancelFunc // ends the hub's Run
 	signed  bool
-	blobs   *memblobs.Store
-	backup  int // journal position of the captured backup; -1 none
 	ttlSecs int64
 }
 
-func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *controlError) {
+func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Logger, prod *Prod) (_ *instance, cerr *controlError) {
 	if len(o.Schema) == 0 || string(o.Schema) == "null" {
 		return nil, badArgs("schema is required")
 	}
@@ -160,23 +167,9 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 	inst := &instance{
 		id: id, partition: o.Partition, schema: sc,
 		grants: &grants{byActor: map[string]engine.ScopeMap{}},
-		store:  newJournalStore(), segs: memstore.NewSegments(), backup: -1,
 	}
 	inst.clock.Store(*o.NowMs)
-	blobKey := make([]byte, 32)
-	if _, err := rand.Read(blobKey); err != nil {
-		return nil, failed(err)
-	}
-	// §5.9: an in-memory blob store; presigned grants and downloads are
-	// toggled by setBlobPresign (this host plays the object host).
-	inst.blobs = memblobs.New(memblobs.Options{Now: inst.clock.Load, Key: blobKey, BaseURL: "http://blob-host.invalid/i/" + id + "/blob-urls"})
-	cfg := engine.Config{
-		Schema: sc, Store: inst.store, Segments: inst.segs, Resolver: inst.grants,
-		Limits: lim, Clock: inst.clock.Load, Blobs: inst.blobs,
-		// §8.2: commits are hinted to the realtime hub in-process; it
-		// reads them from the log.
-		OnCommit: func(p string, c *store.Commit) { inst.hub.Hint(p, c.Seq) },
-	}
+	var signingKey []byte
 	if o.SignedURLs != nil {
 		inst.signed = true
 		inst.ttlSecs = defaultSignedURLTTLSeconds
@@ -190,15 +183,61 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 		if _, err := rand.Read(key); err != nil {
 			return nil, failed(err)
 		}
-		cfg.SignedURLs, cfg.SigningKey = engine.SignedURLsNative, key
+		signingKey = key
 	}
-	if inst.eng, err = engine.New(cfg); err != nil {
-		return nil, badArgs("engine: %v", err)
+	var ps *prodStorage
+	if prod != nil {
+		if ps, err = newProdStorage(ctx, prod, id, inst.clock.Load, log); err != nil {
+			return nil, failed(fmt.Errorf("production stores: %w", err))
+		}
+		inst.st = ps
+	} else if inst.st, err = newMemStorage(id, inst.clock.Load); err != nil {
+		return nil, failed(err)
+	}
+	defer func() {
+		if cerr != nil {
+			inst.st.Close()
+		}
+	}()
+	cfg := engine.Config{
+		Schema: sc, Store: inst.st.Store(), Segments: inst.st.Segments(), Resolver: inst.grants,
+		Limits: lim, Clock: inst.clock.Load, Blobs: inst.st.Blobs(),
 	}
 	if inst.signed {
-		inst.eng.SetSignedURLTTL(time.Duration(inst.ttlSecs) * time.Second)
+		cfg.SignedURLs, cfg.SigningKey = engine.SignedURLsNative, signingKey
 	}
-	inst.hub = realtime.NewHub(inst.eng, realtime.Options{Limits: rlim, Logger: log})
+	// The functions engine: on memstore its commits reach the hub in
+	// process (§8.2, as the local runner does); on the production stores
+	// only through the table's stream.
+	fcfg := cfg
+	if ps == nil {
+		fcfg.OnCommit = func(p string, c *store.Commit) { inst.hub.Hint(p, c.Seq) }
+	}
+	if inst.eng, err = engine.New(fcfg); err != nil {
+		return nil, badArgs("engine: %v", err)
+	}
+	inst.rtEng = inst.eng
+	if ps != nil {
+		// The tier's own commits (socket rounds) hint its hub in process.
+		cfg.OnCommit = func(p string, c *store.Commit) { inst.hub.Hint(p, c.Seq) }
+		if inst.rtEng, err = engine.New(cfg); err != nil {
+			return nil, badArgs("engine: %v", err)
+		}
+	}
+	for _, e := range inst.engines() {
+		if inst.signed {
+			e.SetSignedURLTTL(time.Duration(inst.ttlSecs) * time.Second)
+		}
+	}
+	// Grant changes (setAllowedScopes) reach open sockets the way they do
+	// in production, through the hub's periodic authorization re-check,
+	// run here every authRecheck instead of every 30 s.
+	inst.hub = realtime.NewHub(inst.rtEng, realtime.Options{Limits: rlim, Logger: log, AuthInterval: authRecheck})
+	if ps != nil {
+		if inst.feed, err = startStreamFeed(ps, inst.hub, id, log); err != nil {
+			return nil, failed(err)
+		}
+	}
 	// The catalog's driver has no credentials: the actor travels in the
 	// query (or X-Actor) exactly as it does for /sync.
 	inst.rt = &wsrealtime.Handler{Hub: inst.hub, Options: wsrealtime.Options{InsecureSkipVerify: true}, Logger: log,
@@ -225,6 +264,27 @@ func newInstance(id string, o *createOptions, log *slog.Logger) (*instance, *con
 	go inst.hub.Run(ctx)
 	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments | httpapi.RouteBlobs, Logger: log}
 	return inst, nil
+}
+
+// engines lists the instance's distinct engines (one on memstore, the
+// functions' and the tier's on the production stores): engine knobs the
+// catalog turns apply to both.
+func (in *instance) engines() []*engine.Engine {
+	if in.rtEng == in.eng {
+		return []*engine.Engine{in.eng}
+	}
+	return []*engine.Engine{in.eng, in.rtEng}
+}
+
+// shutdown closes the instance's sockets, stops its hub and stream feed
+// and releases its stores.
+func (in *instance) shutdown() {
+	in.stop()
+	in.hub.Drain("instance closed")
+	if in.feed != nil {
+		in.feed.Close()
+	}
+	in.st.Close()
 }
 
 // serveHTTP serves /i/{id}/sync and /i/{id}/segments/... through httpapi.
@@ -272,12 +332,12 @@ func (g *grants) ResolveScopes(_ context.Context, _, actor, _ string) (engine.Sc
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.failing {
-		// The catalog's "resolveScopes threw" is the spec's fail-closed
-		// denial (§3.2 rule 5: revoke, §3.4: forbid). This engine reserves
-		// that for a resolver that decided (engine.ErrNoGrant) and answers
-		// "could not find out" retryably, so the scripted failure is a
-		// decided one.
-		return nil, fmt.Errorf("injected: resolveScopes failure: %w", engine.ErrNoGrant)
+		// The catalog's "resolveScopes threw": an ordinary error, which
+		// the engine treats as production treats a resolver that throws
+		// (a malformed grant or claim): fail loud, §3.2 rule 5 — revoke
+		// and forbid. Outages are a different signal
+		// (engine.ErrResolverUnavailable) and answer retryably.
+		return nil, errors.New("injected: resolveScopes failure")
 	}
 	m := g.byActor[actor]
 	if m == nil {

@@ -21,7 +21,7 @@ func TestReferenceOptions(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		_, cerr := newInstance("x", o, slog.New(slog.DiscardHandler))
+		_, cerr := newInstance(t.Context(), "x", o, slog.New(slog.DiscardHandler), nil)
 		return cerr
 	}
 	if cerr := mk(enginetest.ReferenceSchema, `{"maxCascadeOperationsPerCommit": 3}`); cerr != nil {

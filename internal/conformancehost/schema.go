@@ -99,10 +99,10 @@ func (in *instance) declareBackfillCheckpoint(ctx context.Context, a *args) (any
 		return nil, badArgs("declareBackfillCheckpoint needs a non-empty name")
 	}
 	now := in.clock.Load()
-	if _, err := in.store.TouchPartition(ctx, in.partition, now, engine.RandomEpoch()); err != nil {
+	if _, err := in.st.Store().TouchPartition(ctx, in.partition, now, engine.RandomEpoch()); err != nil {
 		return nil, failed(err)
 	}
-	if _, err := in.store.DeclareCheckpoint(ctx, in.partition, name, int64(in.schema.Latest), nil, now); err != nil {
+	if _, err := in.st.Schema().DeclareCheckpoint(ctx, in.partition, name, int64(in.schema.Latest), nil, now); err != nil {
 		return nil, &controlError{http.StatusInternalServerError, codeFailed, err.Error()}
 	}
 	return nil, nil

@@ -37,9 +37,12 @@ import (
 // any delete.
 
 const (
-	hLogIndexFrom   = "li" // N first commitSeq with log-index entries
-	logIndexMaxKeys = 16
-	logIndexAny     = "*"
+	// scopedFirstBatch is how many keys (the head and the first listed
+	// commits) ReadLogScoped reads in its first BatchGetItem.
+	scopedFirstBatch = 16
+	hLogIndexFrom    = "li" // N first commitSeq with log-index entries
+	logIndexMaxKeys  = 16
+	logIndexAny      = "*"
 )
 
 func logIndexPK(p, table, variable, value string) string {
@@ -120,7 +123,11 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 	if err != nil {
 		return 0, err
 	}
-	// Head and the listed commits' first items.
+	// Head and the listed commits' first items, a BatchGetItem at a
+	// time as fn consumes them: a caller that stops at an early commit
+	// (a page budget, a probe for any change) does not pay for the rest.
+	// The first batch is small (every item read costs at least one
+	// unit); the later ones are full.
 	headKey := Key(headPK(partition), headSK)
 	keys := []map[string]types.AttributeValue{headKey}
 	for _, seq := range seqs {
@@ -128,17 +135,24 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 	}
 	var h *head
 	firsts := map[int64]map[string]types.AttributeValue{}
-	for start := 0; start < len(keys); start += batchGetMax {
-		items, err := s.batchGet(ctx, "read indexed commits", keys[start:min(len(keys), start+batchGetMax)])
-		if err != nil {
-			return 0, err
+	fetched := 0
+	fetch := func() error {
+		n := batchGetMax
+		if fetched == 0 {
+			n = scopedFirstBatch
 		}
+		end := min(len(keys), fetched+n)
+		items, err := s.batchGet(ctx, "read indexed commits", keys[fetched:end])
+		if err != nil {
+			return err
+		}
+		fetched = end
 		for _, it := range items {
 			sk, _ := getS(it, AttrSK)
 			if sk == headSK {
 				hh, err := parseHead(it)
 				if err != nil {
-					return 0, err
+					return err
 				}
 				h = &hh
 				continue
@@ -147,6 +161,10 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 				firsts[seq] = it
 			}
 		}
+		return nil
+	}
+	if err := fetch(); err != nil {
+		return 0, err
 	}
 	if h == nil {
 		return 0, nil // unknown partition: no log
@@ -180,24 +198,40 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 		}
 		from = upto
 	}
-	for _, seq := range seqs {
+	pruned := false
+	for i, seq := range seqs {
 		if seq <= from {
 			continue
 		}
-		it := firsts[seq]
-		if it == nil {
-			continue // pruned meanwhile: the horizon tells the caller
+		if i+1 >= fetched { // keys[i+1] is seq's item
+			if err := fetch(); err != nil {
+				return 0, err
+			}
 		}
-		c, err := s.decodeIndexed(ctx, partition, seq, it)
-		if err != nil {
-			return 0, err
+		it := firsts[seq]
+		var c *store.Commit
+		if it != nil {
+			var err error
+			if c, err = s.decodeIndexed(ctx, partition, seq, it); err != nil {
+				return 0, err
+			}
 		}
 		if c == nil {
+			pruned = true // pruned meanwhile: the horizon tells the caller
 			continue
 		}
 		if !fn(c) {
 			break
 		}
+	}
+	if pruned {
+		// The head read with the first batch may predate the prune that
+		// removed a listed commit: report the horizon as it is now.
+		hh, _, err := s.readHead(ctx, partition)
+		if err != nil {
+			return 0, err
+		}
+		return max(h.HorizonSeq, hh.HorizonSeq), nil
 	}
 	return h.HorizonSeq, nil
 }

@@ -27,6 +27,21 @@ func TestB19ReferencesOverDynamoDB(t *testing.T) {
 		func() store.SegmentStore { return memstore.NewSegments() })
 }
 
+// TestReferencesStayInScopeOverDynamoDB runs the cross-scope reference
+// attacks (engine TestReferencesStayInScope) on DynamoDB Local: the
+// reference index Query, its widened re-read past 1,002 rows of another
+// scope, and the seeded commits go through the real store.
+func TestReferencesStayInScopeOverDynamoDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seeds 1,002 rows and their index entries")
+	}
+	c := ddbClient(t)
+	st := dynamostore.New(c, newTable(t, c), dynamostore.Options{})
+	enginetest.RunReferencesStayInScope(t,
+		func(*testing.T) store.Store { return st },
+		func() store.SegmentStore { return memstore.NewSegments() })
+}
+
 // TestCascadeAtTheCapOverDynamoDB: a cascade of the default cap (1,000
 // child deletes plus their index entries, far past one transaction's 100
 // actions) commits through the log-first path and is fully materialized

@@ -204,6 +204,25 @@ func (h *Handler) InvokeHTTP(ctx context.Context, r *http.Request, body []byte, 
 	return h.invoke(ctx, &converted{req: req, creds: cr})
 }
 
+// RefuseHTTP answers a net/http request whose body the host refused to
+// read because it exceeds the request cap, as API Gateway refuses one
+// Lambda could not carry: prefix is the body's first bytes (at most
+// httpapi.OverCapPrefixBytes are kept) and sent its size as sent (-1 when
+// unknown). The answer is httpapi's 413 §10 error, logged and counted by
+// the function's handler (authenticated when the credentials verify, so
+// the line names the actor).
+func (h *Handler) RefuseHTTP(ctx context.Context, r *http.Request, prefix []byte, sent int64, requestID string) *httpapi.Response {
+	if len(prefix) > httpapi.OverCapPrefixBytes {
+		prefix = prefix[:httpapi.OverCapPrefixBytes]
+	}
+	if sent == 0 {
+		sent = -1
+	}
+	req, cr := RequestFromHTTP(r, prefix, requestID)
+	req.BodyOverCap = sent
+	return h.invoke(ctx, &converted{req: req, creds: cr})
+}
+
 func textual(contentType, contentEncoding string) bool {
 	if contentEncoding != "" && !strings.EqualFold(contentEncoding, "identity") {
 		return false

@@ -94,11 +94,18 @@ var (
 	PruneFailures    = Metric{"pruneFailures", Count, byFunction, "Partitions a prune run failed on, plus 1 when the registry could not be read."}
 	PruneIncomplete  = Metric{"pruneIncomplete", Count, byFunction, "1 when a prune run stopped at its deadline with partitions left (the next run resumes)."}
 	BlobsSwept       = Metric{"blobsSwept", Count, byFunction, "Orphaned blob objects a prune run deleted after finishing a pass (§5.9.2 sweep)."}
+	RequestsOverCap  = Metric{"requestsOverCap", Count, byFunction, "Requests refused with 413 because the body exceeds a request cap (as sent, or SYNC_MAX_BODY_BYTES decoded); with function=gateway, every 413 in the HTTP API's access log."}
 	// Connections is the realtime tier's autoscaling metric: every task
 	// writes its open sockets once a minute (function=realtime), so the
 	// Average over a minute is the count per task.
 	Connections = Metric{"connections", Count, byFunction, "Open realtime sockets of one tier task (a line a minute per task)."}
 )
+
+// FunctionGateway is the function dimension of the metrics the template
+// derives from the HTTP API's access log (a metric filter) rather than a
+// function's request line: what API Gateway answered, including the
+// requests it refused itself before any function ran.
+const FunctionGateway = "gateway"
 
 // Catalogue lists every metric the code emits.
 var Catalogue = []Metric{
@@ -106,6 +113,7 @@ var Catalogue = []Metric{
 	CommitsApplied, CommitRacesLost, CommitsSent, RowsScanned, RowsDelivered,
 	SegmentsBuilt, SegmentsReused, ResponseBytes, DDBRoundTrips, ReadUnits, WriteUnits,
 	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete, BlobsSwept,
+	RequestsOverCap,
 	Connections,
 }
 

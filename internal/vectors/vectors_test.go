@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -75,5 +76,61 @@ func TestSetButUnusableFails(t *testing.T) {
 	t.Setenv("SSP2_VECTORS_V3", good)
 	if dir, outcome := locateWith(t, DirV3); dir != good || outcome != "" {
 		t.Fatalf("usable folder: dir %q outcome %q", dir, outcome)
+	}
+}
+
+// TestMissingFailsLoudly: with the variable unset and no ../shared set
+// beside the checkout, a vector test fails and says where the vectors
+// come from; "skip" skips on purpose; a set beside the main checkout of a
+// linked worktree is found.
+func TestMissingFailsLoudly(t *testing.T) {
+	t.Setenv("SSP2_VECTORS", "")
+	base := t.TempDir()
+	clone := filepath.Join(base, "clone")
+	if err := os.MkdirAll(clone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, outcome := locateWith(t, func(tb testing.TB) string {
+		return locateFrom(tb, "SSP2_VECTORS", "ssp2-vectors", kinds, checkoutRoots(clone))
+	})
+	for _, want := range []string{"fatal:", "SSP2_VECTORS", "syncular/syncular", "spec/vectors", "skip"} {
+		if !strings.Contains(outcome, want) {
+			t.Errorf("outcome %q does not say %q", outcome, want)
+		}
+	}
+
+	t.Setenv("SSP2_VECTORS", Skip)
+	if _, outcome := locateWith(t, Dir); !strings.HasPrefix(outcome, "skip:") {
+		t.Errorf("SSP2_VECTORS=skip: outcome %q, want a skip", outcome)
+	}
+	t.Setenv("SSP2_VECTORS", "")
+
+	// A linked worktree elsewhere: .git is a file naming the main
+	// checkout's .git/worktrees/<name>; the set beside main is used.
+	main := filepath.Join(base, "repo", "main")
+	shared := filepath.Join(base, "repo", "shared", "ssp2-vectors")
+	for _, k := range kinds {
+		if err := os.MkdirAll(filepath.Join(shared, k), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(shared, k, "manifest.json"), []byte(`{}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wt := filepath.Join(base, "wt", "feature")
+	if err := os.MkdirAll(filepath.Join(main, ".git", "worktrees", "feature"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(wt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wt, ".git"), []byte("gitdir: "+filepath.Join(main, ".git", "worktrees", "feature")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, outcome := locateWith(t, func(tb testing.TB) string {
+		return locateFrom(tb, "SSP2_VECTORS", "ssp2-vectors", kinds, checkoutRoots(wt))
+	})
+	if outcome != "" || filepath.Clean(dir) != shared {
+		t.Errorf("worktree: dir %q outcome %q, want %s", dir, outcome, shared)
 	}
 }

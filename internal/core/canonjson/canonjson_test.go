@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/vectors"
 )
 
 // utf16Ref is the obvious reference: encode to UTF-16 and compare units.
@@ -213,13 +214,7 @@ func TestScopeDigestVector(t *testing.T) {
 		"5a993aa4d503af6f5dc77acc12ad399ff2e9d933c393f4de6af5f6aef4fa2977"; got != want {
 		t.Fatalf("digest %s, want %s", got, want)
 	}
-	dir := os.Getenv("SSP2_VECTORS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "..", "shared", "ssp2-vectors")
-		if _, err := os.Stat(dir); err != nil {
-			t.Skip("golden vectors not found; set SSP2_VECTORS")
-		}
-	}
+	dir := vectors.Dir(t)
 	raw, err := os.ReadFile(filepath.Join(dir, "response", "bootstrap-segments.json"))
 	if err != nil {
 		t.Fatal(err)

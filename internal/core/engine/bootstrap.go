@@ -85,10 +85,11 @@ func (ps *pullState) bootstrap(ctx context.Context, p *subPlan, tok bootstrapTok
 	if !resumed {
 		// Issue 11 item 5: a fresh bootstrap may start at the pin of a live
 		// first page built earlier for the same context instead of at the
-		// head. The pin is at or above the horizon, so the commits after it
-		// are all still in the log: the rows as of that pin (every page of
-		// this bootstrap is labelled with it, like a resumed one) plus the
-		// incremental pull from SUB_END.nextCursor = pin converge (§4.7).
+		// head, but only while that snapshot is still the scope's state at
+		// the head (issue 24): §4.7 pins asOfCommitSeq = maxCommitSeq, and
+		// a client that stops after one response must hold current rows.
+		// Every page of this bootstrap is then labelled with the earlier
+		// pin, like a resumed one; no commit after it concerns the scope.
 		r, err := ps.findLatest(ctx, p, digest)
 		if err != nil {
 			return 0, false, err
@@ -188,10 +189,50 @@ func (ps *pullState) findLatest(ctx context.Context, p *subPlan, digest string) 
 	if !found || !ps.reusable(&pub) {
 		return nil, nil
 	}
+	if quiet, err := ps.scopeQuiet(ctx, p, pub.AsOfCommitSeq); err != nil || !quiet {
+		return nil, err
+	}
 	if n <= 0 {
 		n = -1
 	}
 	return &reuse{id: id, pub: pub, size: n}, nil
+}
+
+// scopeQuiet reports whether no commit in (pin, maxSeq] changed a row of
+// the subscription's table in its effective scopes, so a snapshot pinned
+// at pin is the scope's state at the head (§4.7). It reads the log's
+// scope index (§3.1, Store.ReadLogScoped) for the window and stops at the
+// first commit that concerns the subscription; a window the horizon
+// reached cannot be proven quiet. A subscription without effective keys
+// has no index to read and is never proven quiet.
+func (ps *pullState) scopeQuiet(ctx context.Context, p *subPlan, pin int64) (bool, error) {
+	if pin >= ps.maxSeq {
+		return pin == ps.maxSeq, nil
+	}
+	if len(p.effective) == 0 {
+		return false, nil
+	}
+	variable := keyVariable(p.effective)
+	changed := false
+	hz, err := ps.e.store.ReadLogScoped(ctx, ps.rs.auth.Partition, p.table.Name, variable, p.effective[variable], pin, ps.maxSeq, func(c *store.Commit) bool {
+		changed = c.Seq > pin && c.Seq <= ps.maxSeq && touchesScopes(c, p.table.Name, p.effective)
+		return !changed
+	})
+	if err != nil {
+		return false, storeErr(err, "read the log by scope")
+	}
+	return !changed && hz <= pin, nil
+}
+
+// touchesScopes reports whether a commit has a change of table within the
+// effective scopes (the changes commitFrame would deliver).
+func touchesScopes(c *store.Commit, table string, eff ScopeMap) bool {
+	for i := range c.Changes {
+		if ch := &c.Changes[i]; ch.Table == table && matchesScopes(ch.Scopes, eff) {
+			return true
+		}
+	}
+	return false
 }
 
 // page emits one rows page starting after cursor. done means the table is

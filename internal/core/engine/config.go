@@ -28,11 +28,14 @@ type ScopeMap map[string][]string
 // ScopeResolver returns the allowed scopes of an actor (§3.2 rule 3). It is
 // called at most once per request. An actor without any grant is an empty
 // map (or an error wrapping ErrNoGrant): its subscriptions revoke and its
-// writes are forbidden. Any other error means "could not find out" (an
-// outage, throttling, a timeout): the request fails with a retryable
-// error and nothing is applied, recorded, revoked or purged. The engine
-// only reads the returned map, so a resolver may share one between
-// requests.
+// writes are forbidden. A resolver that could not reach its authority (an
+// outage, throttling, a timeout) returns an error wrapping
+// ErrResolverUnavailable, or one carrying a retryable catalog code: the
+// request fails with a retryable error and nothing is applied, recorded,
+// revoked or purged. Any other error is a resolver that threw (a malformed
+// grant, a bug): it fails loud, exactly like "no grant" (§3.2 rule 5,
+// §3.4 step 4). The engine only reads the returned map, so a resolver may
+// share one between requests.
 type ScopeResolver interface {
 	ResolveScopes(ctx context.Context, partition, actorID, clientID string) (ScopeMap, error)
 }
@@ -40,6 +43,11 @@ type ScopeResolver interface {
 // ErrNoGrant is what a resolver returns (wrapped or not) to say the actor
 // holds no grant at all; the engine treats it exactly like an empty map.
 var ErrNoGrant = errors.New("engine: the actor holds no scope grant")
+
+// ErrResolverUnavailable is what a resolver returns (wrapped) when its
+// authority could not be reached: the spec's "unavailable" signal (§7.3.3),
+// not a throw. The request fails retryably and nothing is revoked.
+var ErrResolverUnavailable = errors.New("engine: the scope authority is unavailable")
 
 // ResolverFunc adapts a function to ScopeResolver.
 type ResolverFunc func(ctx context.Context, partition, actorID, clientID string) (ScopeMap, error)

@@ -52,14 +52,24 @@ func TestPullRequestValidation(t *testing.T) {
 	_ = err
 }
 
-// §3.2 rule 5 / §3.4 step 4: a resolver that answers "no grant" revokes
-// every subscription and forbids every write, in the same request.
+// §3.2 rule 5 / §3.4 step 4: a resolver that answers "no grant", or that
+// throws (any error that is not the outage signal), revokes every
+// subscription and forbids every write, in the same request.
 func TestPullResolverFailure(t *testing.T) {
+	for name, fail := range map[string]error{
+		"no grant": fmt.Errorf("grant table says: %w", engine.ErrNoGrant),
+		"throw":    errors.New("grant item is malformed"),
+	} {
+		t.Run(name, func(t *testing.T) { testPullResolverFailure(t, fail) })
+	}
+}
+
+func testPullResolverFailure(t *testing.T, fail error) {
 	h := newHarness(t, enginetest.Options{})
 	h.Grants.Set("alice", projects("p1"))
 	a := h.Client("tenant", "alice", "a")
 	wantApplied(t, a.Push("seed", up("tasks", "t1", a.Task("t1", "p1", "x", false), 0)))
-	h.Grants.FailWith(fmt.Errorf("grant table says: %w", engine.ErrNoGrant))
+	h.Grants.FailWith(fail)
 	calls := h.Grants.Calls()
 	subs := []wire.Subscription{sub("s1", "tasks", "p1", -1), sub("s2", "projects", "p1", 1)}
 	resp, err := a.Send(a.Request([]wire.PushCommit{
@@ -88,6 +98,9 @@ func TestPullResolverFailure(t *testing.T) {
 	}
 	if got := h.Grants.Calls() - calls; got != 1 {
 		t.Fatalf("resolver called %d times in one request, want 1 (§3.2 rule 3)", got)
+	}
+	if head(t, h, "tenant").MaxCommitSeq != 1 {
+		t.Fatal("a commit applied while the resolver failed")
 	}
 }
 
@@ -320,18 +333,19 @@ func TestPullBootstrapTriggers(t *testing.T) {
 		"future pin":    `{"asOfCommitSeq":99,"tables":["tasks"],"tableIndex":0,"rowCursor":"t1"}`,
 		"negative pin":  `{"asOfCommitSeq":-3,"tables":["tasks"],"tableIndex":0,"rowCursor":"t1"}`,
 	}
-	// A fresh start reuses the live first page pinned at 6 (issue 11 item
-	// 5): 6 is above the horizon, so the pull after it replays commit 7.
+	// A fresh start pins at the head, 7: commit 7 changed the scope after
+	// the live first page pinned at 6, which is no longer reused (§4.7,
+	// issue 24).
 	for name, state := range restarts {
 		sec := resumed(6, state)
 		if !sec.Start.Bootstrap || sec.Start.Status != wire.SubActive || len(sec.Refs) != 1 || sec.Refs[0].RowCursor.Present ||
-			sec.Refs[0].AsOfCommitSeq != 6 || sec.End.NextCursor != 6 {
-			t.Fatalf("%s: want a silent restart at the reused pin 6, got start %+v refs %+v end %+v", name, sec.Start, sec.Refs, sec.End)
+			sec.Refs[0].AsOfCommitSeq != 7 || sec.End.NextCursor != 7 {
+			t.Fatalf("%s: want a silent restart pinned at the head 7, got start %+v refs %+v end %+v", name, sec.Start, sec.Refs, sec.End)
 		}
 	}
 	// cursor > maxCommitSeq: a client from the future bootstraps.
 	sec = mustPull(t, b, hdr, sub("s", "tasks", "p1", 500))[0]
-	if !sec.Start.Bootstrap || sec.End.NextCursor != 6 {
+	if !sec.Start.Bootstrap || sec.End.NextCursor != 7 {
 		t.Fatalf("future cursor: %+v %+v", sec.Start, sec.End)
 	}
 	// Pin below the horizon: restart; a garbage token with a cursor below
@@ -769,7 +783,7 @@ func TestResolverOutageIsRetryable(t *testing.T) {
 		err  error
 		code syncerr.Code
 	}{
-		"outage":   {errors.New("connection refused"), syncerr.InternalError},
+		"outage":   {fmt.Errorf("connection refused: %w", engine.ErrResolverUnavailable), syncerr.InternalError},
 		"timeout":  {fmt.Errorf("grant read: %w", context.DeadlineExceeded), syncerr.InternalError},
 		"throttle": {syncerr.New(syncerr.RateLimited, "grant read throttled"), syncerr.RateLimited},
 	} {

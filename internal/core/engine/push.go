@@ -859,16 +859,14 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 		return nil, nil, syncerr.Wrap(err, syncerr.OperationExecutionFailed, "stored row %s/%s does not decode", op.Table, op.RowID)
 	}
 	// §3.4 rule 5 / §6.2 step 2: scope columns are immutable on update.
-	// An equal value is a no-op, so it neither writes nor restamps.
-	for _, p := range st.Scopes {
-		j := p.ColumnIndex
-		if !present[j] {
-			continue
+	// (Version 2 keeps a differing value silently at the stored one.)
+	if rules.rejectScopeChange {
+		for _, p := range st.Scopes {
+			j := p.ColumnIndex
+			if present[j] && !sameScopeValue(st.Columns[j].Type, vals[j], sc.stored[j]) {
+				return fail(syncerr.InvalidRequest, fmt.Sprintf("scope column %q is immutable on update (§3.4 rule 5)", p.Column))
+			}
 		}
-		if rules.rejectScopeChange && !sameScopeValue(st.Columns[j].Type, vals[j], sc.stored[j]) {
-			return fail(syncerr.InvalidRequest, fmt.Sprintf("scope column %q is immutable on update (§3.4 rule 5)", p.Column))
-		}
-		present[j] = false
 	}
 	if op.BaseVersion.Present {
 		base := op.BaseVersion.Value
@@ -910,6 +908,12 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 			}
 			return res, nil, nil
 		}
+	}
+	// A present scope column is evidence in a conflict (steps 4–5 mark
+	// it like any present column) but a no-op for the write: it neither
+	// writes nor restamps.
+	for _, p := range st.Scopes {
+		present[p.ColumnIndex] = false
 	}
 	if r := unsupportedValues(i, st, vals, present); r != nil {
 		return r, nil, nil

@@ -169,7 +169,8 @@ func (p *refPass) decode(t *schema.Table, r *store.Row) ([]rowcodec.Value, error
 
 // checkParents is the first §6.11 rule: a reference column that an
 // upsert of the commit presents and whose candidate value is non-null must
-// name a parent present in the candidate state (else missing_parent).
+// name a parent present in the candidate state with the child's scope
+// values (else missing_parent, see sameScope).
 // The violation is attributed to the last upsert of the row that
 // presented the column, whose value is the candidate one. A column no
 // upsert presents keeps its committed value and is not re-checked (a
@@ -199,6 +200,8 @@ func (p *refPass) checkParents() (bool, error) {
 	}
 	type need struct {
 		op     int
+		child  *schema.Table
+		scopes wire.StoredScopes // the child's candidate scopes
 		ref    *schema.Reference
 		parent string
 	}
@@ -228,27 +231,54 @@ func (p *refPass) checkParents() (bool, error) {
 			}
 			ref := &t.References[j]
 			if parent, ok := refValue(t, ref, vals); ok {
-				needs = append(needs, need{i, ref, parent})
+				needs = append(needs, need{i, t, row.Scopes, ref, parent})
 				want[ref.ParentTable] = append(want[ref.ParentTable], parent)
 			}
 		}
 	}
-	found := map[rowKey]bool{}
+	found := map[rowKey]*store.Row{}
 	for table, ids := range want {
 		rows, err := p.candidate(table, ids)
 		if err != nil {
 			return false, err
 		}
 		for id, r := range rows {
-			found[rowKey{table, id}] = live(r)
+			found[rowKey{table, id}] = r
 		}
 	}
 	for _, n := range needs {
-		if !found[rowKey{n.ref.ParentTable, n.parent}] {
+		// A parent in other scope values is reported exactly like an
+		// absent one: same reason, message and details, so the answer
+		// tells nothing about rows outside the child's scope.
+		if parent := found[rowKey{n.ref.ParentTable, n.parent}]; !live(parent) || !sameScope(n.child, n.scopes, parent.Scopes) {
 			return p.reject(n.op, reasonMissingParent, []string{n.ref.Column}, map[string]string{"parent": n.ref.ParentTable, "row": n.parent})
 		}
 	}
 	return false, nil
+}
+
+// sameScope reports whether two rows of tables declaring t's scope
+// patterns (§6.11: a parent and its child declare the same ones) hold the
+// same value for every scope variable; a missing or empty value never
+// matches (fail closed, as §3.4 step 2).
+//
+// This is the one rule that confines a declared reference: a child and
+// its parent are in the same scopes. A child can only be written by an
+// actor allowed its scopes (§3.4), so it can only name a parent that
+// actor may see and write; and whoever may delete a parent may write all
+// of its children, so RESTRICT, CASCADE and SET NULL never read or write
+// across scopes, whatever the deleting actor's grant.
+func sameScope(t *schema.Table, a, b wire.StoredScopes) bool {
+	for _, sp := range t.Scopes {
+		va, ok := storedValue(a, sp.Variable)
+		if !ok || va == "" {
+			return false
+		}
+		if vb, ok := storedValue(b, sp.Variable); !ok || vb != va {
+			return false
+		}
+	}
+	return true
 }
 
 // referencePresent reports whether an upsert presents the reference
@@ -276,6 +306,7 @@ func (p *refPass) referencePresent(op *wire.Operation, ref *schema.Reference) bo
 // the deletion traces back to.
 type deleted struct {
 	table, id string
+	scopes    wire.StoredScopes
 	origin    int
 }
 
@@ -303,11 +334,12 @@ func (p *refPass) deletes() (bool, error) {
 		}
 		// Only a row that existed before the commit can have children in
 		// the index; children staged in this commit were checked above.
-		if r, ok := p.final[k]; !ok || r != nil || !live(p.ev.stored.get(k)) {
+		stored := p.ev.stored.get(k)
+		if r, ok := p.final[k]; !ok || r != nil || !live(stored) {
 			continue
 		}
 		queued[k] = true
-		queue = append(queue, deleted{op.Table, op.RowID, i})
+		queue = append(queue, deleted{op.Table, op.RowID, stored.Scopes, i})
 	}
 	var restricts []restrictCheck
 	for len(queue) > 0 {
@@ -328,13 +360,17 @@ func (p *refPass) deletes() (bool, error) {
 				qs = append(qs, store.ChildQuery{ChildTable: r.Table.Name, Column: r.Ref().Column, ParentID: d.id})
 			}
 		}
-		listed, err := p.listChildren(qs)
+		parents := make([]deleted, len(asks))
+		for i := range asks {
+			parents[i] = asks[i].d
+		}
+		listed, err := p.listChildren(qs, parents)
 		if err != nil {
 			return false, err
 		}
 		for i, a := range asks {
 			d, child, ref := a.d, a.r.Table, a.r.Ref()
-			ids, rows, err := p.children(child, ref, d.id, listed[i])
+			ids, rows, err := p.children(child, ref, d, listed[i])
 			if err != nil {
 				return false, err
 			}
@@ -358,7 +394,7 @@ func (p *refPass) deletes() (bool, error) {
 					p.appendDelete(child, row)
 					if len(p.sv.ReferencedBy(child.Name)) > 0 && !queued[k] {
 						queued[k] = true
-						queue = append(queue, deleted{child.Name, id, d.origin})
+						queue = append(queue, deleted{child.Name, id, row.Scopes, d.origin})
 					}
 					continue
 				}
@@ -379,7 +415,7 @@ func (p *refPass) deletes() (bool, error) {
 			return false, err
 		}
 		for _, id := range c.children {
-			if still, err := p.stillChild(c.child, c.ref, rows[id], c.parent.id); err != nil {
+			if still, err := p.stillChild(c.child, c.ref, rows[id], c.parent); err != nil {
 				return false, err
 			} else if still {
 				worst = c
@@ -394,12 +430,46 @@ func (p *refPass) deletes() (bool, error) {
 	return false, nil
 }
 
-// listChildren reads the committed reference index for qs in one store
-// call and prefetches the candidate state of every listed child, one
-// batched read per child table. The read is bounded by the cap plus the
-// rows the commit writes, so an overflow is still detected.
-func (p *refPass) listChildren(qs []store.ChildQuery) ([][]string, error) {
+// listChildren reads the committed reference index for qs (qs[i] asks for
+// the children of parents[i]) in one store call and prefetches the
+// candidate state of every listed child, one batched read per child
+// table. The read is bounded by the cap plus the rows the commit writes,
+// so an overflow is still detected; a query whose window is full and
+// holds rows in other scopes than the parent's (which are no children,
+// see sameScope) is read again with the window widened by them, so they
+// can neither hide a real child nor count towards the cap.
+func (p *refPass) listChildren(qs []store.ChildQuery, parents []deleted) ([][]string, error) {
 	limit := p.cap - p.appended + 1 + len(p.final)
+	listed, err := p.list(qs, limit)
+	if err != nil {
+		return nil, err
+	}
+	for i := range listed {
+		child, ok := p.sv.Table(qs[i].ChildTable)
+		if !ok {
+			return nil, syncerr.New(syncerr.OperationExecutionFailed, "reference index names table %q outside the schema", qs[i].ChildTable)
+		}
+		for window := limit; len(listed[i]) >= window; {
+			foreign, err := p.foreign(child, parents[i].scopes, listed[i])
+			if err != nil {
+				return nil, err
+			}
+			if window-foreign >= limit {
+				break
+			}
+			window = limit + foreign
+			more, err := p.list(qs[i:i+1], window)
+			if err != nil {
+				return nil, err
+			}
+			listed[i] = more[0]
+		}
+	}
+	return listed, nil
+}
+
+// list is one ListChildren call and the prefetch of its answer.
+func (p *refPass) list(qs []store.ChildQuery, limit int) ([][]string, error) {
 	listed, err := p.e.store.ListChildren(p.ctx, p.rs.auth.Partition, qs, limit)
 	if err != nil {
 		return nil, storeErr(err, "list child rows")
@@ -419,16 +489,36 @@ func (p *refPass) listChildren(qs []store.ChildQuery) ([][]string, error) {
 	return listed, nil
 }
 
+// foreign counts the listed rows that are live in the candidate state
+// but not in the parent's scopes.
+func (p *refPass) foreign(child *schema.Table, scopes wire.StoredScopes, ids []string) (int, error) {
+	rows, err := p.candidate(child.Name, ids) // prefetched: no store call
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		if r := rows[id]; live(r) && !sameScope(child, scopes, r.Scopes) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // children narrows the committed children of parent (ids, from the
 // index) to the rows that reference it in the candidate state now:
 // without rows the commit deleted or pointed elsewhere, including by
-// actions applied earlier in this pass.
-func (p *refPass) children(child *schema.Table, ref *schema.Reference, parent string, ids []string) ([]string, map[string]*store.Row, error) {
+// actions applied earlier in this pass, and without rows in other scopes
+// than the parent's. Only data written before references were confined
+// to one scope (sameScope) can hold such a row; it is left as it is:
+// not counted, not deleted, not nulled, and it does not block the delete.
+func (p *refPass) children(child *schema.Table, ref *schema.Reference, parent deleted, ids []string) ([]string, map[string]*store.Row, error) {
 	rows, err := p.candidate(child.Name, ids) // prefetched: no store call
 	if err != nil {
 		return nil, nil, err
 	}
 	out := make([]string, 0, len(ids))
+	skipped := 0
 	for _, id := range ids {
 		still, err := p.stillChild(child, ref, rows[id], parent)
 		if err != nil {
@@ -436,14 +526,21 @@ func (p *refPass) children(child *schema.Table, ref *schema.Reference, parent st
 		}
 		if still {
 			out = append(out, id)
+		} else if live(rows[id]) && !sameScope(child, parent.scopes, rows[id].Scopes) {
+			skipped++
 		}
+	}
+	if skipped > 0 {
+		p.e.log.WarnContext(p.ctx, "reference from another scope left untouched by a parent delete",
+			"partition", p.rs.auth.Partition, "parentTable", parent.table, "childTable", child.Name, "column", ref.Column, "rows", skipped)
 	}
 	return out, rows, nil
 }
 
-// stillChild reports whether candidate row r references parent.
-func (p *refPass) stillChild(child *schema.Table, ref *schema.Reference, r *store.Row, parent string) (bool, error) {
-	if !live(r) {
+// stillChild reports whether candidate row r references parent from the
+// parent's scopes.
+func (p *refPass) stillChild(child *schema.Table, ref *schema.Reference, r *store.Row, parent deleted) (bool, error) {
+	if !live(r) || !sameScope(child, parent.scopes, r.Scopes) {
 		return false, nil
 	}
 	vals, err := p.decode(child, r)
@@ -451,7 +548,7 @@ func (p *refPass) stillChild(child *schema.Table, ref *schema.Reference, r *stor
 		return false, err
 	}
 	v, ok := refValue(child, ref, vals)
-	return ok && v == parent, nil
+	return ok && v == parent.id, nil
 }
 
 // appendDelete stages a CASCADE delete: an ordinary delete change with

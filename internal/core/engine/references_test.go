@@ -16,3 +16,12 @@ func TestB19References(t *testing.T) {
 		func(*testing.T) store.Store { return memstore.New() },
 		func() store.SegmentStore { return memstore.NewSegments() })
 }
+
+// TestReferencesStayInScope: declared references never reach across
+// scope values (§6.11 with §3.4), one subtest per cross-scope attack, on
+// memstore; the DynamoDB run is in internal/dynamostore.
+func TestReferencesStayInScope(t *testing.T) {
+	enginetest.RunReferencesStayInScope(t,
+		func(*testing.T) store.Store { return memstore.New() },
+		func() store.SegmentStore { return memstore.NewSegments() })
+}

@@ -547,50 +547,66 @@ func (e *Engine) serve(ctx context.Context, rs *reqState, req *wire.Request, pla
 func (e *Engine) allowedScopes(ctx context.Context, rs *reqState) (ScopeMap, error) {
 	if !rs.allowedDone {
 		rs.allowedDone = true
-		rs.allowed, rs.allowedErr = e.resolve(ctx, rs.auth, rs.clientID)
-		if rs.allowedErr != nil {
+		var threw bool
+		rs.allowed, threw, rs.allowedErr = e.resolveScopes(ctx, rs.auth, rs.clientID)
+		if threw || rs.allowedErr != nil {
 			rs.report.ResolverFailed = true
 		}
 	}
 	return rs.allowed, rs.allowedErr
 }
 
-// resolve calls the scope resolver and separates its two failure kinds.
-// "No grant" (an empty map, or an error wrapping ErrNoGrant) is an
-// answer: subscriptions revoke and writes are forbidden (§3.2 rule 5,
-// §3.3, §3.4). Any other error means the grant could not be read (an
-// outage, a throttle, a timeout, a malformed grant): the request fails
-// with a retryable error and nothing is stored, revoked or purged — still
-// fail-closed, since no data is served and no write applies, but a stock
-// client keeps its rows and its outbox and retries. Errors that carry a
-// catalog code keep it (a throttled grant read is sync.rate_limited);
-// the rest become sync.internal_error.
+// resolve is resolveScopes for callers that need no report.
+func (e *Engine) resolve(ctx context.Context, auth Auth, clientID string) (ScopeMap, error) {
+	m, _, err := e.resolveScopes(ctx, auth, clientID)
+	return m, err
+}
+
+// resolveScopes calls the scope resolver and sorts its failures into the
+// spec's two kinds (ScopeResolver):
 //
-// The returned keys are validated against the union of the scope
+//   - An outage (an error wrapping ErrResolverUnavailable, a timeout, or
+//     an error carrying a retryable catalog code such as a throttled grant
+//     read's sync.rate_limited) is not an answer: the request fails with a
+//     retryable error and nothing is stored, revoked or purged, so a stock
+//     client keeps its rows and its outbox and retries (§7.3.3 calls this
+//     the "unavailable" signal, as opposed to a throw).
+//   - Any other error is a resolver that threw (a malformed grant, a
+//     host bug): it fails loud (§3.2 rule 5, §3.4 step 4) — every
+//     subscription revokes and every write is forbidden, exactly like an
+//     actor without any grant; threw reports it.
+//
+// "No grant" (an empty map, or an error wrapping ErrNoGrant) is an answer
+// with the same effect. Errors that carry a non-retryable catalog code
+// keep it. The returned keys are validated against the union of the scope
 // variables of every served schema version (§3.2 rule 3): a key no table
 // of any version declares is a server bug and fails the request with
 // sync.invalid_subscription, on push-only requests too.
-func (e *Engine) resolve(ctx context.Context, auth Auth, clientID string) (ScopeMap, error) {
-	m, err := e.cfg.Resolver.ResolveScopes(ctx, auth.Partition, auth.ActorID, clientID)
-	if errors.Is(err, ErrNoGrant) {
-		return ScopeMap{}, nil
-	}
-	if err != nil {
-		e.log.WarnContext(ctx, "scope resolver could not answer; the request fails retryably", "partition", auth.Partition, "actor", auth.ActorID, "error", err.Error())
-		if syncerr.As(err) != nil {
-			return nil, err
-		}
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return nil, syncerr.Wrap(err, syncerr.InternalError, "scope resolution timed out; retry")
-		}
-		return nil, syncerr.Wrap(err, syncerr.InternalError, "scope resolution is unavailable; retry")
+func (e *Engine) resolveScopes(ctx context.Context, auth Auth, clientID string) (m ScopeMap, threw bool, err error) {
+	m, err = e.cfg.Resolver.ResolveScopes(ctx, auth.Partition, auth.ActorID, clientID)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNoGrant):
+		return ScopeMap{}, false, nil
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		e.log.WarnContext(ctx, "scope resolution timed out; the request fails retryably", "partition", auth.Partition, "actor", auth.ActorID, "error", err.Error())
+		return nil, false, syncerr.Wrap(err, syncerr.InternalError, "scope resolution timed out; retry")
+	case syncerr.As(err) != nil:
+		e.log.WarnContext(ctx, "scope resolver answered an error", "partition", auth.Partition, "actor", auth.ActorID, "error", err.Error())
+		return nil, false, err
+	case errors.Is(err, ErrResolverUnavailable):
+		e.log.WarnContext(ctx, "scope resolver unavailable; the request fails retryably", "partition", auth.Partition, "actor", auth.ActorID, "error", err.Error())
+		return nil, false, syncerr.Wrap(err, syncerr.InternalError, "scope resolution is unavailable; retry")
+	default:
+		e.log.ErrorContext(ctx, "scope resolver failed; subscriptions revoke and writes are forbidden (§3.2 rule 5)", "partition", auth.Partition, "actor", auth.ActorID, "error", err.Error())
+		return ScopeMap{}, true, nil
 	}
 	for k := range m {
 		if !e.variables[k] {
-			return nil, syncerr.New(syncerr.InvalidSubscription, "the scope resolver returned %q, which no table of any served schema version declares (§3.2)", k)
+			return nil, false, syncerr.New(syncerr.InvalidSubscription, "the scope resolver returned %q, which no table of any served schema version declares (§3.2)", k)
 		}
 	}
-	return m, nil
+	return m, false, nil
 }
 
 // storeErr turns a storage failure into a catalog error: errors that

@@ -55,6 +55,13 @@ type Request struct {
 	Query  url.Values
 	Header http.Header
 	Body   []byte
+	// BodyOverCap, when non-zero, says the host refused to read the body
+	// because it exceeds the request cap (limits.MaxRequestBodyBytes, what
+	// a Lambda invocation can carry): Body holds only its first bytes (at
+	// most OverCapPrefixBytes, to name the client in the log) and
+	// BodyOverCap is the body's size as sent, or -1 when unknown. Serve
+	// answers it with a 413 §10 error (overcap.go).
+	BodyOverCap int64
 	// Auth is the host's authentication result; nil when the request
 	// carried no valid credentials.
 	Auth *engine.Auth
@@ -154,6 +161,15 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 			slog.String("actor", actor),
 			slog.Float64("durationMs", float64(now().Sub(start).Microseconds())/1000),
 		)
+		if resp.Header.Get(overCapHeader) != "" {
+			// Refused unread: the clientId from the body's first bytes,
+			// and the counter (never the payload).
+			attrs = append(attrs,
+				slog.String("clientId", ClientIDOf(r.Body, r.Header.Get("Content-Encoding"))),
+				slog.Int(overCapField, 1),
+				slog.Int64("bodyBytes", bodySize(r)),
+			)
+		}
 		if rep != nil {
 			attrs = append(attrs,
 				slog.String("clientId", rep.ClientID),
@@ -204,7 +220,17 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 		h.Logger.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 	}
 	resp.Header.Del("X-Syncular-Error")
+	resp.Header.Del(overCapHeader)
 	return resp
+}
+
+// bodySize is the request body's size as sent (-1 when the host refused
+// it unread without knowing its length).
+func bodySize(r *Request) int64 {
+	if r.BodyOverCap != 0 {
+		return r.BodyOverCap
+	}
+	return int64(len(r.Body))
 }
 
 // capResponse replaces a response the host could not deliver (Lambda
@@ -259,6 +285,11 @@ func (h *Handler) route(ctx context.Context, r *Request) (*Response, *engine.Rep
 		}
 		path = path[len(h.Mount):]
 	}
+	if r.BodyOverCap != 0 {
+		// The host did not read the body (API Gateway would have answered
+		// 413 itself): a §10 error, whichever route and credentials.
+		return h.refuseOverCap(r, strings.HasPrefix(path, "/blobs/")), nil, partition, actor
+	}
 	switch {
 	case path == "/sync" && h.Routes&RouteSync != 0:
 		return h.sync(ctx, r, engine.ModeSync)
@@ -298,6 +329,9 @@ func (h *Handler) sync(ctx context.Context, r *Request, mode engine.Mode) (*Resp
 	}
 	body, err := h.requestBody(r)
 	if err != nil {
+		if se := syncerr.As(err); se != nil && se.HTTPStatus() == http.StatusRequestEntityTooLarge {
+			return overCapResponse(se), nil, r.Auth.Partition, r.Auth.ActorID
+		}
 		return errorResponse(err), nil, r.Auth.Partition, r.Auth.ActorID
 	}
 	enc := negotiate(r.Header.Get("Accept-Encoding"))
@@ -395,7 +429,7 @@ func (h *Handler) requestBody(r *Request) ([]byte, error) {
 		max = DefaultMaxBodyBytes
 	}
 	tooLarge := func() error {
-		return syncerr.New(syncerr.InvalidRequest, "request body exceeds %d bytes", max).WithStatus(http.StatusRequestEntityTooLarge)
+		return decodedOverCap(int64(len(r.Body)), max)
 	}
 	switch ce := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); ce {
 	case "", "identity":

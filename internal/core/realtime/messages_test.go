@@ -9,18 +9,14 @@ import (
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/vectors"
 )
 
 // TestVectors runs the golden realtime JSON vectors (valid and invalid,
 // both vector sets): valid messages parse and re-encode to the same JSON
 // value; invalid ones fail with the manifest's error code, never panic.
 func TestVectors(t *testing.T) {
-	for _, env := range []string{"SSP2_VECTORS", "SSP2_VECTORS_V3"} {
-		dir := os.Getenv(env)
-		if dir == "" {
-			t.Logf("%s not set; skipping", env)
-			continue
-		}
+	for env, dir := range map[string]string{"SSP2_VECTORS": vectors.Dir(t), "SSP2_VECTORS_V3": vectors.DirV3(t)} {
 		dir = filepath.Join(dir, "realtime")
 		raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 		if err != nil {

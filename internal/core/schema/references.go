@@ -142,7 +142,10 @@ func compileReference(p *problems, v *Version, t *Table, label, field string, rr
 		ok = false
 	}
 	// A cascade runs without a second authorization (§6.11), which is
-	// sound only when parent and child live in the same scopes.
+	// sound only when parent and child live in the same scopes: the same
+	// patterns here, and at push the same values (a parent in other
+	// values is a missing parent, and a row in other values is no child
+	// of it; engine sameScope).
 	if !slices.Equal(scopePatterns(t), scopePatterns(parent)) {
 		p.add(label, field+".parentTable", "table %q and its parent %q declare different scope patterns (%q vs %q); a reference must stay inside one authorization boundary",
 			t.Name, parent.Name, scopePatterns(t), scopePatterns(parent))

@@ -521,8 +521,10 @@ const MaxPubsPerContext = 4
 
 // LatestFinder is implemented by segment stores that can find a
 // publication of a context whatever its pin (issue 11 item 5). A bootstrap
-// may then start at that older pin instead of rebuilding at the head: the
-// rows as of the pin plus the commits after it converge (§4.7).
+// may then start at that older pin instead of rebuilding at the head, as
+// long as no commit after the pin changed the context's scope (the engine
+// checks the log's scope index, ReadLogScoped): the snapshot is then the
+// scope's state at the head, as §4.7 requires of a fresh bootstrap.
 type LatestFinder interface {
 	// FindLatest is FindSized with key.AsOfCommitSeq ignored: among live
 	// publications of key's context whose pin is in [minAsOf, maxAsOf]

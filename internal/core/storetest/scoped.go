@@ -282,3 +282,32 @@ func testLogScoped(t *testing.T, e *partitionT) {
 		}
 	}
 }
+
+// testLogScopedMany: a window listing more commits than one batch read
+// of a backend passes each of them once, in order, and a caller that
+// stops early gets exactly the commits it took.
+func testLogScopedMany(t *testing.T, e *partitionT) {
+	e.touch()
+	const n = 130
+	var want []int64
+	for i := range n {
+		scope := "org=o1"
+		if i%10 == 9 {
+			scope = "org=o2" // not listed
+		}
+		req := e.commitNext(upsert("tasks", fmt.Sprintf("r%03d", i), 1, "x", scope))
+		if i%10 != 9 {
+			want = append(want, req.ExpectedMaxSeq+1)
+		}
+	}
+	got, hz := e.logScoped("tasks", "org", []string{"o1"}, 0, n, 0)
+	if !slices.Equal(got, want) || hz != 0 {
+		t.Errorf("all of %d listed commits: got %d seqs %v (horizon %d)", len(want), len(got), got, hz)
+	}
+	for _, limit := range []int{1, 20, len(want) - 1} {
+		got, _ := e.logScoped("tasks", "org", []string{"o1"}, 0, n, limit)
+		if !slices.Equal(got, want[:limit]) {
+			t.Errorf("stopping after %d: got %v", limit, got)
+		}
+	}
+}

@@ -61,6 +61,7 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ScanScopedRows/OrderAndFilter", testScopedOrderAndFilter},
 		{"ScanScopedRows/FollowsWrites", testScopedFollowsWrites},
 		{"ReadLogScoped/Index", testLogScoped},
+		{"ReadLogScoped/ManyCommits", testLogScopedMany},
 		{"ReadLog/Window", testReadLogWindow},
 		{"ReadLog/EarlyStop", testReadLogEarlyStop},
 		{"Clients/PutGetList", testClients},

@@ -6,7 +6,6 @@ package enginetest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -78,7 +77,7 @@ func (g *Grants) Set(actor string, m engine.ScopeMap) {
 func (g *Grants) Fail(on bool) {
 	var err error
 	if on {
-		err = errors.New("resolver unavailable")
+		err = fmt.Errorf("grant store: %w", engine.ErrResolverUnavailable)
 	}
 	g.FailWith(err)
 }

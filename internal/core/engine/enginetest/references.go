@@ -62,15 +62,38 @@ func (c *Client) ProjectOp(id string) wire.Operation {
 	return Upsert("projects", id, c.Row("projects", Cols{"project_id": S(id), "title": S("P " + id)}), -1)
 }
 
-// ItemOp upserts an items row of ReferenceSchema in project p1.
+// Project is the project an item with these parents lives in: the first
+// parent named, else p1. A child carries its parent's scope values
+// (§6.11 as this server enforces it), and a project's scope value is its
+// own id.
+func (p Parents) Project() string {
+	for _, id := range []string{p.Restrict, p.Cascade, p.Nullify} {
+		if id != "" {
+			return id
+		}
+	}
+	return "p1"
+}
+
+// ItemOp upserts an items row of ReferenceSchema in project p.Project().
 func (c *Client) ItemOp(id string, p Parents) wire.Operation {
-	return Upsert("items", id, c.Row("items", Cols{"id": S(id), "project_id": S("p1"), "label": S("item " + id),
+	return c.ItemIn(p.Project(), id, p)
+}
+
+// ItemIn upserts an items row of ReferenceSchema in project project.
+func (c *Client) ItemIn(project, id string, p Parents) wire.Operation {
+	return Upsert("items", id, c.Row("items", Cols{"id": S(id), "project_id": S(project), "label": S("item " + id),
 		"restrict_parent": opt(p.Restrict), "cascade_parent": opt(p.Cascade), "nullify_parent": opt(p.Nullify)}), -1)
 }
 
 // NoteOp upserts a notes row of ReferenceSchema in project p1.
 func (c *Client) NoteOp(id, item string) wire.Operation {
-	return Upsert("notes", id, c.Row("notes", Cols{"id": S(id), "project_id": S("p1"), "item_id": opt(item)}), -1)
+	return c.NoteIn("p1", id, item)
+}
+
+// NoteIn upserts a notes row of ReferenceSchema in project project.
+func (c *Client) NoteIn(project, id, item string) wire.Operation {
+	return Upsert("notes", id, c.Row("notes", Cols{"id": S(id), "project_id": S(project), "item_id": opt(item)}), -1)
 }
 
 // PushDetailed sends one commit and returns its PUSH_RESULT, the
@@ -215,12 +238,13 @@ func runReferences(t *testing.T, version uint16, newStore func(t *testing.T) sto
 
 	t.Run("reference-moved-away-releases-parent", func(t *testing.T) {
 		h, a, _ := setup(t, engine.Limits{})
-		applied(t, a.Push("c1", a.ProjectOp("p1"), a.ProjectOp("p2"), a.ItemOp("i1", Parents{Restrict: "p1"})))
-		applied(t, a.Push("c2", a.ItemOp("i1", Parents{Restrict: "p2"})))
+		applied(t, a.Push("c1", a.ProjectOp("p1"), a.ProjectOp("p2"), a.ItemOp("i1", Parents{Restrict: "p1"}), a.ItemOp("j1", Parents{Restrict: "p2"})))
+		// i1 moves its reference from RESTRICT to SET NULL: p1 is free.
+		applied(t, a.Push("c2", a.ItemOp("i1", Parents{Nullify: "p1"})))
 		applied(t, a.Push("c3", Delete("projects", "p1")))
 		res, det, _ := a.PushDetailed("c4", Delete("projects", "p2"))
 		rejected(t, res, det, 0, `{"reason":"restricted_delete","references":{"child":"items"}}`)
-		applied(t, a.Push("c5", a.ItemOp("i1", Parents{}), Delete("projects", "p2")))
+		applied(t, a.Push("c5", a.ItemIn("p2", "j1", Parents{}), Delete("projects", "p2")))
 		count(t, h, a, "projects", 0)
 	})
 
@@ -236,10 +260,10 @@ func runReferences(t *testing.T, version uint16, newStore func(t *testing.T) sto
 		h, a, b := setup(t, engine.Limits{})
 		applied(t, a.Push("c1", a.ProjectOp("p1"), a.ProjectOp("p2")))
 		applied(t, a.Push("c2", a.ItemOp("i1", Parents{Cascade: "p1"}), a.ItemOp("i2", Parents{Cascade: "p1"}),
-			a.ItemOp("i3", Parents{Cascade: "p2"}), a.NoteOp("n1", "i1"), a.NoteOp("n2", "i3")))
+			a.ItemOp("i3", Parents{Cascade: "p2"}), a.NoteOp("n1", "i1"), a.NoteIn("p2", "n2", "i3")))
 		hdr := wire.PullHeader{Accept: wire.AcceptInlineRows}
-		items := b.NewReplica("items", "items", Scopes("project_id", "p1"))
-		notes := b.NewReplica("notes", "notes", Scopes("project_id", "p1"))
+		items := b.NewReplica("items", "items", Scopes("project_id", "p1", "p2"))
+		notes := b.NewReplica("notes", "notes", Scopes("project_id", "p1", "p2"))
 		for _, r := range []*Replica{items, notes} {
 			if err := r.Sync(hdr, 10); err != nil {
 				t.Fatal(err)

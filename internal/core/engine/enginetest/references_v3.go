@@ -86,7 +86,7 @@ func runReferencesSparse(t *testing.T, newStore func(t *testing.T) store.Store, 
 			t.Fatalf("result %+v details %+v, want the violation at op 0", res.Results, det)
 		}
 		// Pointing it at an existing parent in a patch applies.
-		status(t, a.Push("c3", a.ProjectOp("p2"), patch(a, "i1", -1, Cols{"nullify_parent": S("p2")})), wire.PushApplied)
+		status(t, a.Push("c3", patch(a, "i1", -1, Cols{"nullify_parent": S("p1")})), wire.PushApplied)
 	})
 
 	t.Run("set-null-restamps-only-the-reference-column", func(t *testing.T) {
@@ -148,8 +148,29 @@ func runReferencesSparse(t *testing.T, newStore func(t *testing.T) store.Store, 
 
 // seedLegacyItem commits an items row straight to the store the way rows
 // were stored before column versions existed (ColumnVersions nil), at
-// version, with nullify_parent naming parent and its index entry.
+// version, in parent's project with nullify_parent naming parent and its
+// index entry.
 func seedLegacyItem(t *testing.T, h *Harness, partition, id string, version int64, parent string) {
+	t.Helper()
+	seedItem(t, h, partition, parent, id, version, Parents{Nullify: parent})
+}
+
+// SeededItem is an items row of ReferenceSchema written by SeedItems.
+type SeededItem struct {
+	Project, ID string
+	Parents     Parents
+}
+
+func seedItem(t *testing.T, h *Harness, partition, project, id string, version int64, p Parents) {
+	t.Helper()
+	SeedItems(t, h, partition, version, SeededItem{project, id, p})
+}
+
+// SeedItems commits items rows straight to the store in one commit (no
+// push, so no §3.4 or §6.11 check: rows as an older server could have
+// stored them), at version without column versions, with the
+// reference-index entries of their parents.
+func SeedItems(t testing.TB, h *Harness, partition string, version int64, items ...SeededItem) {
 	t.Helper()
 	ctx := context.Background()
 	head, ok, err := h.Store.Head(ctx, partition)
@@ -157,21 +178,28 @@ func seedLegacyItem(t *testing.T, h *Harness, partition, id string, version int6
 		t.Fatalf("head: %v %v", ok, err)
 	}
 	st, _ := h.Schema.Versions[h.Schema.Latest].Table("items")
-	payload, err := st.Codec.Append(nil, []rowcodec.Value{S(id), S("p1"), S("legacy"), Null(), Null(), S(parent)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scopes := wire.StoredScopes{{Key: "project_id", Value: "p1"}}
 	seq := head.MaxCommitSeq + 1
-	err = h.Store.Commit(ctx, partition, &store.CommitRequest{
+	req := &store.CommitRequest{
 		ExpectedMaxSeq: head.MaxCommitSeq,
-		Commit: store.Commit{Seq: seq, ActorID: "seed", ClientID: "seed", ClientCommitID: "seed-" + id,
-			Changes: []store.Change{{Table: "items", RowID: id, Op: wire.OpUpsert, RowVersion: version, Scopes: scopes, Row: payload}}},
-		Rows:      []store.RowWrite{{Table: "items", Row: store.Row{RowID: id, Version: version, Scopes: scopes, Payload: payload}}},
-		RefWrites: []store.RefWrite{{RefEntry: store.RefEntry{ChildTable: "items", Column: "nullify_parent", ParentID: parent, ChildID: id}}},
-		Outcome:   store.Outcome{Applied: true, CommitSeq: seq, Result: []byte{0}},
-	})
-	if err != nil {
-		t.Fatalf("seed %s: %v", id, err)
+		Commit:         store.Commit{Seq: seq, ActorID: "seed", ClientID: "seed", ClientCommitID: fmt.Sprintf("seed-%d", seq)},
+		Outcome:        store.Outcome{Applied: true, CommitSeq: seq, Result: []byte{0}},
+	}
+	for _, it := range items {
+		p := it.Parents
+		payload, err := st.Codec.Append(nil, []rowcodec.Value{S(it.ID), S(it.Project), S("legacy"), opt(p.Restrict), opt(p.Cascade), opt(p.Nullify)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ref := range [][2]string{{"restrict_parent", p.Restrict}, {"cascade_parent", p.Cascade}, {"nullify_parent", p.Nullify}} {
+			if ref[1] != "" {
+				req.RefWrites = append(req.RefWrites, store.RefWrite{RefEntry: store.RefEntry{ChildTable: "items", Column: ref[0], ParentID: ref[1], ChildID: it.ID}})
+			}
+		}
+		scopes := wire.StoredScopes{{Key: "project_id", Value: it.Project}}
+		req.Commit.Changes = append(req.Commit.Changes, store.Change{Table: "items", RowID: it.ID, Op: wire.OpUpsert, RowVersion: version, Scopes: scopes, Row: payload})
+		req.Rows = append(req.Rows, store.RowWrite{Table: "items", Row: store.Row{RowID: it.ID, Version: version, Scopes: scopes, Payload: payload}})
+	}
+	if err := h.Store.Commit(ctx, partition, req); err != nil {
+		t.Fatalf("seed %d items: %v", len(items), err)
 	}
 }
