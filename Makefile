@@ -94,6 +94,23 @@ lambda-timing-compare:
 run:
 	$(GO) run ./cmd/syncular-local $(ARGS)
 
+## stack: the deployed shape on 127.0.0.1 (internal/stack): DynamoDB Local with
+## its stream, an S3 API, every function under aws-lambda-rie behind a local
+## API Gateway, the stream consumer feeding the fanout function, two realtime
+## tier instances behind one /realtime address. Prints the URLs and a dev
+## token; Ctrl-C stops everything. STACK_ARGS, e.g. STACK_ARGS="-port 0 -quiet".
+STACK_ARGS ?=
+.PHONY: stack fanout-load
+stack:
+	$(GO) run ./cmd/syncular-stack $(STACK_ARGS)
+
+## fanout-load: issue 21 item 6 over `make stack`'s shape: one commit and one
+## presence join reaching SSP2_FANOUT_SOCKETS (default 10000) sockets on one
+## scope key across the two tier instances (p50/p95/max; bounded, loopback)
+fanout-load:
+	ulimit -n 65536 2>/dev/null || ulimit -n $$(ulimit -Hn); \
+	SSP2_FANOUT_LOAD=1 SSP2_FANOUT_SOCKETS="$(SSP2_FANOUT_SOCKETS)" $(GO) test -count=1 -v -run '^TestFanoutLoad$$' -timeout 30m ./internal/stack/
+
 build:
 	$(GO) build ./...
 

@@ -7,7 +7,13 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/childproc"
 )
+
+// The children of the tests are started and stopped by internal/childproc
+// (own process group, Pdeathsig on Linux, descendants stopped too), which
+// the local stack (internal/stack) shares.
 
 // procID names a process by PID and start time, which together never
 // repeat.
@@ -16,46 +22,24 @@ type procID struct {
 	start string
 }
 
-// startChild starts cmd from a fresh goroutine. Pdeathsig fires when the
-// forking OS thread exits, and Go retires a thread only when a goroutine
-// locked to it (runtime.LockOSThread) ends; a fresh goroutine is never on a
-// locked thread, so a caller's locked thread cannot take the child down.
-func startChild(cmd *exec.Cmd) error {
-	errc := make(chan error, 1)
-	go func() { errc <- cmd.Start() }()
-	return <-errc
-}
+func childSysProcAttr() *syscall.SysProcAttr { return childproc.SysProcAttr() }
 
-// killGroup SIGKILLs the process group led by pid (our children are group
-// leaders via Setpgid) and, as a fallback, the process itself.
-func killGroup(pid int) {
-	if pid <= 0 {
-		return
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-}
+func startChild(cmd *exec.Cmd) error { return childproc.Start(cmd) }
 
-// stopProcess asks a child to shut down with SIGTERM, waits up to grace
-// for it to exit (done is closed when Wait returned), then SIGKILLs its
-// group and any descendants that escaped into groups of their own.
+func killGroup(pid int) { childproc.KillGroup(pid) }
+
 func stopProcess(p *os.Process, done <-chan struct{}, grace time.Duration) {
-	below := descendants(p.Pid)
-	if grace > 0 {
-		_ = syscall.Kill(p.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(grace):
-		}
-	}
-	killGroup(p.Pid)
-	for _, c := range below {
-		if c.same() {
-			killGroup(c.pid)
-		}
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-	}
+	childproc.Stop(p, done, grace)
 }
+
+// descendants lists every process below pid (Linux only; nil elsewhere).
+func descendants(pid int) []procID {
+	var out []procID
+	for _, d := range childproc.Descendants(pid) {
+		out = append(out, procID{pid: d.PID, start: d.Start})
+	}
+	return out
+}
+
+// same reports whether the process is still the one that was recorded.
+func (p procID) same() bool { return childproc.ID{PID: p.pid, Start: p.start}.Same() }
