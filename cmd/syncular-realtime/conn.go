@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -86,38 +85,32 @@ func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	c.ci.upgraded = true
+	// Bytes the server already buffered (a client may send its first
+	// round right after the upgrade request) are the start of the
+	// stream: the connection itself serves them first, so they survive
+	// whatever the WebSocket library does with the returned reader (it
+	// re-wraps the connection, keeping only that reader's own buffer).
 	cc := &countingConn{Conn: nc, ci: c.ci}
-	// Bytes the server already buffered are part of the stream.
-	var r io.Reader = cc
 	if n := brw.Reader.Buffered(); n > 0 {
 		pre, _ := brw.Reader.Peek(n)
-		r = io.MultiReader(bytesReader(pre), cc)
+		cc.pre = append([]byte(nil), pre...)
+		c.ci.bytesIn.Add(int64(n))
 	}
-	return cc, bufio.NewReadWriter(bufio.NewReader(r), bufio.NewWriter(cc)), nil
-}
-
-func bytesReader(b []byte) io.Reader {
-	cp := append([]byte(nil), b...)
-	return &sliceReader{b: cp}
-}
-
-type sliceReader struct{ b []byte }
-
-func (s *sliceReader) Read(p []byte) (int, error) {
-	if len(s.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, s.b)
-	s.b = s.b[n:]
-	return n, nil
+	return cc, bufio.NewReadWriter(bufio.NewReader(cc), bufio.NewWriter(cc)), nil
 }
 
 type countingConn struct {
 	net.Conn
-	ci *connInfo
+	ci  *connInfo
+	pre []byte // read before the takeover, served first (already counted)
 }
 
 func (c *countingConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
 	n, err := c.Conn.Read(p)
 	c.ci.bytesIn.Add(int64(n))
 	return n, err
