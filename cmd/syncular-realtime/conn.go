@@ -9,9 +9,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
-
-	"github.com/skyfold/syncular-lambda/internal/auth"
-	"github.com/skyfold/syncular-lambda/internal/core/engine"
 )
 
 // connInfo collects what one socket's close line reports.
@@ -27,23 +24,6 @@ type connInfoKey struct{}
 func connInfoOf(ctx context.Context) *connInfo {
 	ci, _ := ctx.Value(connInfoKey{}).(*connInfo)
 	return ci
-}
-
-// identify authenticates an upgrade as /sync does (§8.1): Authorization:
-// Bearer, or the token / access_token query parameter browsers must use.
-func identify(r *http.Request, a auth.Authenticator) (engine.Auth, auth.Claims, error) {
-	authz := r.Header.Get("Authorization")
-	if authz == "" {
-		q := r.URL.Query()
-		tok := q.Get("token")
-		if tok == "" {
-			tok = q.Get("access_token")
-		}
-		if tok != "" {
-			authz = "Bearer " + tok
-		}
-	}
-	return a.Authenticate(r.Context(), auth.Credentials{Authorization: authz})
 }
 
 // serveRealtime is <mount>/realtime: the shared handler, wrapped so that

@@ -114,7 +114,7 @@ func New(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, lo
 		Options: wsrealtime.Options{InsecureSkipVerify: true, QueueMessages: socketQueue},
 	}
 	t.ws.Identify = func(r *http.Request) (engine.Auth, auth.Claims, error) {
-		a, claims, err := identify(r, authn)
+		a, claims, err := authn.Authenticate(r.Context(), wsrealtime.Credentials(r))
 		if ci := connInfoOf(r.Context()); ci != nil && err == nil {
 			ci.partition, ci.actor = a.Partition, a.ActorID
 		}

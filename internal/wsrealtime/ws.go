@@ -151,6 +151,14 @@ func (h *Handler) authenticate(r *http.Request) (engine.Auth, auth.Claims, error
 	if h.Auth == nil {
 		return engine.Auth{}, nil, errors.New("no authenticator configured")
 	}
+	return h.Auth.Authenticate(r.Context(), Credentials(r))
+}
+
+// Credentials are an upgrade request's credentials as /sync takes them
+// (§8.1): Authorization: Bearer, or the token / access_token query
+// parameter that browsers must use (they cannot set headers on a
+// WebSocket).
+func Credentials(r *http.Request) auth.Credentials {
 	authz := r.Header.Get("Authorization")
 	if authz == "" {
 		q := r.URL.Query()
@@ -162,7 +170,7 @@ func (h *Handler) authenticate(r *http.Request) (engine.Auth, auth.Claims, error
 			authz = "Bearer " + tok
 		}
 	}
-	return h.Auth.Authenticate(r.Context(), auth.Credentials{Authorization: authz})
+	return auth.Credentials{Authorization: authz}
 }
 
 // expiryOf reads the verified exp claim (seconds since the epoch, RFC
