@@ -249,9 +249,9 @@ const nlbTLSIdleTimeout = 350 * time.Second
 // (cmd/syncular-realtime).
 const tierFunction = "realtime"
 
-// The tier sits behind a Network Load Balancer: TLS on 443 with the
-// certificate (terminated there, TCP to the tasks) or TCP on 80; TCP ip
-// targets health-checked over HTTP on /healthz; draining kept and closed
+// The tier sits behind a Network Load Balancer: on 443 with either TLS
+// mode, on 80 without (TestTemplateRealtimeTLSModes checks each mode);
+// TCP ip targets health-checked on /healthz; draining kept and closed
 // by the tasks themselves; an idle timeout above the hub's heartbeat
 // interval on either listener; a security group on the load balancer;
 // the unhealthy-target alarm on the NLB's metrics; no ALB anywhere.

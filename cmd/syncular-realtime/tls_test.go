@@ -248,8 +248,9 @@ func servedSerial(t *testing.T, addr string, pool *x509.CertPool) int64 {
 }
 
 // A renewed certificate put into the secret is served to new connections
-// after the reload interval, without a restart; a bad value put later is
-// logged and the good certificate stays.
+// after the reload interval, without a restart, and open connections
+// keep working; a bad value put later is logged and the good certificate
+// stays.
 func TestTierReloadsRenewedCertificate(t *testing.T) {
 	oldCA, newCA := newTestCA(t, "old CA"), newTestCA(t, "new CA")
 	chain, key := oldCA.issue(t, 1, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
@@ -287,13 +288,19 @@ func TestTierReloadsRenewedCertificate(t *testing.T) {
 	}
 	defer open.Close()
 
+	// The renewal in the other accepted form: one PEM text with the chain
+	// and the key (cat fullchain.pem privkey.pem).
 	chain, key = newCA.issue(t, 2, time.Now().Add(-time.Minute), time.Now().Add(90*24*time.Hour))
-	store.put(certJSON(t, chain, key))
+	store.put(chain + key)
 	renewed := time.Now()
 	waitSerial(t, addr, both, 2)
 	t.Logf("renewed certificate served %v after put-secret-value (reload interval 1s)", time.Since(renewed).Round(10*time.Millisecond))
+	_ = open.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 12)
 	if _, err := open.Write([]byte("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")); err != nil {
 		t.Errorf("open connection after the reload: %v", err)
+	} else if _, err := io.ReadFull(open, buf); err != nil || string(buf) != "HTTP/1.1 200" {
+		t.Errorf("open connection after the reload answered %q, %v", buf, err)
 	}
 	if n := strings.Count(logs.String(), "TLS certificate loaded"); n != 2 {
 		t.Errorf("%d 'certificate loaded' lines, want 2 (start, renewal)", n)
