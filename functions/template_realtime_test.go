@@ -231,9 +231,7 @@ func TestTemplateRealtimeTier(t *testing.T) {
 	if f := scalar(url.Content[0]); f != "${Scheme}://${RealtimeLoadBalancer.DNSName}"+mount.Value+"/realtime" {
 		t.Errorf("RealtimeUrl %q, want ws(s)://<load balancer DNS name>%s/realtime", f, mount.Value)
 	}
-	if sch := get(url.Content[1], "Scheme"); !isIf(sch, "HasCertificate", "wss", "ws") {
-		t.Error("RealtimeUrl scheme: !If [HasCertificate, wss, ws]")
-	}
+	// The scheme per TLS mode: TestTemplateRealtimeTLSModes.
 }
 
 // isIf: n is !If [cond, then, else] with scalar branches.
@@ -251,9 +249,9 @@ const nlbTLSIdleTimeout = 350 * time.Second
 // (cmd/syncular-realtime).
 const tierFunction = "realtime"
 
-// The tier sits behind a Network Load Balancer: TLS on 443 with the
-// certificate (terminated there, TCP to the tasks) or TCP on 80; TCP ip
-// targets health-checked over HTTP on /healthz; draining kept and closed
+// The tier sits behind a Network Load Balancer: on 443 with either TLS
+// mode, on 80 without (TestTemplateRealtimeTLSModes checks each mode);
+// TCP ip targets health-checked on /healthz; draining kept and closed
 // by the tasks themselves; an idle timeout above the hub's heartbeat
 // interval on either listener; a security group on the load balancer;
 // the unhealthy-target alarm on the NLB's metrics; no ALB anywhere.
@@ -285,8 +283,7 @@ func checkNetworkLoadBalancer(t *testing.T, root *yaml.Node) {
 	}
 
 	tg := res("RealtimeTargetGroup", "Properties")
-	for k, want := range map[string]string{"TargetType": "ip", "Protocol": "TCP", "Port": "8080",
-		"HealthCheckProtocol": "HTTP", "HealthCheckPath": "/healthz"} {
+	for k, want := range map[string]string{"TargetType": "ip", "Protocol": "TCP", "Port": "8080", "HealthCheckPath": "/healthz"} {
 		if got := scalar(get(tg, k)); got != want {
 			t.Errorf("RealtimeTargetGroup %s %q, want %q", k, got, want)
 		}
@@ -315,9 +312,8 @@ func checkNetworkLoadBalancer(t *testing.T, root *yaml.Node) {
 	if !refTo(get(l, "LoadBalancerArn"), "RealtimeLoadBalancer") || !refTo(get(get(l, "DefaultActions").Content[0], "TargetGroupArn"), "RealtimeTargetGroup") {
 		t.Error("listener: on RealtimeLoadBalancer, forwarding to RealtimeTargetGroup")
 	}
-	if !isIf(get(l, "Protocol"), "HasCertificate", "TLS", "TCP") || !isIf(get(l, "Port"), "HasCertificate", "443", "80") {
-		t.Error("listener: !If [HasCertificate, TLS, TCP] on !If [HasCertificate, 443, 80]")
-	}
+	// Port, protocol and certificate per TLS mode:
+	// TestTemplateRealtimeTLSModes.
 	if certs := get(l, "Certificates"); certs == nil || certs.Tag != "!If" || !refTo(get(certs.Content[1].Content[0], "CertificateArn"), "RealtimeCertificateArn") {
 		t.Error("listener: the RealtimeCertificateArn certificate when given")
 	}
@@ -328,7 +324,8 @@ func checkNetworkLoadBalancer(t *testing.T, root *yaml.Node) {
 	if in := res("RealtimeLoadBalancerSecurityGroup", "Properties", "SecurityGroupIngress"); in != nil {
 		sg = in.Content
 	}
-	if len(sg) != 1 || !isIf(get(sg[0], "FromPort"), "HasCertificate", "443", "80") || !isIf(get(sg[0], "ToPort"), "HasCertificate", "443", "80") {
+	if len(sg) != 1 || !isIf(get(sg[0], "FromPort"), "SecureSockets", "443", "80") || !isIf(get(sg[0], "ToPort"), "SecureSockets", "443", "80") ||
+		!isIf(get(l, "Port"), "SecureSockets", "443", "80") {
 		t.Error("load balancer security group: the listener's port only")
 	}
 

@@ -4,8 +4,9 @@
 // deployment's DynamoDB table and S3 bucket, with the same engine and
 // hub as every other host. It reads the functions' SYNC_* configuration
 // (docs/CONFIG.md) plus the tier's own: SYNC_REALTIME_ADDR serves
-// <mount>/realtime and GET /healthz, SYNC_HINT_ADDR serves the hints of
-// the fanout function and the presence of peer instances.
+// <mount>/realtime and GET /healthz (over TLS with SYNC_TLS_CERT_REF),
+// SYNC_HINT_ADDR serves the hints of the fanout function and the
+// presence of peer instances.
 //
 // It never links the Lambda runtime (internal/wiring, not internal/app).
 package main
@@ -49,15 +50,17 @@ func run(logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The certificate first: without it the task must not start (its
+	// health check then fails and the deployment rolls back).
+	rtLn, err := ListenRealtime(ctx, initCtx, cfg, clients.Config, logger)
+	if err != nil {
+		return err
+	}
 	advertise, err := Advertise(initCtx, cfg, os.Getenv, &http.Client{Timeout: 2 * time.Second})
 	if err != nil {
 		return err
 	}
 	t, err := New(initCtx, cfg, clients, logger, advertise)
-	if err != nil {
-		return err
-	}
-	rtLn, err := net.Listen("tcp", cfg.RealtimeAddr)
 	if err != nil {
 		return err
 	}
@@ -71,7 +74,10 @@ func run(logger *slog.Logger) error {
 // Serve runs t on its two listeners until ctx ends (SIGTERM), then
 // drains and returns nil.
 func Serve(ctx context.Context, t *Tier, rtLn, hintLn net.Listener, drain time.Duration) error {
-	rtSrv := &http.Server{Handler: t.RealtimeHandler, ReadHeaderTimeout: 10 * time.Second}
+	// The server's own errors (failed TLS handshakes of port scanners,
+	// malformed requests) go to the JSON log at debug level.
+	rtSrv := &http.Server{Handler: t.RealtimeHandler, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(t.log.Handler(), slog.LevelDebug)}
 	hintSrv := &http.Server{Handler: t.HintHandler, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second}
 	errs := make(chan error, 2)
 	go func() { errs <- rtSrv.Serve(rtLn) }()

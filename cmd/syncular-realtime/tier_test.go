@@ -54,6 +54,8 @@ type stack struct {
 	drain time.Duration
 	// logs, when set, receives the instances' info lines.
 	logs *syncBuffer
+	// tls, when set, makes the instances serve wss:// (SYNC_TLS_CERT_REF).
+	tls *tlsSetup
 }
 
 // syncBuffer is a log sink safe for concurrent writers.
@@ -191,32 +193,44 @@ func (st *stack) forward(ctx context.Context, recs []rtfanout.Record) error {
 type instance struct {
 	*Tier
 	url    string
+	client *http.Client // nil: the default (plain ws://)
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 func (st *stack) start(id string) *instance {
 	st.t.Helper()
-	rtLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		st.t.Fatal(err)
-	}
 	hintLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		st.t.Fatal(err)
 	}
 	adv := "http://" + hintLn.Addr().String()
-	cfg := st.config(map[string]string{"SYNC_INSTANCE_ID": id, "SYNC_HINT_ADVERTISE": adv})
+	extra := map[string]string{"SYNC_INSTANCE_ID": id, "SYNC_HINT_ADVERTISE": adv, "SYNC_REALTIME_ADDR": "127.0.0.1:0"}
+	scheme, awsCfg := "http://", st.clients.Config
+	if st.tls != nil {
+		extra["SYNC_TLS_CERT_REF"], scheme, awsCfg = testCertRef, "https://", st.tls.store.awsConfig()
+	}
+	cfg := st.config(extra)
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("instance", id)
 	if st.logs != nil {
 		logger = slog.New(slog.NewJSONHandler(st.logs, nil)).With("instance", id)
 	}
-	tr, err := New(context.Background(), cfg, st.clients, logger, adv)
+	ctx, cancel := context.WithCancel(context.Background())
+	// The realtime port as main opens it (TLS with SYNC_TLS_CERT_REF).
+	rtLn, err := ListenRealtime(ctx, ctx, cfg, awsCfg, logger)
 	if err != nil {
+		cancel()
 		st.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{Tier: tr, url: "http://" + rtLn.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	tr, err := New(context.Background(), cfg, st.clients, logger, adv)
+	if err != nil {
+		cancel()
+		st.t.Fatal(err)
+	}
+	in := &instance{Tier: tr, url: scheme + rtLn.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	if st.tls != nil {
+		in.client = st.tls.client
+	}
 	go func() {
 		defer close(in.done)
 		if err := Serve(ctx, tr, rtLn, hintLn, st.drain); err != nil {
@@ -263,7 +277,7 @@ func (in *instance) dial(t *testing.T, token, clientID string) *client {
 	u := "ws" + strings.TrimPrefix(in.url, "http") + "/realtime?clientId=" + url.QueryEscape(clientID) + "&token=" + url.QueryEscape(token)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, u, nil)
+	ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: in.client})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,6 +113,12 @@ type Config struct {
 	InstanceID            string
 	RealtimeMaxRoundBytes int
 	RealtimeDrainDelay    time.Duration
+	// TLSCertRef (a Secrets Manager ARN or SSM SecureString) holds the
+	// certificate chain and private key the tier serves its realtime
+	// port with; empty serves plain HTTP (TLS ends at the load balancer,
+	// or nowhere in development). Re-read every TLSReloadInterval.
+	TLSCertRef        string
+	TLSReloadInterval time.Duration
 }
 
 // Var documents one environment variable.
@@ -164,6 +170,8 @@ var Vars = []Var{
 	{"SYNC_INSTANCE_ID", "random", "Realtime tier: this instance's id in the instance registry (pk `RTI`) and the origin of its presence events."},
 	{"SYNC_REALTIME_MAX_ROUND_BYTES", "`33554432`", "Realtime tier: cap of one socket round's request stream (§8.7); above Lambda's 6 MB event, so a large offline queue is never wedged."},
 	{"SYNC_REALTIME_DRAIN_DELAY", "`5s`", "Realtime tier: on SIGTERM, time between leaving the registry (and failing `/healthz`) and closing every socket with going-away (1001)."},
+	{"SYNC_TLS_CERT_REF", "empty (plain HTTP)", "Realtime tier: Secrets Manager ARN or SSM SecureString name/ARN holding the certificate chain and private key (PEM) of the realtime port, as JSON `{\"certificate\": \"<chain PEM>\", \"privateKey\": \"<key PEM>\"}` or as one PEM text with both; the port then serves TLS 1.2+ (HTTP/1.1) and the load balancer forwards TCP. A missing or bad certificate stops the start. docs/REALTIME.md, TLS."},
+	{"SYNC_TLS_RELOAD_INTERVAL", "`1h`", "Realtime tier: how often SYNC_TLS_CERT_REF is re-read, so a renewed certificate is served without a restart (a bad value read later is logged and the current certificate kept)."},
 }
 
 // Limits of the protocol and the platform that configuration may not pass.
@@ -231,6 +239,8 @@ func Load(getenv func(string) string) (*Config, error) {
 		InstanceID:            l.str("SYNC_INSTANCE_ID", ""),
 		RealtimeMaxRoundBytes: l.integer("SYNC_REALTIME_MAX_ROUND_BYTES", 32<<20, 64<<10, 1<<30),
 		RealtimeDrainDelay:    l.duration("SYNC_REALTIME_DRAIN_DELAY", 5*time.Second, 0, 10*time.Minute),
+		TLSCertRef:            l.str("SYNC_TLS_CERT_REF", ""),
+		TLSReloadInterval:     l.duration("SYNC_TLS_RELOAD_INTERVAL", time.Hour, time.Second, 24*time.Hour),
 	}
 	c.validate(l)
 	if len(l.problems) > 0 {
