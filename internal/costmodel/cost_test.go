@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
@@ -71,6 +73,7 @@ type rig struct {
 	memory  map[string]int
 	usage   dynamostore.Usage
 	current *costmodel.Operation
+	meter   *costmodel.DynamoMeter
 	// The last invocation's DynamoDB usage and decoded response body.
 	lastUsage dynamostore.Usage
 	lastBody  []byte
@@ -91,7 +94,16 @@ func sent(t testing.TB, body string, b64 bool) int {
 
 func newRig(t *testing.T) *rig {
 	ctx := context.Background()
-	ddb := testenv.DynamoDB(t).Client(t)
+	base := testenv.DynamoDB(t).Client(t)
+	r := &rig{logs: map[string]*countingLog{}, memory: map[string]int{}}
+	ddb := dynamodb.New(base.Options(), func(o *dynamodb.Options) {
+		inner := o.HTTPClient
+		if inner == nil {
+			inner = &http.Client{}
+		}
+		r.meter = &costmodel.DynamoMeter{Inner: inner, Keys: []string{dynamostore.AttrPK, dynamostore.AttrSK}}
+		o.HTTPClient = r.meter
+	})
 	table := testenv.UniqueName(t, "cost")
 	if err := dynamostore.CreateTable(ctx, ddb, table); err != nil {
 		t.Fatal(err)
@@ -117,7 +129,6 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{logs: map[string]*countingLog{}, memory: map[string]int{}}
 	// The meter the functions run with (app.DynamoMeter's log fields),
 	// keeping the request's usage for the tables.
 	meter := func(ctx context.Context) (context.Context, func() []slog.Attr) {
@@ -145,9 +156,11 @@ func newRig(t *testing.T) *rig {
 		lg := r.logs[fn]
 		bytes0, lines0 := lg.bytes, lg.lines
 		r.usage = dynamostore.Usage{}
+		r.meter.Take()
 		start := time.Now()
 		out, err := handlers[fn](context.Background(), payload)
 		elapsed := time.Since(start)
+		du := r.meter.Take()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +175,8 @@ func newRig(t *testing.T) *rig {
 				Function: fn, MemoryMB: r.memory[fn],
 				BilledMs:     int(math.Ceil(float64(elapsed.Microseconds()) / 1000)),
 				RequestBytes: reqBody, ResponseBytes: respBody,
-				DynamoCalls: r.usage.RoundTrips, RRU: r.usage.EstRCU, WRU: r.usage.EstWCU,
+				DynamoCalls: du.Calls, RRU: du.RRU, WRU: du.WRU,
+				StoreRRU: r.usage.EstRCU, StoreWRU: r.usage.EstWCU,
 				LogBytes: lg.bytes - bytes0, LogEvents: lg.lines - lines0,
 			})
 		}
@@ -286,7 +300,11 @@ func TestCost(t *testing.T) {
 		r.d.Push(t, r.tok, "seed", r.epoch, wire.PushCommit{ClientCommitID: fmt.Sprintf("b%d", seq), Operations: r.tasks(t, 50)})
 	}
 	rows := seq // task rows in the partition
+	if os.Getenv("SSP2_COST_TRACE") != "" {
+		r.meter.Trace = func(op string, rru, wru float64) { t.Logf("%s %.1f %.1f", op, rru, wru) }
+	}
 	boot := r.measure(fmt.Sprintf("bootstrap-%drows", rows), func() { r.pullAll(t, "fresh", -1) })
+	r.meter.Trace = nil
 	ops = append(ops, boot)
 
 	for _, op := range ops {

@@ -24,6 +24,9 @@ type Invocation struct {
 	// units they consume by the AWS rules.
 	DynamoCalls int
 	RRU, WRU    float64
+	// StoreRRU and StoreWRU are the store's own estimate (for
+	// comparison; the price uses RRU and WRU).
+	StoreRRU, StoreWRU float64
 	// LogBytes and LogEvents are the function's log output.
 	LogBytes, LogEvents int
 }
@@ -72,9 +75,9 @@ func (p Prices) PriceOp(op Operation) Breakdown {
 // per million operations.
 func (p Prices) WriteTable(w io.Writer, op Operation) {
 	fmt.Fprintf(w, "\n%s\n", op.Name)
-	fmt.Fprintf(w, "  %-8s %6s %6s %9s %9s %5s %8s %8s %8s\n", "function", "MB", "ms", "req B", "resp B", "ddb", "RRU", "WRU", "log B")
+	fmt.Fprintf(w, "  %-8s %6s %6s %9s %9s %5s %8s %8s %13s %8s\n", "function", "MB", "ms", "req B", "resp B", "ddb", "RRU", "WRU", "store est R/W", "log B")
 	for _, in := range op.Invocations {
-		fmt.Fprintf(w, "  %-8s %6d %6d %9d %9d %5d %8.1f %8.1f %8d\n", in.Function, in.MemoryMB, in.BilledMs, in.RequestBytes, in.ResponseBytes, in.DynamoCalls, in.RRU, in.WRU, in.LogBytes)
+		fmt.Fprintf(w, "  %-8s %6d %6d %9d %9d %5d %8.1f %8.1f %6.1f/%6.1f %8d\n", in.Function, in.MemoryMB, in.BilledMs, in.RequestBytes, in.ResponseBytes, in.DynamoCalls, in.RRU, in.WRU, in.StoreRRU, in.StoreWRU, in.LogBytes)
 	}
 	b := p.PriceOp(op)
 	fmt.Fprintf(w, "  per million: lambda $%.2f  api $%.2f  dynamodb $%.2f  logs $%.2f  total $%.2f\n", b.Lambda*1e6, b.API*1e6, b.Dynamo*1e6, b.Logs*1e6, b.Total()*1e6)
