@@ -74,6 +74,8 @@ type rig struct {
 	usage   dynamostore.Usage
 	current *costmodel.Operation
 	meter   *costmodel.DynamoMeter
+	// rows numbers the task rows pushed (ids), commits the commit ids.
+	rows, commits int
 	// The last invocation's DynamoDB usage and decoded response body.
 	lastUsage dynamostore.Usage
 	lastBody  []byte
@@ -200,13 +202,12 @@ func (r *rig) measure(name string, fn func()) costmodel.Operation {
 	return op
 }
 
-var seq int
 
 func (r *rig) tasks(t testing.TB, n int) []wire.Operation {
 	ops := make([]wire.Operation, n)
 	for i := range ops {
-		seq++
-		id := fmt.Sprintf("t%06d", seq)
+		r.rows++
+		id := fmt.Sprintf("t%06d", r.rows)
 		// A title of 32 characters that do not repeat across rows, so
 		// compressed sizes are not flattered.
 		sum := sha256.Sum256([]byte(id))
@@ -250,11 +251,11 @@ func (r *rig) pullAll(t testing.TB, client string, cursor int64) int64 {
 // pushRound is a stock client's round: its commit and its pull in one
 // request to /sync.
 func (r *rig) pushRound(t testing.TB, client string, ops []wire.Operation, cursor int64) int64 {
-	seq++
+	r.commits++
 	s := sub(cursor)
 	m := r.d.Sync(t, "push", "/sync", r.tok, apptest.Request(t, wire.Version2,
 		wire.ReqHeader{ClientID: client, SchemaVersion: r.d.Schema.Latest, LogEpoch: wire.Some(r.epoch)},
-		&wire.PushCommit{ClientCommitID: fmt.Sprintf("k%d", seq), Operations: ops}, &accept, &s))
+		&wire.PushCommit{ClientCommitID: fmt.Sprintf("k%d", r.commits), Operations: ops}, &accept, &s))
 	for _, res := range apptest.Find[*wire.PushResult](m) {
 		if res.Status != wire.PushApplied {
 			t.Fatalf("push round: %s %+v", res.Status, res.Results)
@@ -289,7 +290,8 @@ func TestCost(t *testing.T) {
 	ops = append(ops, r.measure("quiet-pull", func() { cursor = r.pullAll(t, "dev-2", cursor) }))
 	from := cursor
 	for range 100 {
-		r.d.Push(t, r.tok, "dev-3", r.epoch, wire.PushCommit{ClientCommitID: fmt.Sprintf("i%d", seq), Operations: r.tasks(t, 1)})
+		r.commits++
+		r.d.Push(t, r.tok, "dev-3", r.epoch, wire.PushCommit{ClientCommitID: fmt.Sprintf("i%d", r.commits), Operations: r.tasks(t, 1)})
 	}
 	ops = append(ops, r.measure("incremental-pull-100", func() { r.pullAll(t, "dev-2", from) }))
 
@@ -297,9 +299,10 @@ func TestCost(t *testing.T) {
 	// above), read by a fresh client; priced per 10,000 rows (1% of 1M)
 	// by linear extrapolation from what it measures.
 	for have := 0; have < bootRows; have += 50 {
-		r.d.Push(t, r.tok, "seed", r.epoch, wire.PushCommit{ClientCommitID: fmt.Sprintf("b%d", seq), Operations: r.tasks(t, 50)})
+		r.commits++
+		r.d.Push(t, r.tok, "seed", r.epoch, wire.PushCommit{ClientCommitID: fmt.Sprintf("b%d", r.commits), Operations: r.tasks(t, 50)})
 	}
-	rows := seq // task rows in the partition
+	rows := r.rows // task rows in the partition
 	if os.Getenv("SSP2_COST_TRACE") != "" {
 		r.meter.Trace = func(op string, rru, wru float64) { t.Logf("%s %.1f %.1f", op, rru, wru) }
 	}

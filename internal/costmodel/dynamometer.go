@@ -486,7 +486,8 @@ func valueSize(raw json.RawMessage) (int, error) {
 		switch typ {
 		case "S":
 			var s string
-			return len(s), json.Unmarshal(v, &s)
+			err := json.Unmarshal(v, &s)
+			return len(s), err
 		case "N":
 			var s string
 			err := json.Unmarshal(v, &s)
