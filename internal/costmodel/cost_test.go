@@ -202,7 +202,6 @@ func (r *rig) measure(name string, fn func()) costmodel.Operation {
 	return op
 }
 
-
 func (r *rig) tasks(t testing.TB, n int) []wire.Operation {
 	ops := make([]wire.Operation, n)
 	for i := range ops {

@@ -39,7 +39,9 @@ func TestDynamoMeterRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-	key := func(pk, sk string) map[string]types.AttributeValue { return map[string]types.AttributeValue{"pk": s(pk), "sk": s(sk)} }
+	key := func(pk, sk string) map[string]types.AttributeValue {
+		return map[string]types.AttributeValue{"pk": s(pk), "sk": s(sk)}
+	}
 	// item is exactly size bytes: names "pk","sk","v" (5) + "p" + 2-byte sk + the value.
 	item := func(sk string, size int) map[string]types.AttributeValue {
 		return map[string]types.AttributeValue{"pk": s("p"), "sk": s(sk), "v": s(strings.Repeat("x", size-8))}
