@@ -8,9 +8,9 @@
 // is itself the EMF document: one line per request, carrying both the
 // fields an operator queries in Logs Insights and the metrics alarms watch.
 //
-// Dimensions are low-cardinality only (function, route, outcome). The
-// partition, actor and client ids stay plain properties of the line:
-// as dimensions they would create one metric per tenant.
+// The one dimension is the function. Route and outcome, and the
+// partition, actor and client ids, stay plain properties of the line
+// (the ids as dimensions would create one metric per tenant).
 //
 // template.yaml's alarms and dashboard name metrics from Catalogue; a test
 // (functions/template_test.go) fails when one is not in it.
@@ -47,10 +47,11 @@ const (
 const (
 	// DimFunction is the function's short name (app.Function.Name).
 	DimFunction = "function"
-	// DimRoute is the endpoint family: sync, push, pull, segments, other.
+	// DimRoute is the endpoint family: sync, push, pull, segments, other
+	// (a field of the request line, no longer a dimension).
 	DimRoute = "route"
 	// DimOutcome is "ok", or the §10 error code the request ended with
-	// (HTTP error or in-band ERROR frame).
+	// (HTTP error or in-band ERROR frame); a field, no longer a dimension.
 	DimOutcome = "outcome"
 )
 

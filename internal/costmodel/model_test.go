@@ -1,0 +1,51 @@
+package costmodel_test
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/skyfold/syncular-lambda/internal/costmodel"
+)
+
+// One invocation priced by hand from the published us-east-1 prices:
+// Lambda $0.20 per million requests and $0.0000133334 per GB-second on
+// arm64, an HTTP API request $1.00 per million (per 512 KB), DynamoDB
+// on-demand $0.625 per million write and $0.125 per million read units,
+// CloudWatch Logs $0.50 per GB ingested with 26 bytes of event overhead.
+func TestPrice(t *testing.T) {
+	in := costmodel.Invocation{MemoryMB: 512, BilledMs: 200, RequestBytes: 600 << 10, RRU: 4, WRU: 10, LogBytes: 1000, LogEvents: 2}
+	b := costmodel.USEast1.Price(in)
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > want*1e-9 {
+			t.Errorf("%s = %g, want %g", what, got, want)
+		}
+	}
+	near("lambda", b.Lambda, 0.20e-6+0.5*0.2*0.0000133334)
+	near("api (600 KB: two requests)", b.API, 2e-6)
+	near("dynamodb", b.Dynamo, 4*0.125e-6+10*0.625e-6)
+	near("logs", b.Logs, 1052.0/(1<<30)*0.50)
+}
+
+// The realtime tier's idle month agrees with docs/REALTIME.md's table
+// for 10,000 sockets on the TLS listener ($64.16, rounded per line).
+func TestRealtimeIdle(t *testing.T) {
+	if got := costmodel.USEast1.RealtimeIdle(10_000); math.Abs(got-64.16) > 0.05 {
+		t.Errorf("10,000 idle sockets: $%.2f a month, docs/REALTIME.md says $64.16", got)
+	}
+}
+
+// Each function's memory is what template.yaml configures: the Globals
+// value unless the function sets its own.
+func TestFunctionMemory(t *testing.T) {
+	mem, err := costmodel.FunctionMemory(filepath.Join(repoRoot(), "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for fn, want := range map[string]int{"PushFunction": 1024, "PullFunction": 1024, "SegmentFunction": 512, "BlobFunction": 512} {
+		if mem[fn] != want {
+			t.Errorf("%s: %d MB, want %d", fn, mem[fn], want)
+		}
+	}
+}
