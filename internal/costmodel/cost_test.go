@@ -174,9 +174,14 @@ func newRig(t *testing.T) *rig {
 		r.lastUsage, r.lastBody = r.usage, apptest.Body(t, &resp)
 		if r.current != nil {
 			reqBody, respBody := sent(t, ev.Body, ev.IsBase64Encoded), sent(t, resp.Body, resp.IsBase64Encoded)
+			billed := int(math.Ceil(float64(elapsed.Microseconds()) / 1000))
+			// Lambda's own START/END/REPORT lines: an assumed 40 MB used
+			// (two digits, as a warm Go function reports) of version 12.
+			sysBytes, sysEvents := costmodel.PlatformLog(float64(elapsed.Microseconds())/1000, billed, r.memory[fn], 40, "12")
 			r.current.Invocations = append(r.current.Invocations, costmodel.Invocation{
 				Function: fn, MemoryMB: r.memory[fn],
-				BilledMs:     int(math.Ceil(float64(elapsed.Microseconds()) / 1000)),
+				BilledMs:         billed,
+				PlatformLogBytes: sysBytes, PlatformLogEvents: sysEvents,
 				RequestBytes: reqBody, ResponseBytes: respBody,
 				DynamoCalls: du.Calls, RRU: du.RRU, WRU: du.WRU,
 				StoreRRU: r.usage.EstRCU, StoreWRU: r.usage.EstWCU,

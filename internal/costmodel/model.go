@@ -29,6 +29,29 @@ type Invocation struct {
 	StoreRRU, StoreWRU float64
 	// LogBytes and LogEvents are the function's log output.
 	LogBytes, LogEvents int
+	// PlatformLogBytes and PlatformLogEvents are the lines Lambda itself
+	// writes to the function's log group for the invocation (PlatformLog).
+	PlatformLogBytes, PlatformLogEvents int
+}
+
+// PlatformLog returns the size and count of the log events the Lambda
+// platform writes for one warm invocation in the Text log format (the
+// template sets no LoggingConfig): START, END and REPORT, each naming the
+// 36-character invocation id, REPORT with the duration, the billed
+// duration, the memory size and the memory used. version is the function
+// version invoked (the live alias points at a numbered one), maxUsedMB
+// the memory used.
+func PlatformLog(durationMs float64, billedMs, memoryMB, maxUsedMB int, version string) (bytes, events int) {
+	id := "00000000-0000-0000-0000-000000000000" // every invocation id has this length
+	lines := []string{
+		fmt.Sprintf("START RequestId: %s Version: %s\n", id, version),
+		fmt.Sprintf("END RequestId: %s\n", id),
+		fmt.Sprintf("REPORT RequestId: %s\tDuration: %.2f ms\tBilled Duration: %d ms\tMemory Size: %d MB\tMax Memory Used: %d MB\t\n", id, durationMs, billedMs, memoryMB, maxUsedMB),
+	}
+	for _, l := range lines {
+		bytes += len(l)
+	}
+	return bytes, len(lines)
 }
 
 // Breakdown is the price of some invocations, per service.
@@ -47,7 +70,8 @@ func (p Prices) Price(in Invocation) Breakdown {
 		Lambda: p.LambdaRequest + gbs*p.LambdaGBSecond,
 		API:    float64(chunks) * p.APIRequest,
 		Dynamo: in.RRU*p.DynamoRRU + in.WRU*p.DynamoWRU,
-		Logs:   float64(in.LogBytes+in.LogEvents*p.LogEventOverhead) / (1 << 30) * p.LogsIngestedPerGB,
+		Logs: float64(in.LogBytes+in.PlatformLogBytes+(in.LogEvents+in.PlatformLogEvents)*p.LogEventOverhead) /
+			(1 << 30) * p.LogsIngestedPerGB,
 	}
 }
 
@@ -75,9 +99,9 @@ func (p Prices) PriceOp(op Operation) Breakdown {
 // per million operations.
 func (p Prices) WriteTable(w io.Writer, op Operation) {
 	fmt.Fprintf(w, "\n%s\n", op.Name)
-	fmt.Fprintf(w, "  %-8s %6s %6s %9s %9s %5s %8s %8s %13s %8s\n", "function", "MB", "ms", "req B", "resp B", "ddb", "RRU", "WRU", "store est R/W", "log B")
+	fmt.Fprintf(w, "  %-8s %6s %6s %9s %9s %5s %8s %8s %13s %8s %8s\n", "function", "MB", "ms", "req B", "resp B", "ddb", "RRU", "WRU", "store est R/W", "log B", "sys B")
 	for _, in := range op.Invocations {
-		fmt.Fprintf(w, "  %-8s %6d %6d %9d %9d %5d %8.1f %8.1f %6.1f/%6.1f %8d\n", in.Function, in.MemoryMB, in.BilledMs, in.RequestBytes, in.ResponseBytes, in.DynamoCalls, in.RRU, in.WRU, in.StoreRRU, in.StoreWRU, in.LogBytes)
+		fmt.Fprintf(w, "  %-8s %6d %6d %9d %9d %5d %8.1f %8.1f %6.1f/%6.1f %8d %8d\n", in.Function, in.MemoryMB, in.BilledMs, in.RequestBytes, in.ResponseBytes, in.DynamoCalls, in.RRU, in.WRU, in.StoreRRU, in.StoreWRU, in.LogBytes, in.PlatformLogBytes)
 	}
 	b := p.PriceOp(op)
 	fmt.Fprintf(w, "  per million: lambda $%.2f  api $%.2f  dynamodb $%.2f  logs $%.2f  total $%.2f\n", b.Lambda*1e6, b.API*1e6, b.Dynamo*1e6, b.Logs*1e6, b.Total()*1e6)

@@ -26,6 +26,20 @@ func TestPrice(t *testing.T) {
 	near("api (600 KB: two requests)", b.API, 2e-6)
 	near("dynamodb", b.Dynamo, 4*0.125e-6+10*0.625e-6)
 	near("logs", b.Logs, 1052.0/(1<<30)*0.50)
+	in.PlatformLogBytes, in.PlatformLogEvents = 300, 3
+	near("logs with Lambda's lines", costmodel.USEast1.Price(in).Logs, (1052.0+300+3*26)/(1<<30)*0.50)
+}
+
+// Lambda's lines for a warm invocation, as the Text log format writes
+// them (docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs.html):
+// START, END and REPORT around an invocation id of 36 characters.
+func TestPlatformLog(t *testing.T) {
+	lines := "START RequestId: c793869b-ee49-115b-a5b6-4fd21e8dedac Version: 12\n" +
+		"END RequestId: c793869b-ee49-115b-a5b6-4fd21e8dedac\n" +
+		"REPORT RequestId: c793869b-ee49-115b-a5b6-4fd21e8dedac\tDuration: 2.23 ms\tBilled Duration: 3 ms\tMemory Size: 1024 MB\tMax Memory Used: 38 MB\t\n"
+	if n, events := costmodel.PlatformLog(2.23, 3, 1024, 38, "12"); n != len(lines) || events != 3 {
+		t.Errorf("%d bytes in %d events, want %d in 3", n, events, len(lines))
+	}
 }
 
 // The realtime tier's idle month agrees with docs/REALTIME.md's table
