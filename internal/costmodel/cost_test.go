@@ -349,5 +349,7 @@ func TestCost(t *testing.T) {
 		fmt.Printf("%s usd_per_million=%.2f\n", op.Name, p.PriceOp(op).Total()*1e6)
 	}
 	fmt.Printf("bootstrap-1pct-1M-rows usd_each=%.6f\n", p.PriceOp(boot).Total()*10_000/float64(rows))
-	fmt.Printf("realtime-idle-10k usd_per_month=%.2f\n", p.RealtimeIdle(10_000))
+	// The recommended wss:// shape (TLS in the tasks); the TLS listener's
+	// month is in docs/OPERATIONS.md.
+	fmt.Printf("realtime-idle-10k usd_per_month=%.2f\n", p.RealtimeIdle(10_000, false))
 }

@@ -107,23 +107,30 @@ func (p Prices) WriteTable(w io.Writer, op Operation) {
 	fmt.Fprintf(w, "  per million: lambda $%.2f  api $%.2f  dynamodb $%.2f  logs $%.2f  total $%.2f\n", b.Lambda*1e6, b.API*1e6, b.Dynamo*1e6, b.Logs*1e6, b.Total()*1e6)
 }
 
-// RealtimeIdle is the monthly price of the realtime tier holding sockets
-// idle sockets behind the NLB's TLS listener with two Fargate tasks
-// (0.25 vCPU, 1 GB each), the configuration and traffic docs/REALTIME.md
-// measures: NLB hours, NLCUs (active TLS connections per 3,000, the
-// highest dimension at 10,000 idle sockets), tasks, four public IPv4
-// addresses (two NLB, two tasks), and the tier's registry and logs
-// ($0.30 of DynamoDB, one custom metric, 1.8 GB of connect/close lines).
-func (p Prices) RealtimeIdle(sockets int) float64 {
+// RealtimeIdle is the monthly price of the realtime tier holding idle
+// sockets on the configuration and traffic docs/REALTIME.md measures: two
+// Fargate tasks (0.25 vCPU, 1 GB, ARM), an NLB, four public IPv4
+// addresses (two NLB, two tasks), the tier's registry and logs ($0.30 of
+// DynamoDB, one custom metric, 1.8 GB of connect/close lines), with
+// hourly reconnects. tlsListener: the NLB ends TLS (NLCU per 3,000 active
+// TLS connections, 0.52 GB/h per 10,000 sockets); otherwise the tasks end
+// it behind a TCP listener (the recommended shape: NLCU per 100,000
+// connections or 0.596 GB/h per 10,000 sockets, plus the certificate's
+// secret read hourly by each task).
+func (p Prices) RealtimeIdle(sockets int, tlsListener bool) float64 {
 	h := float64(HoursPerMonth)
-	nlcu := math.Max(float64(sockets)/3000, 0.52) // 0.52 GB/h processed at 10,000
+	n := float64(sockets)
 	tasks := 2.0
-	return p.NLBHour*h +
-		nlcu*p.NLCUHour*h +
+	total := p.NLBHour*h +
 		tasks*(0.25*p.FargateVCPUH+1*p.FargateGBH)*h +
 		4*p.PublicIPv4H*h +
 		(262_800*p.DynamoWRU + 1_051_200*p.DynamoRRU) +
 		p.CustomMetricM + 1.8*p.LogsIngestedPerGB
+	if tlsListener {
+		return total + math.Max(n/3000, 0.52*n/10_000)*p.NLCUHour*h
+	}
+	return total + math.Max(n/100_000, 0.596*n/10_000)*p.NLCUHour*h +
+		p.SecretMonth + 1_500*p.SecretCall
 }
 
 // FunctionMemory reads each function's MemorySize from a SAM template:

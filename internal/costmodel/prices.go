@@ -14,6 +14,7 @@ package costmodel
 //   - https://aws.amazon.com/elasticloadbalancing/pricing/ (NLB)
 //   - https://aws.amazon.com/fargate/pricing/ (Linux/ARM)
 //   - https://aws.amazon.com/vpc/pricing/ (public IPv4)
+//   - https://aws.amazon.com/secrets-manager/pricing/
 //   - https://aws.amazon.com/appsync/pricing/ (the comparison)
 type Prices struct {
 	LambdaRequest     float64 // per invocation
@@ -33,6 +34,8 @@ type Prices struct {
 	FargateGBH    float64 // Linux/ARM per GB-hour
 	PublicIPv4H   float64
 	CustomMetricM float64 // per custom metric per month
+	SecretMonth   float64 // Secrets Manager, per secret per month
+	SecretCall    float64 // Secrets Manager, per API call
 
 	AppSyncQuery     float64 // per query or mutation operation
 	AppSyncRTMessage float64 // per real-time update message
@@ -55,6 +58,8 @@ var USEast1 = Prices{
 	FargateGBH:    0.00356,
 	PublicIPv4H:   0.005,
 	CustomMetricM: 0.30,
+	SecretMonth:   0.40,
+	SecretCall:    0.05 / 10_000,
 
 	AppSyncQuery:     4.00 / 1e6,
 	AppSyncRTMessage: 2.00 / 1e6,
