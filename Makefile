@@ -25,7 +25,7 @@ export PATH := $(TOOLS_BIN):$(PATH)
 LAMBDA_FLAGS := -tags lambda.norpc -trimpath -ldflags "-s -w"
 FUZZTIME ?= 30s
 
-.PHONY: all test lint unit tools fuzz bench load load-dynamodb lambda-timing lambda-timing-compare run build clean realtime-image realtime-image-push \
+.PHONY: all test lint unit tools fuzz bench cost load load-dynamodb lambda-timing lambda-timing-compare run build clean realtime-image realtime-image-push \
 	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
 	build-MigrateHookFunction build-FanoutFunction
 
@@ -58,6 +58,13 @@ fuzz:
 BENCHTIME ?= 1s
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/... ./cmd/syncular-local/
+
+## cost: issue 23's price of each operation on AWS (us-east-1 list prices,
+## internal/costmodel/prices.go) from exact counts through the functions'
+## handlers on DynamoDB Local and the S3 server (loopback, bounded): one
+## table per operation, then `<operation> usd_per_million=<n>` lines
+cost:
+	@SSP2_COST=1 $(GO) test -count=1 -v -run '^TestCost$$' ./internal/costmodel/ | grep -v -e '^=== RUN' -e '^--- PASS' -e '^PASS$$' -e '^ok '; exit $${PIPESTATUS[0]}
 
 ## load: a fresh local runner under cmd/syncular-load (LOAD_ARGS, e.g.
 ## LOAD_ARGS="-mix quiet-pull -vus 10,50,100 -runs 3"; loopback only)

@@ -39,7 +39,7 @@ func requestLines(t *testing.T, logs []byte) []metrics.Document {
 }
 
 // Every function's request line is its EMF document: the configured
-// namespace, function/route/outcome dimensions, the engine's counters as
+// namespace, the function dimension (route and outcome as fields), the engine's counters as
 // metrics and the partition as a property only.
 func TestRequestLinesCarryEMF(t *testing.T) {
 	cfg := localConfig(t, map[string]string{"SYNC_METRICS_NAMESPACE": "Ops/Test", "SYNC_SIGNED_URLS": "off"})
@@ -96,12 +96,18 @@ func TestRequestLinesCarryEMF(t *testing.T) {
 	if p.Namespace() != "Ops/Test" {
 		t.Errorf("namespace %q", p.Namespace())
 	}
-	for name, want := range map[string]float64{"requests": 1, "applied": 1, "serverErrors": 0, "rateLimited": 0, "commitRacesLost": 0} {
+	for name, want := range map[string]float64{"requests": 1, "applied": 1} {
 		if n, ok := p.Number(name); !ok || n != want {
 			t.Errorf("push %s = %v (%t), want %v", name, n, ok, want)
 		}
 	}
-	for _, name := range []string{"requests", "applied", "durationMs", "bytesOut", "commitRacesLost"} {
+	// At info a zero counter is left out (its sum is the same).
+	for _, name := range []string{"serverErrors", "rateLimited", "commitRacesLost", "rejected"} {
+		if _, ok := p[name]; ok {
+			t.Errorf("push line carries the zero counter %s", name)
+		}
+	}
+	for _, name := range []string{"requests", "applied", "durationMs", "bytesOut"} {
 		if !slices.Contains(p.Declared(), name) {
 			t.Errorf("push line does not declare %s: %v", name, p.Declared())
 		}
@@ -114,10 +120,13 @@ func TestRequestLinesCarryEMF(t *testing.T) {
 	b := pull[0]
 	// The bootstrap page: one built, the two tasks scanned and delivered
 	// (the project row lives in another table).
-	for name, want := range map[string]float64{"segmentsBuilt": 1, "segmentsReused": 0, "rowsScanned": 2, "rowsDelivered": 2} {
+	for name, want := range map[string]float64{"segmentsBuilt": 1, "rowsScanned": 2, "rowsDelivered": 2} {
 		if n, ok := b.Number(name); !ok || n != want {
 			t.Errorf("bootstrap %s = %v (%t), want %v", name, n, ok, want)
 		}
+	}
+	if _, ok := b["segmentsReused"]; ok {
+		t.Errorf("bootstrap line carries segmentsReused 0")
 	}
 	u := pull[1]
 	if u["outcome"] != "sync.auth_required" || u["route"] != "pull" {

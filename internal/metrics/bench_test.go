@@ -41,7 +41,7 @@ func TestRequestLineText(t *testing.T) {
 	e := &EMF{Namespace: "N", Fixed: map[string]string{DimFunction: "pull"}}
 	slog.New(slog.NewTextHandler(&buf, nil)).LogAttrs(context.Background(), slog.LevelInfo, "request", e.RequestLine(requestAttrs())...)
 	line := buf.String()
-	if !strings.Contains(line, " _aws=requests,serverErrors,rateLimited,softTimeouts,durationMs,") || strings.Contains(line, "CloudWatchMetrics") {
+	if !strings.Contains(line, " _aws=requests,durationMs,") || strings.Contains(line, "CloudWatchMetrics") {
 		t.Fatalf("text line: %s", line)
 	}
 }

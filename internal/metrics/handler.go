@@ -5,11 +5,14 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 )
 
 // NewJSONHandler is slog.NewJSONHandler for the functions' log lines, with
-// one difference in cost, none in output: the EMF directive a request line
-// carries (RequestLine, Annotate) is written as the JSON it already is.
+// two differences: the EMF directive a request line carries (RequestLine,
+// Annotate) is written as the JSON it already is, and such a line has no
+// "time" member (the directive's Timestamp carries it) and no "level"
+// (always INFO). Both are bytes CloudWatch Logs bills on every request.
 // The standard handler passes every json.Marshaler's output through
 // encoding/json's validating compaction, which on a request line is close
 // to half of the line's cost — billed Lambda time on every request.
@@ -24,14 +27,30 @@ func NewJSONHandler(w io.Writer, opts *slog.HandlerOptions) slog.Handler {
 	h := &emfHandler{inner: slog.NewJSONHandler(sw, opts), w: sw, mu: new(sync.Mutex)}
 	if opts != nil && opts.ReplaceAttr != nil {
 		h.plain = true
+	} else {
+		// A line with a directive is written without "level" (it is
+		// always INFO: the request line and the job run lines).
+		var o slog.HandlerOptions
+		if opts != nil {
+			o = *opts
+		}
+		o.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.LevelKey {
+				return slog.Attr{}
+			}
+			return a
+		}
+		h.metric = slog.NewJSONHandler(sw, &o)
 	}
 	return h
 }
 
 type emfHandler struct {
 	inner slog.Handler
-	w     *splicer
-	mu    *sync.Mutex
+	// metric writes the lines with a directive (nil when plain).
+	metric slog.Handler
+	w      *splicer
+	mu     *sync.Mutex
 	// plain: never splice (a group is open, or attributes are rewritten).
 	plain bool
 }
@@ -39,11 +58,24 @@ type emfHandler struct {
 func (h *emfHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.inner.Enabled(ctx, l) }
 
 func (h *emfHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &emfHandler{inner: h.inner.WithAttrs(as), w: h.w, mu: h.mu, plain: h.plain}
+	c := *h
+	c.inner = h.inner.WithAttrs(as)
+	if h.metric != nil {
+		c.metric = h.metric.WithAttrs(as)
+	}
+	return &c
 }
 
 func (h *emfHandler) WithGroup(name string) slog.Handler {
-	return &emfHandler{inner: h.inner.WithGroup(name), w: h.w, mu: h.mu, plain: h.plain || name != ""}
+	c := *h
+	c.inner = h.inner.WithGroup(name)
+	c.plain = h.plain || name != ""
+	if c.plain {
+		c.metric = nil
+	} else if h.metric != nil {
+		c.metric = h.metric.WithGroup(name)
+	}
+	return &c
 }
 
 func (h *emfHandler) Handle(ctx context.Context, r slog.Record) error {
@@ -62,7 +94,10 @@ func (h *emfHandler) Handle(ctx context.Context, r slog.Record) error {
 		defer h.mu.Unlock()
 		return h.inner.Handle(ctx, r)
 	}
-	rest := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	// No "time" member: the directive's Timestamp is the line's time
+	// (CloudWatch Logs also stamps every event on ingestion), and the
+	// request line is written on every request, billed per byte.
+	rest := slog.NewRecord(time.Time{}, r.Level, r.Message, r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key != "_aws" {
 			rest.AddAttrs(a)
@@ -73,7 +108,7 @@ func (h *emfHandler) Handle(ctx context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.w.pending = raw
-	err := h.inner.Handle(ctx, rest)
+	err := h.metric.Handle(ctx, rest)
 	h.w.pending = nil
 	return err
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // NewJSONHandler writes the same JSON document as slog.NewJSONHandler for
-// a request line, and leaves other lines alone.
+// a request line but for the "time" and "level" members (the directive's Timestamp
+// carries the time), and leaves other lines alone.
 func TestJSONHandlerMatchesStandard(t *testing.T) {
 	e := &EMF{Namespace: "NS", Fixed: map[string]string{DimFunction: "pull"}, Now: func() time.Time { return time.UnixMilli(1_800_000_000_000) }}
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
@@ -41,6 +42,14 @@ func TestJSONHandlerMatchesStandard(t *testing.T) {
 		}
 		if err := json.Unmarshal(got.Bytes(), &b); err != nil {
 			t.Fatalf("%s: our line is not JSON: %v\n%s", name, err, got.Bytes())
+		}
+		if _, ok := a["_aws"]; ok {
+			for _, k := range []string{"time", "level"} {
+				if _, ok := b[k]; ok {
+					t.Errorf("%s: a line with a directive kept its %s member", name, k)
+				}
+				delete(a, k)
+			}
 		}
 		ja, _ := json.Marshal(a)
 		jb, _ := json.Marshal(b)

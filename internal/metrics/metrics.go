@@ -8,9 +8,9 @@
 // is itself the EMF document: one line per request, carrying both the
 // fields an operator queries in Logs Insights and the metrics alarms watch.
 //
-// Dimensions are low-cardinality only (function, route, outcome). The
-// partition, actor and client ids stay plain properties of the line:
-// as dimensions they would create one metric per tenant.
+// The one dimension is the function. Route and outcome, and the
+// partition, actor and client ids, stay plain properties of the line
+// (the ids as dimensions would create one metric per tenant).
 //
 // template.yaml's alarms and dashboard name metrics from Catalogue; a test
 // (functions/template_test.go) fails when one is not in it.
@@ -47,17 +47,19 @@ const (
 const (
 	// DimFunction is the function's short name (app.Function.Name).
 	DimFunction = "function"
-	// DimRoute is the endpoint family: sync, push, pull, segments, other.
+	// DimRoute is the endpoint family: sync, push, pull, segments, other
+	// (a field of the request line, no longer a dimension).
 	DimRoute = "route"
 	// DimOutcome is "ok", or the §10 error code the request ended with
-	// (HTTP error or in-band ERROR frame).
+	// (HTTP error or in-band ERROR frame); a field, no longer a dimension.
 	DimOutcome = "outcome"
 )
 
-var (
-	byFunction         = [][]string{{DimFunction}}
-	byFunctionAndRoute = [][]string{{DimFunction}, {DimFunction, DimRoute, DimOutcome}}
-)
+// Every metric has one dimension set, the function: a second set (the
+// route and outcome) doubled the directive of every request line, and
+// what it split is in the line's route and outcome fields for Logs
+// Insights. DimRoute and DimOutcome stay plain string fields.
+var byFunction = [][]string{{DimFunction}}
 
 // Metric is one catalogue entry.
 type Metric struct {
@@ -73,7 +75,7 @@ type Metric struct {
 // The catalogue. Request metrics come from every HTTP function's request
 // line; prune metrics from the scheduled prune function's run line.
 var (
-	Requests         = Metric{"requests", Count, byFunctionAndRoute, "Requests served, by route and outcome (ok or the §10 error code)."}
+	Requests         = Metric{"requests", Count, byFunction, "Requests served (the line's route and outcome fields say which and how)."}
 	ServerErrors     = Metric{"serverErrors", Count, byFunction, "Requests answered with a 5xx status."}
 	RateLimited      = Metric{"rateLimited", Count, byFunction, "Requests that ended with sync.rate_limited (HTTP 429 or in-band)."}
 	SoftTimeouts     = Metric{"softTimeouts", Count, byFunction, "Requests stopped by the soft deadline before the function timeout."}
@@ -346,8 +348,12 @@ func sameDims(a, b [][]string) bool {
 
 // RequestLine derives the per-request counters from a request line's
 // fields (status, outcome, deadlineExceeded) and adds the EMF directive:
-// requests = 1; serverErrors, rateLimited and softTimeouts 0 or 1, so
-// their sums and averages are counts and rates.
+// requests = 1 on every line; serverErrors, rateLimited and softTimeouts
+// 1 on the lines they count and absent otherwise. A metric absent from a
+// line adds nothing to its Sum, so sums stay exact (the template reads
+// these counters by Sum only); a minute without a server error has no
+// serverErrors datapoint, which the error-rate alarms treat as not
+// breaching (TreatMissingData), as they would a zero.
 func (e *EMF) RequestLine(attrs []slog.Attr) []slog.Attr {
 	var status int64
 	var outcome string
@@ -365,20 +371,17 @@ func (e *EMF) RequestLine(attrs []slog.Attr) []slog.Attr {
 			deadline = v.Kind() == slog.KindBool && v.Bool()
 		}
 	}
-	attrs = append(attrs,
-		slog.Int(Requests.Name, 1),
-		slog.Int(ServerErrors.Name, b2i(status >= 500)),
-		slog.Int(RateLimited.Name, b2i(outcome == string(syncerr.RateLimited))),
-		slog.Int(SoftTimeouts.Name, b2i(deadline)),
-	)
-	return e.Annotate(attrs)
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
+	attrs = append(attrs, slog.Int(Requests.Name, 1))
+	if status >= 500 {
+		attrs = append(attrs, slog.Int(ServerErrors.Name, 1))
 	}
-	return 0
+	if outcome == string(syncerr.RateLimited) {
+		attrs = append(attrs, slog.Int(RateLimited.Name, 1))
+	}
+	if deadline {
+		attrs = append(attrs, slog.Int(SoftTimeouts.Name, 1))
+	}
+	return e.Annotate(attrs)
 }
 
 // Document is one decoded EMF log line.

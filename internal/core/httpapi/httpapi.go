@@ -150,17 +150,28 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 		// directive with it): about a quarter of a quiet request's CPU.
 		// Sized for the whole line, the metrics' additions included, so
 		// it is allocated once.
+		// At info the line is short (it is billed as log ingestion on
+		// every request): identifiers, the outcome, and the counters that
+		// are not zero (a missing counter sums as zero; internal/metrics).
+		// At debug every field is written, zeros included.
+		verbose := h.Logger.Enabled(ctx, slog.LevelDebug)
 		attrs := make([]slog.Attr, 0, 48)
+		attrs = append(attrs, slog.String("requestId", r.RequestID))
+		if verbose {
+			attrs = append(attrs, slog.String("method", r.Method), slog.String("path", r.Path))
+		}
 		attrs = append(attrs,
-			slog.String("requestId", r.RequestID),
-			slog.String("method", r.Method),
-			slog.String("path", r.Path),
 			slog.String("route", h.routeName(r.Path)),
 			slog.Int("status", resp.Status),
 			slog.String("partition", partition),
 			slog.String("actor", actor),
 			slog.Float64("durationMs", float64(now().Sub(start).Microseconds())/1000),
 		)
+		count := func(name string, v int64) {
+			if v != 0 || verbose {
+				attrs = append(attrs, slog.Int64(name, v))
+			}
+		}
 		if resp.Header.Get(overCapHeader) != "" {
 			// Refused unread: the clientId from the body's first bytes,
 			// and the counter (never the payload).
@@ -171,30 +182,36 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 			)
 		}
 		if rep != nil {
-			attrs = append(attrs,
-				slog.String("clientId", rep.ClientID),
-				slog.Int("wireVersion", int(rep.WireVersion)),
-				slog.Int("pushCommits", rep.Commits),
-				slog.Int("applied", rep.Applied),
-				slog.Int("cached", rep.Cached),
-				slog.Int("rejected", rep.Rejected),
-				slog.Int("deferred", rep.Deferred),
-				slog.Int("subscriptions", rep.Subscriptions),
-				slog.Int("commitsSent", rep.CommitsSent),
-				slog.Int("segmentsSent", rep.SegmentsSent),
-				slog.Int64("bytesOut", rep.BytesOut),
-				slog.Int("commitRacesLost", rep.CommitRacesLost),
-				slog.Int("segmentsBuilt", rep.SegmentsBuilt),
-				slog.Int("segmentsReused", rep.SegmentsReused),
-				slog.Int("rowsScanned", rep.RowsScanned),
-				slog.Int("rowsDelivered", rep.RowsDelivered),
-			)
+			attrs = append(attrs, slog.String("clientId", rep.ClientID))
+			if verbose {
+				attrs = append(attrs,
+					slog.Int("wireVersion", int(rep.WireVersion)),
+					slog.Int("subscriptions", rep.Subscriptions),
+				)
+			}
+			count("pushCommits", int64(rep.Commits))
+			count("applied", int64(rep.Applied))
+			count("cached", int64(rep.Cached))
+			count("rejected", int64(rep.Rejected))
+			count("deferred", int64(rep.Deferred))
+			count("commitsSent", int64(rep.CommitsSent))
+			count("segmentsSent", int64(rep.SegmentsSent))
+			count("bytesOut", rep.BytesOut)
+			count("commitRacesLost", int64(rep.CommitRacesLost))
+			count("segmentsBuilt", int64(rep.SegmentsBuilt))
+			count("segmentsReused", int64(rep.SegmentsReused))
+			count("rowsScanned", int64(rep.RowsScanned))
+			count("rowsDelivered", int64(rep.RowsDelivered))
 			if rep.ErrorCode != "" {
 				attrs = append(attrs, slog.String("inBandError", rep.ErrorCode))
 			}
 		}
 		if meterAttrs != nil {
-			attrs = append(attrs, meterAttrs()...)
+			for _, a := range meterAttrs() {
+				if verbose || !zeroNumber(a.Value) {
+					attrs = append(attrs, a)
+				}
+			}
 		}
 		outcome := "ok"
 		if rep != nil && rep.ErrorCode != "" {
@@ -222,6 +239,20 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 	resp.Header.Del("X-Syncular-Error")
 	resp.Header.Del(overCapHeader)
 	return resp
+}
+
+// zeroNumber reports whether v is a numeric zero (a counter the info
+// line leaves out).
+func zeroNumber(v slog.Value) bool {
+	switch v.Kind() {
+	case slog.KindInt64:
+		return v.Int64() == 0
+	case slog.KindUint64:
+		return v.Uint64() == 0
+	case slog.KindFloat64:
+		return v.Float64() == 0
+	}
+	return false
 }
 
 // bodySize is the request body's size as sent (-1 when the host refused

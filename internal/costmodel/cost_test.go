@@ -1,0 +1,355 @@
+package costmodel_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/skyfold/syncular-lambda/internal/app"
+	"github.com/skyfold/syncular-lambda/internal/app/apptest"
+	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
+	"github.com/skyfold/syncular-lambda/internal/costmodel"
+	"github.com/skyfold/syncular-lambda/internal/dynamostore"
+	"github.com/skyfold/syncular-lambda/internal/s3segments"
+	"github.com/skyfold/syncular-lambda/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var secret = []byte("cost-secret-cost-secret-cost-secret!")
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// countingLog is a function's stdout: bytes and lines (log events).
+type countingLog struct {
+	mu           sync.Mutex
+	bytes, lines int
+	last         []byte
+}
+
+func (c *countingLog) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bytes += len(p)
+	c.lines += bytes.Count(p, []byte("\n"))
+	if bytes.Contains(p, []byte(`"msg":"request"`)) {
+		c.last = append(c.last[:0], p...)
+	}
+	return len(p), nil
+}
+
+// rig is the deployment under measurement: the functions built by
+// app.Build as the Lambda runtime builds them (FromEnv), over DynamoDB
+// Local and the S3 server, each invocation recorded.
+type rig struct {
+	d       *apptest.Deployment
+	tok     string
+	epoch   string
+	logs    map[string]*countingLog
+	memory  map[string]int
+	usage   dynamostore.Usage
+	current *costmodel.Operation
+	meter   *costmodel.DynamoMeter
+	// rows numbers the task rows pushed (ids), commits the commit ids.
+	rows, commits int
+	// The last invocation's DynamoDB usage and decoded response body.
+	lastUsage dynamostore.Usage
+	lastBody  []byte
+}
+
+// sent is the size of an HTTP body as it travels (before the event's
+// base64).
+func sent(t testing.TB, body string, b64 bool) int {
+	if !b64 {
+		return len(body)
+	}
+	b, err := base64.StdEncoding.DecodeString(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(b)
+}
+
+func newRig(t *testing.T) *rig {
+	ctx := context.Background()
+	base := testenv.DynamoDB(t).Client(t)
+	r := &rig{logs: map[string]*countingLog{}, memory: map[string]int{}}
+	ddb := dynamodb.New(base.Options(), func(o *dynamodb.Options) {
+		inner := o.HTTPClient
+		if inner == nil {
+			inner = &http.Client{}
+		}
+		r.meter = &costmodel.DynamoMeter{Inner: inner, Keys: []string{dynamostore.AttrPK, dynamostore.AttrSK}}
+		o.HTTPClient = r.meter
+	})
+	table := testenv.UniqueName(t, "cost")
+	if err := dynamostore.CreateTable(ctx, ddb, table); err != nil {
+		t.Fatal(err)
+	}
+	s3srv := testenv.S3(t)
+	bucket := strings.ToLower(testenv.UniqueName(t, "cost"))
+	s3srv.CreateBucket(t, bucket)
+	segs := s3segments.New(s3srv.Client(t), bucket, "segments/", ddb, table, s3segments.Options{})
+
+	sch, err := schema.ReadFile(filepath.Join(repoRoot(), "examples", "todo", "schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"SYNC_TABLE_NAME": table, "SYNC_BUCKET": bucket, "SYNC_AUTH_MODE": "hs256", "SYNC_HS256_SECRET": string(secret),
+		"SYNC_SIGNED_URLS": "native", "SYNC_SIGNING_KEY": strings.Repeat("s", 32), "SYNC_PUBLIC_URL": "https://sync.example.test",
+	}
+	cfg, err := config.Load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := costmodel.FunctionMemory(filepath.Join(repoRoot(), "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The meter the functions run with (app.DynamoMeter's log fields),
+	// keeping the request's usage for the tables.
+	meter := func(ctx context.Context) (context.Context, func() []slog.Attr) {
+		ctx, attrs := app.DynamoMeter(ctx)
+		c := dynamostore.CapacityFrom(ctx)
+		return ctx, func() []slog.Attr {
+			r.usage = c.Snapshot()
+			return attrs()
+		}
+	}
+	handlers := map[string]func(context.Context, []byte) ([]byte, error){}
+	for _, fn := range app.Functions {
+		r.logs[fn.Name] = &countingLog{}
+		r.memory[fn.Name] = mem[fn.LogicalID]
+		h, err := app.Build(cfg, fn, app.Deps{Schema: sch, Store: dynamostore.New(ddb, table, dynamostore.Options{}), Segments: segs,
+			Logger: app.NewLogger(r.logs[fn.Name], slog.LevelInfo, fn), Meter: meter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handlers[fn.Name] = h.Invoke
+	}
+	r.d = &apptest.Deployment{Schema: sch, Invoke: func(t testing.TB, fn string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+		ev.RequestContext.RequestID = "KqW3hFp0oAMEb8g=" // an HTTP API request id's length
+		payload := apptest.MustJSON(t, ev)
+		lg := r.logs[fn]
+		bytes0, lines0 := lg.bytes, lg.lines
+		r.usage = dynamostore.Usage{}
+		r.meter.Take()
+		start := time.Now()
+		out, err := handlers[fn](context.Background(), payload)
+		elapsed := time.Since(start)
+		du := r.meter.Take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp events.APIGatewayV2HTTPResponse
+		if err := json.Unmarshal(out, &resp); err != nil {
+			t.Fatal(err)
+		}
+		r.lastUsage, r.lastBody = r.usage, apptest.Body(t, &resp)
+		if r.current != nil {
+			reqBody, respBody := sent(t, ev.Body, ev.IsBase64Encoded), sent(t, resp.Body, resp.IsBase64Encoded)
+			billed := int(math.Ceil(float64(elapsed.Microseconds()) / 1000))
+			// Lambda's own START/END/REPORT lines: an assumed 40 MB used
+			// (two digits, as a warm Go function reports) of version 12.
+			sysBytes, sysEvents := costmodel.PlatformLog(float64(elapsed.Microseconds())/1000, billed, r.memory[fn], 40, "12")
+			r.current.Invocations = append(r.current.Invocations, costmodel.Invocation{
+				Function: fn, MemoryMB: r.memory[fn],
+				BilledMs:         billed,
+				PlatformLogBytes: sysBytes, PlatformLogEvents: sysEvents,
+				RequestBytes: reqBody, ResponseBytes: respBody,
+				DynamoCalls: du.Calls, RRU: du.RRU, WRU: du.WRU,
+				StoreRRU: r.usage.EstRCU, StoreWRU: r.usage.EstWCU,
+				LogBytes: lg.bytes - bytes0, LogEvents: lg.lines - lines0,
+			})
+		}
+		return resp
+	}}
+	r.tok, err = auth.MintHS256(secret, auth.Claims{"sub": "alice", "syncular_scopes": map[string][]string{"project_id": {"p1"}}}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.epoch = r.d.Epoch(t, "push", "/sync", r.tok, "seed")
+	r.d.Push(t, r.tok, "seed", r.epoch, wire.PushCommit{ClientCommitID: "p", Operations: []wire.Operation{apptest.Upsert("projects", "p1", 0, r.d.Project(t, "p1"))}})
+	return r
+}
+
+// measure records the invocations fn makes as the operation name.
+func (r *rig) measure(name string, fn func()) costmodel.Operation {
+	op := costmodel.Operation{Name: name}
+	r.current = &op
+	fn()
+	r.current = nil
+	return op
+}
+
+// median measures the operation n times and keeps the run of median
+// duration (the counts other than time are the same on every run).
+func (r *rig) median(n int, name string, fn func()) costmodel.Operation {
+	runs := make([]costmodel.Operation, n)
+	for i := range runs {
+		runs[i] = r.measure(name, fn)
+	}
+	ms := func(op costmodel.Operation) int {
+		total := 0
+		for _, in := range op.Invocations {
+			total += in.BilledMs
+		}
+		return total
+	}
+	slices.SortFunc(runs, func(a, b costmodel.Operation) int { return ms(a) - ms(b) })
+	return runs[n/2]
+}
+
+func (r *rig) tasks(t testing.TB, n int) []wire.Operation {
+	ops := make([]wire.Operation, n)
+	for i := range ops {
+		r.rows++
+		id := fmt.Sprintf("t%06d", r.rows)
+		// A title of 32 characters that do not repeat across rows, so
+		// compressed sizes are not flattered.
+		sum := sha256.Sum256([]byte(id))
+		ops[i] = apptest.Upsert("tasks", id, 0, r.d.Task(t, id, "p1", hex.EncodeToString(sum[:16])))
+	}
+	return ops
+}
+
+func sub(cursor int64) wire.Subscription {
+	return wire.Subscription{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: cursor}
+}
+
+var accept = wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}
+
+// pullAll pulls sub from cursor until caught up (a bootstrap until its
+// state ends), returning the final cursor.
+func (r *rig) pullAll(t testing.TB, client string, cursor int64) int64 {
+	s := sub(cursor)
+	fetch := apptest.NativeFetcher(r.d)
+	for range 10_000 {
+		sec := r.d.Pull(t, r.tok, client, r.epoch, accept, s)
+		for _, ref := range sec.Refs {
+			// A stock client downloads each SEGMENT_REF: through its
+			// URL (the segment function) or the segment route.
+			if ref.URL.Present {
+				fetch(t, ref.URL.Value)
+			} else if resp := r.d.Direct(t, r.tok, ref.SegmentID, map[string][]string{"project_id": {"p1"}}); resp.StatusCode != 200 {
+				t.Fatalf("segment %s: HTTP %d", ref.SegmentID, resp.StatusCode)
+			}
+		}
+		s.Cursor = sec.End.NextCursor
+		s.BootstrapState = sec.End.BootstrapState
+		if !s.BootstrapState.Present && len(sec.Commits) == 0 {
+			return s.Cursor
+		}
+	}
+	t.Fatal("pull never caught up")
+	return 0
+}
+
+// pushRound is a stock client's round: its commit and its pull in one
+// request to /sync.
+func (r *rig) pushRound(t testing.TB, client string, ops []wire.Operation, cursor int64) int64 {
+	r.commits++
+	s := sub(cursor)
+	m := r.d.Sync(t, "push", "/sync", r.tok, apptest.Request(t, wire.Version2,
+		wire.ReqHeader{ClientID: client, SchemaVersion: r.d.Schema.Latest, LogEpoch: wire.Some(r.epoch)},
+		&wire.PushCommit{ClientCommitID: fmt.Sprintf("k%d", r.commits), Operations: ops}, &accept, &s))
+	for _, res := range apptest.Find[*wire.PushResult](m) {
+		if res.Status != wire.PushApplied {
+			t.Fatalf("push round: %s %+v", res.Status, res.Results)
+		}
+	}
+	secs, err := enginetest.ParseSections(m)
+	if err != nil || len(secs) != 1 {
+		t.Fatalf("push round pull: %v (%d sections)", err, len(secs))
+	}
+	return secs[0].End.NextCursor
+}
+
+// TestCost measures every operation of issue 23 through the functions'
+// handlers on DynamoDB Local and prices it (SSP2_COST=1, `make cost`,
+// prints the tables and the totals; without it, a smaller bootstrap
+// and the shape checks only).
+func TestCost(t *testing.T) {
+	full := os.Getenv("SSP2_COST") != ""
+	bootRows, reps := 100, 1
+	if full {
+		bootRows, reps = 5_000, 7
+	}
+	r := newRig(t)
+	p := costmodel.USEast1
+	var ops []costmodel.Operation
+
+	cursor := r.pullAll(t, "dev-1", -1)
+	cursor = r.pushRound(t, "dev-1", r.tasks(t, 1), cursor) // warm: binds the client
+	ops = append(ops, r.median(reps, "push-round-1op", func() { cursor = r.pushRound(t, "dev-1", r.tasks(t, 1), cursor) }))
+	ops = append(ops, r.median(reps, "push-round-50op", func() { cursor = r.pushRound(t, "dev-1", r.tasks(t, 50), cursor) }))
+	cursor = r.pullAll(t, "dev-2", cursor)
+	ops = append(ops, r.median(reps, "quiet-pull", func() { cursor = r.pullAll(t, "dev-2", cursor) }))
+	from := cursor
+	for range 100 {
+		r.commits++
+		r.d.Push(t, r.tok, "dev-3", r.epoch, wire.PushCommit{ClientCommitID: fmt.Sprintf("i%d", r.commits), Operations: r.tasks(t, 1)})
+	}
+	ops = append(ops, r.measure("incremental-pull-100", func() { r.pullAll(t, "dev-2", from) }))
+
+	// The bootstrap: a partition of bootRows task rows (plus the ones
+	// above), read by a fresh client; priced per 10,000 rows (1% of 1M)
+	// by linear extrapolation from what it measures.
+	for have := 0; have < bootRows; have += 50 {
+		r.commits++
+		r.d.Push(t, r.tok, "seed", r.epoch, wire.PushCommit{ClientCommitID: fmt.Sprintf("b%d", r.commits), Operations: r.tasks(t, 50)})
+	}
+	rows := r.rows // task rows in the partition
+	if os.Getenv("SSP2_COST_TRACE") != "" {
+		r.meter.Trace = func(op string, rru, wru float64) { t.Logf("%s %.1f %.1f", op, rru, wru) }
+	}
+	boot := r.measure(fmt.Sprintf("bootstrap-%drows", rows), func() { r.pullAll(t, "fresh", -1) })
+	r.meter.Trace = nil
+	ops = append(ops, boot)
+
+	for _, op := range ops {
+		if len(op.Invocations) == 0 {
+			t.Fatalf("%s: no invocation recorded", op.Name)
+		}
+		for _, in := range op.Invocations {
+			if in.MemoryMB == 0 || in.DynamoCalls == 0 || in.LogBytes == 0 || in.LogEvents == 0 {
+				t.Errorf("%s: incomplete counts %+v", op.Name, in)
+			}
+		}
+		p.WriteTable(os.Stdout, op)
+	}
+	fmt.Println()
+	for _, op := range ops[:4] {
+		fmt.Printf("%s usd_per_million=%.2f\n", op.Name, p.PriceOp(op).Total()*1e6)
+	}
+	fmt.Printf("bootstrap-1pct-1M-rows usd_each=%.6f\n", p.PriceOp(boot).Total()*10_000/float64(rows))
+	// The recommended wss:// shape (TLS in the tasks); the TLS listener's
+	// month is in docs/OPERATIONS.md.
+	fmt.Printf("realtime-idle-10k usd_per_month=%.2f\n", p.RealtimeIdle(10_000, false))
+}

@@ -1,0 +1,191 @@
+package costmodel
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Invocation is what one function invocation (one HTTP request through
+// API Gateway) consumed.
+type Invocation struct {
+	Function string
+	// MemoryMB is the function's configured memory (template.yaml).
+	MemoryMB int
+	// BilledMs is the billed duration (whole milliseconds).
+	BilledMs int
+	// RequestBytes and ResponseBytes are the HTTP bodies as sent.
+	RequestBytes, ResponseBytes int
+	// DynamoCalls counts DynamoDB requests; RRU and WRU are the request
+	// units they consume by the AWS rules.
+	DynamoCalls int
+	RRU, WRU    float64
+	// StoreRRU and StoreWRU are the store's own estimate (for
+	// comparison; the price uses RRU and WRU).
+	StoreRRU, StoreWRU float64
+	// LogBytes and LogEvents are the function's log output.
+	LogBytes, LogEvents int
+	// PlatformLogBytes and PlatformLogEvents are the lines Lambda itself
+	// writes to the function's log group for the invocation (PlatformLog).
+	PlatformLogBytes, PlatformLogEvents int
+}
+
+// PlatformLog returns the size and count of the log events the Lambda
+// platform writes for one warm invocation in the Text log format (the
+// template sets no LoggingConfig): START, END and REPORT, each naming the
+// 36-character invocation id, REPORT with the duration, the billed
+// duration, the memory size and the memory used. version is the function
+// version invoked (the live alias points at a numbered one), maxUsedMB
+// the memory used.
+func PlatformLog(durationMs float64, billedMs, memoryMB, maxUsedMB int, version string) (bytes, events int) {
+	id := "00000000-0000-0000-0000-000000000000" // every invocation id has this length
+	lines := []string{
+		fmt.Sprintf("START RequestId: %s Version: %s\n", id, version),
+		fmt.Sprintf("END RequestId: %s\n", id),
+		fmt.Sprintf("REPORT RequestId: %s\tDuration: %.2f ms\tBilled Duration: %d ms\tMemory Size: %d MB\tMax Memory Used: %d MB\t\n", id, durationMs, billedMs, memoryMB, maxUsedMB),
+	}
+	for _, l := range lines {
+		bytes += len(l)
+	}
+	return bytes, len(lines)
+}
+
+// Breakdown is the price of some invocations, per service.
+type Breakdown struct {
+	Lambda, API, Dynamo, Logs float64
+}
+
+// Total is the sum of the services.
+func (b Breakdown) Total() float64 { return b.Lambda + b.API + b.Dynamo + b.Logs }
+
+// Price prices one invocation.
+func (p Prices) Price(in Invocation) Breakdown {
+	gbs := float64(in.MemoryMB) / 1024 * float64(in.BilledMs) / 1000
+	chunks := max(1, (in.RequestBytes+p.APIRequestChunk-1)/p.APIRequestChunk)
+	return Breakdown{
+		Lambda: p.LambdaRequest + gbs*p.LambdaGBSecond,
+		API:    float64(chunks) * p.APIRequest,
+		Dynamo: in.RRU*p.DynamoRRU + in.WRU*p.DynamoWRU,
+		Logs: float64(in.LogBytes+in.PlatformLogBytes+(in.LogEvents+in.PlatformLogEvents)*p.LogEventOverhead) /
+			(1 << 30) * p.LogsIngestedPerGB,
+	}
+}
+
+// Operation is a named sequence of invocations (one operation of a client
+// may take several requests).
+type Operation struct {
+	Name        string
+	Invocations []Invocation
+}
+
+// Price is the price of the whole operation.
+func (p Prices) PriceOp(op Operation) Breakdown {
+	var t Breakdown
+	for _, in := range op.Invocations {
+		b := p.Price(in)
+		t.Lambda += b.Lambda
+		t.API += b.API
+		t.Dynamo += b.Dynamo
+		t.Logs += b.Logs
+	}
+	return t
+}
+
+// WriteTable writes op's table: one row per invocation, then the total
+// per million operations.
+func (p Prices) WriteTable(w io.Writer, op Operation) {
+	fmt.Fprintf(w, "\n%s\n", op.Name)
+	fmt.Fprintf(w, "  %-8s %6s %6s %9s %9s %5s %8s %8s %13s %8s %8s\n", "function", "MB", "ms", "req B", "resp B", "ddb", "RRU", "WRU", "store est R/W", "log B", "sys B")
+	for _, in := range op.Invocations {
+		fmt.Fprintf(w, "  %-8s %6d %6d %9d %9d %5d %8.1f %8.1f %6.1f/%6.1f %8d %8d\n", in.Function, in.MemoryMB, in.BilledMs, in.RequestBytes, in.ResponseBytes, in.DynamoCalls, in.RRU, in.WRU, in.StoreRRU, in.StoreWRU, in.LogBytes, in.PlatformLogBytes)
+	}
+	b := p.PriceOp(op)
+	fmt.Fprintf(w, "  per million: lambda $%.2f  api $%.2f  dynamodb $%.2f  logs $%.2f  total $%.2f\n", b.Lambda*1e6, b.API*1e6, b.Dynamo*1e6, b.Logs*1e6, b.Total()*1e6)
+}
+
+// RealtimeIdle is the monthly price of the realtime tier holding idle
+// sockets on the configuration and traffic docs/REALTIME.md measures: two
+// Fargate tasks (0.25 vCPU, 1 GB, ARM), an NLB, four public IPv4
+// addresses (two NLB, two tasks), the tier's registry and logs ($0.30 of
+// DynamoDB, one custom metric, 1.8 GB of connect/close lines), with
+// hourly reconnects. tlsListener: the NLB ends TLS (NLCU per 3,000 active
+// TLS connections, 0.52 GB/h per 10,000 sockets); otherwise the tasks end
+// it behind a TCP listener (the recommended shape: NLCU per 100,000
+// connections or 0.596 GB/h per 10,000 sockets, plus the certificate's
+// secret read hourly by each task).
+func (p Prices) RealtimeIdle(sockets int, tlsListener bool) float64 {
+	h := float64(HoursPerMonth)
+	n := float64(sockets)
+	tasks := 2.0
+	total := p.NLBHour*h +
+		tasks*(0.25*p.FargateVCPUH+1*p.FargateGBH)*h +
+		4*p.PublicIPv4H*h +
+		(262_800*p.DynamoWRU + 1_051_200*p.DynamoRRU) +
+		p.CustomMetricM + 1.8*p.LogsIngestedPerGB
+	if tlsListener {
+		return total + math.Max(n/3000, 0.52*n/10_000)*p.NLCUHour*h
+	}
+	return total + math.Max(n/100_000, 0.596*n/10_000)*p.NLCUHour*h +
+		p.SecretMonth + 1_500*p.SecretCall
+}
+
+// FunctionMemory reads each function's MemorySize from a SAM template:
+// the Globals value, overridden in a function's Properties. Keys are the
+// resource names (PushFunction, PullFunction, ...).
+func FunctionMemory(path string) (map[string]int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("costmodel: template: %w", err)
+	}
+	defer f.Close()
+	global := 0
+	mem := map[string]int{}
+	section, resource := "", ""
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line != "" && line[0] != ' ' && line[0] != '#' {
+			section = strings.TrimSuffix(strings.TrimSpace(line), ":")
+			resource = ""
+			continue
+		}
+		if section == "Resources" && strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") && strings.HasSuffix(line, ":") {
+			resource = strings.TrimSuffix(strings.TrimSpace(line), ":")
+			if strings.HasSuffix(resource, "Function") {
+				mem[resource] = 0
+			}
+			continue
+		}
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "MemorySize:")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("costmodel: template MemorySize %q: %w", v, err)
+		}
+		switch {
+		case section == "Globals":
+			global = n
+		case section == "Resources" && resource != "":
+			mem[resource] = n
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("costmodel: template: %w", err)
+	}
+	if global == 0 {
+		return nil, fmt.Errorf("costmodel: %s has no Globals MemorySize", path)
+	}
+	for k, v := range mem {
+		if v == 0 {
+			mem[k] = global
+		}
+	}
+	return mem, nil
+}

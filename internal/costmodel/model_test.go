@@ -1,0 +1,71 @@
+package costmodel_test
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/skyfold/syncular-lambda/internal/costmodel"
+)
+
+// One invocation priced by hand from the published us-east-1 prices:
+// Lambda $0.20 per million requests and $0.0000133334 per GB-second on
+// arm64, an HTTP API request $1.00 per million (per 512 KB), DynamoDB
+// on-demand $0.625 per million write and $0.125 per million read units,
+// CloudWatch Logs $0.50 per GB ingested with 26 bytes of event overhead.
+func TestPrice(t *testing.T) {
+	in := costmodel.Invocation{MemoryMB: 512, BilledMs: 200, RequestBytes: 600 << 10, RRU: 4, WRU: 10, LogBytes: 1000, LogEvents: 2}
+	b := costmodel.USEast1.Price(in)
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > want*1e-9 {
+			t.Errorf("%s = %g, want %g", what, got, want)
+		}
+	}
+	near("lambda", b.Lambda, 0.20e-6+0.5*0.2*0.0000133334)
+	near("api (600 KB: two requests)", b.API, 2e-6)
+	near("dynamodb", b.Dynamo, 4*0.125e-6+10*0.625e-6)
+	near("logs", b.Logs, 1052.0/(1<<30)*0.50)
+	in.PlatformLogBytes, in.PlatformLogEvents = 300, 3
+	near("logs with Lambda's lines", costmodel.USEast1.Price(in).Logs, (1052.0+300+3*26)/(1<<30)*0.50)
+}
+
+// Lambda's lines for a warm invocation, as the Text log format writes
+// them (docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs.html):
+// START, END and REPORT around an invocation id of 36 characters.
+func TestPlatformLog(t *testing.T) {
+	lines := "START RequestId: c793869b-ee49-115b-a5b6-4fd21e8dedac Version: 12\n" +
+		"END RequestId: c793869b-ee49-115b-a5b6-4fd21e8dedac\n" +
+		"REPORT RequestId: c793869b-ee49-115b-a5b6-4fd21e8dedac\tDuration: 2.23 ms\tBilled Duration: 3 ms\tMemory Size: 1024 MB\tMax Memory Used: 38 MB\t\n"
+	if n, events := costmodel.PlatformLog(2.23, 3, 1024, 38, "12"); n != len(lines) || events != 3 {
+		t.Errorf("%d bytes in %d events, want %d in 3", n, events, len(lines))
+	}
+}
+
+// The realtime tier's idle month agrees with docs/REALTIME.md's table
+// for 10,000 sockets: $52.58 with TLS in the tasks, $64.16 on the TLS
+// listener (its lines are rounded to the cent).
+func TestRealtimeIdle(t *testing.T) {
+	for _, c := range []struct {
+		listener bool
+		want     float64
+	}{{false, 52.58}, {true, 64.16}} {
+		if got := costmodel.USEast1.RealtimeIdle(10_000, c.listener); math.Abs(got-c.want) > 0.05 {
+			t.Errorf("10,000 idle sockets, TLS listener %t: $%.2f a month, docs/REALTIME.md says $%.2f", c.listener, got, c.want)
+		}
+	}
+}
+
+// Each function's memory is what template.yaml configures: the Globals
+// value unless the function sets its own.
+func TestFunctionMemory(t *testing.T) {
+	mem, err := costmodel.FunctionMemory(filepath.Join(repoRoot(), "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for fn, want := range map[string]int{"PushFunction": 1024, "PullFunction": 1024, "SegmentFunction": 512, "BlobFunction": 512} {
+		if mem[fn] != want {
+			t.Errorf("%s: %d MB, want %d", fn, mem[fn], want)
+		}
+	}
+}
