@@ -114,9 +114,9 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (head+rows read, Commit)    2    3   12   (TouchPartitionRows)
-//	push, 50 ops (large-commit path)       6   53  219
-//	push, 1 delete (tombstone Put)         2    3   12
+//	push, 1 op (head+rows read, Commit)    2    2   12   (TouchPartitionRows)
+//	push, 50 ops (large-commit path)       6   53  219   (measured with the marker read)
+//	push, 1 delete (tombstone Put)         2    2   12
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
 //	incremental pull, 64 commits           1    6    0   (store read: the log)
 //	incremental pull, 1 of 1,001 commits   6    8    0   (engine, scope index and

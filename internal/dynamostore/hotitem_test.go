@@ -133,7 +133,9 @@ func (k *keyCounter) stop() (map[string]int, int) {
 // reads caps the whole service at that item's throughput (about 3,000
 // consistent reads/s). The schema marker is refreshed once per
 // DefaultMarkerTTL per Store (the check below bounds it by the elapsed
-// time, not by a clock threshold). Partition creation (which reads the
+// time, not by a clock threshold), so its share of one instance's
+// requests is about 1/(requests per second × 5 s): under 1% from 20
+// requests/s (this run makes 80–180/s on a shared 2-core machine). Partition creation (which reads the
 // marker from the table and writes the registry, once per partition)
 // is the warm-up; the measured phase is steady traffic.
 func TestNoGlobalHotItem(t *testing.T) {
