@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
+	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -263,7 +265,8 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			return err
 		}
 	}
-	chunks, err := logItems(partition, &req.Commit, encodeLogBody(req.Commit.Changes, cvs, explicit, refs))
+	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs)
+	chunks, err := logItems(partition, &req.Commit, body)
 	if err != nil {
 		return err
 	}
@@ -389,10 +392,12 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 				}
 			}
 			// The commit is durable in the log; any reader finishes the
-			// materialization if this one fails, so only the hook's error
-			// is reported.
-			if err := s.materialize(ctx, partition, seq, rows, refs, index); err == nil {
-				_ = s.advanceApplied(ctx, partition, seq)
+			// materialization if this one fails (from the batch it
+			// stopped at), so only the hook's error is reported. The
+			// batches are planned from the log body, exactly as a
+			// roll-forward plans them.
+			if acts, err := s.materialization(partition, seq, body); err == nil {
+				_ = s.materialize(ctx, partition, seq, acts, nil)
 			}
 			return nil
 		}
@@ -497,71 +502,194 @@ func gateFailure(g *store.Gate, req *store.CommitRequest) error {
 // errApplied stops a materialization that another instance finished.
 var errApplied = errors.New("dynamostore: commit already materialized")
 
-// materialize writes rows of commit seq in transactions of at most 99
-// row actions plus a ConditionCheck that the head's appliedSeq is still
-// below seq. The fence makes replays safe: once appliedSeq reached seq a
-// later commit may have rewritten or deleted these rows, and no stale
-// roller can then write (a per-row commitSeq condition could not stop a
-// replayed upsert from resurrecting a row a later commit deleted).
-// Within one commit rows are deduplicated, so batches commute.
-func (s *Store) materialize(ctx context.Context, p string, seq int64, rows []store.RowWrite, refs []store.RefWrite, index []txItem) error {
-	fence := txItem{size: 100, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-		TableName:                 s.table,
-		Key:                       Key(headPK(p), headSK),
-		ConditionExpression:       aws.String("ap < :s"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":s": N(seq)},
-	}}}
-	batch := []txItem{fence}
-	bytes := fence.size
-	flush := func() error {
-		if len(batch) == 1 {
-			return nil
-		}
-		err := s.transact(ctx, "materialize rows", batch)
-		if codes, _ := cancelReasons(err); len(codes) > 0 && codes[0] == "ConditionalCheckFailed" {
-			return errApplied
-		}
-		batch, bytes = []txItem{fence}, fence.size
-		return wrap("materialize rows", err)
+// Head attributes of a large commit's materialization in progress (§2.1:
+// a commit's rows become visible together, when appliedSeq reaches it).
+const (
+	hRollSeq  = "fs" // N the commit being materialized
+	hRollDone = "fb" // N how many of its batches are written
+	hRollPlan = "fp" // S planPrint of the batches being written
+)
+
+// rollDone is how many batches of plan the head records as written for
+// commit seq (0 when it records another commit's, another plan's, or
+// none).
+func (h *head) rollDone(seq int64, plan string) int {
+	if h == nil || h.rollSeq != seq || h.rollPlan != plan {
+		return 0
 	}
-	add := func(a txItem) error {
-		if len(batch) == txMaxActions || bytes+a.size > txMaxBytes {
-			if err := flush(); err != nil {
-				return err
+	return int(h.rollBatches)
+}
+
+// planPrint fingerprints a batch plan: the key and kind of every action,
+// batch by batch. A build that cuts batches differently (another budget,
+// another order) sees another print and starts over at the first batch
+// instead of skipping writes it never made; every batch is idempotent,
+// so starting over is only slower.
+func planPrint(batches [][]txItem) string {
+	h := fnv.New64a()
+	for _, b := range batches {
+		for _, a := range b {
+			key, kind := map[string]types.AttributeValue(nil), "d"
+			if a.w.Put != nil {
+				key, kind = a.w.Put.Item, "p"
+			} else if a.w.Delete != nil {
+				key = a.w.Delete.Key
 			}
+			pk, _ := getS(key, AttrPK)
+			sk, _ := getS(key, AttrSK)
+			fmt.Fprintf(h, "%s%d:%s%d:%s", kind, len(pk), pk, len(sk), sk)
 		}
-		batch = append(batch, a)
-		bytes += a.size
-		return nil
+		h.Write([]byte{'|'})
 	}
-	for i := range rows {
-		if err := add(rowAction(s.table, p, seq, &rows[i])); err != nil {
-			return err
-		}
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// materialization is every write a large commit makes after its log
+// transaction, in a fixed order derived from the log body alone: the
+// rows (the last write of each), the reference index, the scope copies.
+// Whoever materializes the commit (its writer or any roll-forward) plans
+// the same actions, so the same batches, and a batch count on the head
+// names exactly what is written.
+func (s *Store) materialization(p string, seq int64, body []byte) ([]txItem, error) {
+	lb, err := decodeLogBody(body, seq)
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: log item %d: %w", seq, err)
+	}
+	return s.materializationOf(p, seq, lb)
+}
+
+func (s *Store) materializationOf(p string, seq int64, lb *logBody) ([]txItem, error) {
+	rows, err := lb.materialization(seq)
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: log item %d: %w", seq, err)
+	}
+	last := dedupeRows(rows)
+	acts := make([]txItem, 0, 2*len(last)+len(lb.refs))
+	for i := range last {
+		acts = append(acts, rowAction(s.table, p, seq, &last[i]))
 	}
 	// Index entries are puts and deletes without conditions: replaying
 	// them is idempotent, and the fence stops a replay after appliedSeq
 	// passed seq, exactly as for rows.
-	for i := range refs {
-		if err := add(refAction(s.table, p, &refs[i])); err != nil {
-			return err
-		}
+	for i := range lb.refs {
+		acts = append(acts, refAction(s.table, p, &lb.refs[i]))
 	}
 	// Scope copies (scopeindex.go) are unconditional puts and deletes of
 	// the commit's final state per copy: idempotent under the same fence.
-	for _, a := range index {
-		if err := add(a); err != nil {
-			return err
-		}
-	}
-	return flush()
+	return append(acts, scopeIndexActions(s.table, p, seq, rows)...), nil
 }
 
-// advanceApplied moves appliedSeq to seq once its rows are written.
+// progressSize is the size budgeted for the head update of a batch.
+const progressSize = 150
+
+// materializationBatches splits acts greedily into transactions of at
+// most 99 actions and txMaxBytes with the head update: a pure function
+// of acts, so every roller cuts the same batches.
+func materializationBatches(acts []txItem) [][]txItem {
+	var out [][]txItem
+	start, bytes := 0, progressSize
+	for i, a := range acts {
+		if i-start == txMaxActions-1 || bytes+a.size > txMaxBytes {
+			out = append(out, acts[start:i])
+			start, bytes = i, progressSize
+		}
+		bytes += a.size
+	}
+	if start < len(acts) {
+		out = append(out, acts[start:])
+	}
+	return out
+}
+
+// progressUpdate is the head update riding in batch k of n of commit
+// seq's materialization. Its condition is the fence (appliedSeq below
+// seq) and the progress (exactly k batches written), so each batch lands
+// once, in order, whoever writes it. Batches other than the last record
+// k+1; the last advances appliedSeq itself and clears the progress.
+//
+// The fence, rather than a per-row commitSeq condition, is what makes
+// replays safe: once appliedSeq reached seq a later commit may have
+// rewritten or deleted these rows, and no stale roller can then write (a
+// per-row condition could not stop a replayed upsert from resurrecting a
+// row a later commit deleted). A progress attribute left by a build that
+// did not clear it names an earlier commit and reads as none.
+func (s *Store) progressUpdate(p string, seq int64, plan string, k, n int) txItem {
+	vals := map[string]types.AttributeValue{":s": N(seq), ":fp": S(plan)}
+	cond := "ap < :s AND mx >= :s AND "
+	if k == 0 {
+		cond += "(attribute_not_exists(" + hRollSeq + ") OR " + hRollSeq + " <> :s OR " + hRollPlan + " <> :fp)"
+	} else {
+		cond += hRollSeq + " = :s AND " + hRollPlan + " = :fp AND " + hRollDone + " = :k"
+		vals[":k"] = N(int64(k))
+	}
+	update := "SET ap = :s REMOVE " + hRollSeq + ", " + hRollDone + ", " + hRollPlan
+	if k+1 < n {
+		update = "SET " + hRollSeq + " = :s, " + hRollDone + " = :k1, " + hRollPlan + " = :fp"
+		vals[":k1"] = N(int64(k + 1))
+	}
+	return txItem{size: progressSize, w: types.TransactWriteItem{Update: &types.Update{
+		TableName:                 s.table,
+		Key:                       Key(headPK(p), headSK),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeValues: vals,
+	}}}
+}
+
+// materialize writes commit seq's actions (materialization) from the
+// first batch the head h records as not written (all of them when h is
+// nil), each batch one transaction with its progressUpdate, the last
+// one advancing appliedSeq. Every batch written is recorded with it, so
+// a materialization cut off by a crash or the request's deadline costs
+// the next request only the batches still missing, whatever the commit's
+// size. When the head shows another instance ahead, it continues from
+// there; errApplied when the commit is finished.
+func (s *Store) materialize(ctx context.Context, p string, seq int64, acts []txItem, h *head) error {
+	batches := materializationBatches(acts)
+	if len(batches) == 0 {
+		return s.advanceApplied(ctx, p, seq)
+	}
+	plan := planPrint(batches)
+	for k := h.rollDone(seq, plan); k < len(batches); {
+		items := make([]txItem, 0, 1+len(batches[k]))
+		items = append(items, s.progressUpdate(p, seq, plan, k, len(batches)))
+		items = append(items, batches[k]...)
+		err := s.transact(ctx, "materialize rows", items)
+		if err == nil {
+			k++
+			continue
+		}
+		if codes, _ := cancelReasons(err); len(codes) == 0 || codes[0] != "ConditionalCheckFailed" {
+			return wrap("materialize rows", err)
+		}
+		// Another instance wrote this batch (or finished the commit), or
+		// this one's batch landed but its answer was lost: read where the
+		// head stands and go on from there.
+		h, ok, err := s.readHead(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return ErrUnknownPartition
+		}
+		if h.applied >= seq {
+			return errApplied
+		}
+		next := h.rollDone(seq, plan)
+		if next < k && h.rollPlan == plan {
+			return fmt.Errorf("dynamostore: materialization of commit %d went back from batch %d to %d: %w", seq, k, next, errCorrupt)
+		}
+		k = next
+	}
+	return nil
+}
+
+// advanceApplied moves appliedSeq to seq once its rows are written (a
+// commit whose materialization has no actions).
 func (s *Store) advanceApplied(ctx context.Context, p string, seq int64) error {
 	_, err := s.updateItem(ctx, "advance applied seq", &dynamodb.UpdateItemInput{
 		Key:                       Key(headPK(p), headSK),
-		UpdateExpression:          aws.String("SET ap = :s"),
+		UpdateExpression:          aws.String("SET ap = :s REMOVE " + hRollSeq + ", " + hRollDone + ", " + hRollPlan),
 		ConditionExpression:       aws.String("ap < :s AND mx >= :s"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":s": N(seq)},
 	})
@@ -572,7 +700,8 @@ func (s *Store) advanceApplied(ctx context.Context, p string, seq int64) error {
 }
 
 // rollForward finishes every logged but unmaterialized commit of h
-// (appliedSeq < seq ≤ maxCommitSeq) from the log, idempotently.
+// (appliedSeq < seq ≤ maxCommitSeq) from the log, resuming each from the
+// batch the head records as written.
 func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 	for seq := h.applied + 1; seq <= h.MaxCommitSeq; seq++ {
 		var c *store.Commit
@@ -591,18 +720,12 @@ func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 		if c == nil || c.Seq != seq {
 			return fmt.Errorf("dynamostore: commit %d is not materialized and missing from the log: %w", seq, errCorrupt)
 		}
-		rows, err := body.materialization(seq)
-		if err != nil {
-			return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
-		}
-		err = s.materialize(ctx, p, seq, dedupeRows(rows), body.refs, scopeIndexActions(s.table, p, seq, rows))
-		if errors.Is(err, errApplied) {
-			continue
-		}
+		acts, err := s.materializationOf(p, seq, body)
 		if err != nil {
 			return err
 		}
-		if err := s.advanceApplied(ctx, p, seq); err != nil {
+		err = s.materialize(ctx, p, seq, acts, &h)
+		if err != nil && !errors.Is(err, errApplied) {
 			return err
 		}
 	}

@@ -13,13 +13,26 @@
 // item(s) put-if-absent and, when everything fits one transaction
 // (100 actions, 4 MB), the row writes, advancing appliedSeq with
 // maxCommitSeq. A larger commit advances only maxCommitSeq; its rows are
-// materialized afterwards in transactions fenced by a ConditionCheck
-// "appliedSeq < seq" on the head, then appliedSeq advances. Any reader
-// that depends on rows (GetRows, ScanRows, Commit, Prune) first finishes
-// such a commit from the log. The fence, rather than a per-row commitSeq
-// condition, is what makes replays safe: once appliedSeq passed a commit
-// no stale roller can write, so it can neither regress a row nor
-// resurrect one a later commit deleted.
+// materialized afterwards in batches of at most 99 actions, planned from
+// the log body alone (so every instance cuts the same batches). Each
+// batch is one transaction with a head update conditioned on the fence
+// "appliedSeq < seq" and on the progress recorded there (fs = seq,
+// fb = batches written, fp = a print of the batch plan, so a build that
+// cuts other batches starts over instead of skipping); it records one
+// more batch, and the last batch advances appliedSeq itself. Any reader that depends on rows (GetRows,
+// ScanRows, Commit, Prune) first finishes such a commit from the log,
+// starting at the first batch not written: a materialization cut off by
+// a crash or a request's deadline is never redone, so a partition
+// recovers within a few requests whatever the commit's size
+// (TestRollForwardResumes: a 499-operation commit cut off after 2 of its
+// 11 batches is finished by the 4th push of at most 4 write transactions
+// each, and by the 3rd such prune; before, every request restarted at
+// the first batch and none finished). Concurrent rollers take the
+// batches in turn: the loser of one reads the head and goes on from
+// there. The fence, rather than a per-row commitSeq condition, is what
+// makes replays safe: once appliedSeq passed a commit no stale roller can
+// write, so it can neither regress a row nor resurrect one a later commit
+// deleted.
 //
 // # Column versions and tombstones (§2.2, §4.6 of the wire-3 spec)
 //
@@ -115,7 +128,8 @@
 //
 //	operation                          trips  RCU  WCU
 //	push, 1 op (head+rows read, Commit)    2    2   12   (TouchPartitionRows)
-//	push, 50 ops (large-commit path)       6   53  219   (measured with the marker read)
+//	push, 50 ops (large-commit path)       5   53  218   (appliedSeq moves with the last batch;
+//	                                                      measured with the marker read)
 //	push, 1 delete (tombstone Put)         2    2   12
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
 //	incremental pull, 64 commits           1    6    0   (store read: the log)

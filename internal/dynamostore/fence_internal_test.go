@@ -42,7 +42,8 @@ func TestStaleRollerFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stale roller replays commit 1.
-	if err := s.materialize(ctx, p, 1, []store.RowWrite{row}, nil, scopeIndexActions(s.table, p, 1, []store.RowWrite{row})); !errors.Is(err, errApplied) {
+	acts := append([]txItem{rowAction(s.table, p, 1, &row)}, scopeIndexActions(s.table, p, 1, []store.RowWrite{row})...)
+	if err := s.materialize(ctx, p, 1, acts, nil); !errors.Is(err, errApplied) {
 		t.Fatalf("stale materialize: %v, want errApplied", err)
 	}
 	if m, err := s.GetRows(ctx, p, "tasks", []string{"x"}); err != nil || len(m) != 1 || !m["x"].Deleted || m["x"].CommitSeq != 2 {

@@ -105,6 +105,10 @@ type head struct {
 	// indexFrom: the first commit with log-index entries (hLogIndexFrom,
 	// logindex.go); 0 when none yet.
 	indexFrom int64
+	// rollSeq, rollBatches: the large commit being materialized and how
+	// many of its batches are written (hRollSeq, hRollDone, commit.go).
+	rollSeq, rollBatches int64
+	rollPlan             string
 }
 
 func parseHead(item map[string]types.AttributeValue) (head, error) {
@@ -118,6 +122,9 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 	h.LastSeenAtMs, ok[5] = getN(item, hSeen)
 	h.scoped, _ = getBool(item, hScoped) // absent before the index existed
 	h.indexFrom, _ = getN(item, hLogIndexFrom)
+	h.rollSeq, _ = getN(item, hRollSeq) // absent unless a materialization is under way
+	h.rollBatches, _ = getN(item, hRollDone)
+	h.rollPlan, _ = getS(item, hRollPlan)
 	h.Turn, _ = getN(item, hTurn) // absent until the partition's queue is first used
 	h.TurnAtUs, _ = getN(item, hTurnAt)
 	h.TurnGapUs, _ = getN(item, hTurnGap)
