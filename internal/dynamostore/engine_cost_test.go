@@ -18,9 +18,9 @@ import (
 // writing its tombstone, a re-insert over it) takes at most 3 DynamoDB
 // round trips and 12 WCU (issue 11's target: head, outcome, log, row, its
 // scope copy and its log-index entry, each charged twice in a
-// transaction), and a quiet pull exactly one consistent read (the head
-// and the schema marker in one BatchGetItem) of at most 2 RCU and no
-// write. (Capacity is this package's estimate from
+// transaction), and a quiet pull exactly one consistent read (the head,
+// with the schema marker when its cached copy is due) of at most 2 RCU
+// and no write. (Capacity is this package's estimate from
 // item sizes per the AWS rules; DynamoDB Local under-reports transactions.)
 func TestEngineCostOverDynamoDB(t *testing.T) {
 	ctx := context.Background()

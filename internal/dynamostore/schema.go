@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -88,49 +90,133 @@ func withMarker(g *store.Gate, marker int64) *store.Gate {
 	return g
 }
 
-// readHeadAndMarker reads the head and the schema marker in one
-// consistent BatchGetItem: the serve gate's marker costs one read unit
-// and no round trip.
-func (s *Store) readHeadAndMarker(ctx context.Context, p string) (head, bool, int64, error) {
-	h, ok, marker, _, err := s.readHeadMarkerRows(ctx, p, nil)
-	return h, ok, marker, err
+// DefaultMarkerTTL is how long a Store serves the schema marker from its
+// cache (Options.MarkerTTL).
+const DefaultMarkerTTL = 5 * time.Second
+
+// markerCache is a Store's copy of the schema marker (issue 20: no item
+// is read by every request of every tenant). One request per TTL reads
+// the marker item again, riding on the BatchGetItem it makes anyway;
+// the others use the copy. The marker only rises, so the copy keeps the
+// highest value seen, from a read or from this Store's own bump.
+//
+// Why a stale copy is safe (the argument doc.go repeats):
+//
+//   - No write depends on the marker. A commit or rejected outcome is
+//     stopped by its partition's writer fence (rwv), a head attribute
+//     checked by the write's own condition (commitCondition). Migration
+//     bumps the marker and then raises rwv on every registered partition;
+//     a partition created after the bump starts at the marker, which
+//     creation reads fresh and pins with a ConditionCheck in the creating
+//     transaction. So a writer of an old build never commits past a fence
+//     raised for its partition, whatever marker it has cached.
+//   - The gate's partition part (fence, pending checkpoints, token) is
+//     read consistently from the head by every request, at entry and
+//     after the response is built: once a partition is fenced or
+//     declares a checkpoint, every build refuses or serves it exactly as
+//     before.
+//   - What the copy delays is only the marker's own refusal of a
+//     partition the migration has not fenced yet: an old build may serve
+//     such a partition for at most one TTL after the bump, with no write
+//     after its fence lands. Before issue 20 the same build served it
+//     until the request that read the bump, and an in-flight commit could
+//     land in it until the fence did; the window is one TTL longer.
+//
+// Age is measured on the monotonic clock and, as well, on the wall clock
+// (whichever says the copy is older wins), so an instance whose
+// monotonic clock stood still while its environment was frozen between
+// invocations still reads the marker again once a TTL passed.
+type markerCache struct {
+	ttl     int64 // ns; negative: read the marker on every request
+	base    time.Time
+	v       atomic.Int64
+	due     atomic.Int64 // ns since base when the next read includes the marker
+	dueWall atomic.Int64 // the same deadline in Unix ns (wall clock)
 }
 
-// readHeadMarkerRows is readHeadAndMarker that also reads the row items
-// of rowKeys (at most batchGetMax−2 keys of one table) in the same
-// BatchGetItem.
-func (s *Store) readHeadMarkerRows(ctx context.Context, p string, rowKeys []map[string]types.AttributeValue) (head, bool, int64, []*store.Row, error) {
-	keys := append([]map[string]types.AttributeValue{Key(headPK(p), headSK), Key(markerPK, markerSK)}, rowKeys...)
+func (c *markerCache) init(ttl time.Duration) {
+	c.base = time.Now()
+	c.ttl = int64(ttl)
+	if ttl == 0 {
+		c.ttl = int64(DefaultMarkerTTL)
+	}
+}
+
+// claim reports whether the caller's read includes the marker item: when
+// the copy is older than the TTL, and then for one caller only.
+func (c *markerCache) claim() bool {
+	if c.ttl < 0 {
+		return true
+	}
+	now, wall := int64(time.Since(c.base)), time.Now().UnixNano()
+	d := c.due.Load()
+	if now < d && wall < c.dueWall.Load() {
+		return false
+	}
+	if !c.due.CompareAndSwap(d, now+c.ttl) {
+		return false // another request claimed this refresh
+	}
+	c.dueWall.Store(wall + c.ttl)
+	return true
+}
+
+// release lets the next request read the marker after a claimed read
+// failed.
+func (c *markerCache) release() {
+	c.due.Store(0)
+	c.dueWall.Store(0)
+}
+
+// seen raises the copy to v.
+func (c *markerCache) seen(v int64) {
+	for {
+		o := c.v.Load()
+		if v <= o || c.v.CompareAndSwap(o, v) {
+			return
+		}
+	}
+}
+
+// readHeadMarkerRows reads the head and the row items of rowKeys (at
+// most batchGetMax−2 keys of one table) in one consistent BatchGetItem,
+// with the schema marker item when the cached copy is due (fresh).
+// marker is the value read, else the cached copy.
+func (s *Store) readHeadMarkerRows(ctx context.Context, p string, rowKeys []map[string]types.AttributeValue) (h head, ok bool, marker int64, fresh bool, rows []*store.Row, err error) {
+	fresh = s.marker.claim()
+	keys := make([]map[string]types.AttributeValue, 0, 2+len(rowKeys))
+	keys = append(keys, Key(headPK(p), headSK))
+	if fresh {
+		keys = append(keys, Key(markerPK, markerSK))
+	}
+	keys = append(keys, rowKeys...)
 	items, err := s.batchGet(ctx, "read partition head", keys)
 	if err != nil {
-		return head{}, false, 0, nil, err
+		if fresh {
+			s.marker.release()
+		}
+		return head{}, false, 0, false, nil, err
 	}
-	var (
-		h      head
-		ok     bool
-		marker int64
-		rows   []*store.Row
-	)
 	for _, it := range items {
 		pk, _ := getS(it, AttrPK)
 		sk, _ := getS(it, AttrSK)
 		switch {
 		case pk == markerPK:
-			marker, _ = getN(it, mVersion)
+			m, _ := getN(it, mVersion)
+			s.marker.seen(m)
 		case sk == headSK && pk == headPK(p):
 			if h, err = parseHead(it); err != nil {
-				return head{}, false, 0, nil, err
+				return head{}, false, 0, false, nil, err
 			}
 			ok = true
 		default:
 			r, err := parseRow(it)
 			if err != nil {
-				return head{}, false, 0, nil, err
+				return head{}, false, 0, false, nil, err
 			}
 			rows = append(rows, r)
 		}
 	}
-	return h, ok, marker, rows, nil
+	return h, ok, s.marker.v.Load(), fresh, rows, nil
 }
 
 // ReadGate implements store.SchemaStore.
@@ -138,7 +224,7 @@ func (s *Store) ReadGate(ctx context.Context, partition string) (store.Gate, err
 	if err := checkPartition(partition); err != nil {
 		return store.Gate{}, err
 	}
-	h, _, marker, err := s.readHeadAndMarker(ctx, partition)
+	h, _, marker, _, _, err := s.readHeadMarkerRows(ctx, partition, nil)
 	if err != nil {
 		return store.Gate{}, err
 	}
@@ -148,13 +234,15 @@ func (s *Store) ReadGate(ctx context.Context, partition string) (store.Gate, err
 	return store.Gate{}, nil
 }
 
-// SchemaMarker implements store.SchemaStore.
+// SchemaMarker implements store.SchemaStore: always read from the table
+// (consistent), never from the cache, which it refreshes.
 func (s *Store) SchemaMarker(ctx context.Context) (int64, error) {
 	item, err := s.getItem(ctx, "read schema marker", markerPK, markerSK, nil)
 	if err != nil {
 		return 0, err
 	}
 	v, _ := getN(item, mVersion)
+	s.marker.seen(v)
 	return v, nil
 }
 
@@ -170,12 +258,14 @@ func (s *Store) BumpSchemaMarker(ctx context.Context, v int64) (int64, error) {
 	})
 	if isConditionFailed(err) {
 		old, _ := getN(conditionItem(err), mVersion)
+		s.marker.seen(old)
 		return old, nil
 	}
 	if err != nil {
 		return 0, err
 	}
 	got, _ := getN(item, mVersion)
+	s.marker.seen(got)
 	return got, nil
 }
 

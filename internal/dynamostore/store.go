@@ -35,6 +35,12 @@ type Options struct {
 	ScanPageSize int32
 	// LogPageSize is the Query Limit of ReadLog pages (default 100 items).
 	LogPageSize int32
+	// MarkerTTL is how long this Store serves the schema marker from its
+	// cache before the next request reads it again (default
+	// DefaultMarkerTTL; negative: read it on every request, as before
+	// issue 20). The writer fence, not the marker, stops a stale writer
+	// (schema.go, "cached marker").
+	MarkerTTL time.Duration
 	// AfterLogWrite, when set, runs after a large commit's log transaction
 	// and before its rows are materialized; a non-nil error aborts Commit
 	// there (crash injection for tests).
@@ -50,6 +56,7 @@ type Store struct {
 	scanPage  int32
 	logPage   int32
 	afterLog  func() error
+	marker    markerCache
 }
 
 var _ store.Store = (*Store)(nil)
@@ -66,6 +73,7 @@ func New(client *dynamodb.Client, table string, opts Options) *Store {
 		logPage:   opts.LogPageSize,
 		afterLog:  opts.AfterLogWrite,
 	}
+	s.marker.init(opts.MarkerTTL)
 	if opts.LastSeenRefresh <= 0 {
 		s.refreshMs = DefaultLastSeenRefresh.Milliseconds()
 	}
@@ -159,12 +167,14 @@ func (s *Store) readHead(ctx context.Context, p string) (head, bool, error) {
 }
 
 // TouchPartition implements store.Store: one consistent BatchGetItem of
-// the head and the schema marker (the serve gate's inputs ride on the
-// read the partition needs anyway), plus one conditional write only on
-// creation or when lastSeenAtMs aged past the refresh interval (§2.1).
-// Creation is a transaction that checks the marker is still what was
-// read and starts the new head's writer fence at it, so a partition
-// created while a migration raises fences cannot miss its fence.
+// the head (the serve gate's inputs ride on the read the partition needs
+// anyway; the schema marker joins it only when its cached copy is due,
+// schema.go), plus one conditional write only on creation or when
+// lastSeenAtMs aged past the refresh interval (§2.1). Creation reads the
+// marker from the table and is a transaction that checks the marker is
+// still what was read and starts the new head's writer fence at it, so
+// a partition created while a migration raises fences cannot miss its
+// fence.
 func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (store.Head, error) {
 	h, _, _, err := s.touch(ctx, partition, nowMs, newEpoch, "", nil)
 	return h, err
@@ -191,9 +201,17 @@ func (s *Store) touch(ctx context.Context, partition string, nowMs int64, newEpo
 	}
 	var rows map[string]*store.Row
 	for range 3 {
-		h, ok, marker, read, err := s.readHeadMarkerRows(ctx, partition, rowKeys)
+		h, ok, marker, fresh, read, err := s.readHeadMarkerRows(ctx, partition, rowKeys)
 		if err != nil {
 			return store.Head{}, nil, false, err
+		}
+		if !ok && !fresh {
+			// Creation starts the fence at the marker: read it from the
+			// table, never from the cache (schema.go, markerCache). Once
+			// per partition.
+			if marker, err = s.SchemaMarker(ctx); err != nil {
+				return store.Head{}, nil, false, err
+			}
 		}
 		if rowKeys != nil && ok && h.applied == h.MaxCommitSeq {
 			rows = make(map[string]*store.Row, len(read))

@@ -18,11 +18,14 @@ import (
 // build from serving a table migrated past its schema or a partition
 // whose backfill checkpoint it did not declare, and answers
 // sync.schema_not_ready instead (§10.2 of the wire-3 spec: internal,
-// retryable, HTTP 503; clients retry the request unchanged). The gate is
-// read on every request, never cached:
+// retryable, HTTP 503; clients retry the request unchanged). The
+// partition's gate state is read on every request, never cached; the
+// table-wide marker may be a store's bounded-age copy (dynamostore's
+// markerCache: no item is read by every request of every tenant), which
+// is safe because step 2's fence, not the marker, stops a write:
 //
-//  1. at entry, from the head TouchPartition returns (the marker rides on
-//     the same BatchGetItem): no extra read;
+//  1. at entry, from the head TouchPartition returns (the marker, when
+//     read, rides on the same BatchGetItem): no extra read;
 //  2. inside every commit: the head condition carries this build's writer
 //     version against the partition's fence and the gate token the entry
 //     check passed on (store.CommitRequest), so a migration or a

@@ -114,11 +114,14 @@ const (
 // and token checks on Store.Commit; these methods serve the operator path
 // and the read after a response is built.
 type SchemaStore interface {
-	// ReadGate returns the marker and the partition's gate state, both
-	// strongly consistent, in one round trip. An unknown partition has a
-	// zero partition part.
+	// ReadGate returns the marker and the partition's gate state in one
+	// round trip. The partition part is strongly consistent; the marker
+	// may be a copy cached for a bounded time (dynamostore: 5 s), since
+	// the writer fence, not the marker, stops a stale writer. An unknown
+	// partition has a zero partition part.
 	ReadGate(ctx context.Context, partition string) (Gate, error)
-	// SchemaMarker returns the stored marker, 0 when unset.
+	// SchemaMarker returns the stored marker, 0 when unset, read from
+	// storage (never a cached copy).
 	SchemaMarker(ctx context.Context) (int64, error)
 	// BumpSchemaMarker raises the marker to v; it never lowers it, and
 	// returns the stored marker afterwards.
