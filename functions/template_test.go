@@ -709,3 +709,94 @@ func TestTemplateLogGroups(t *testing.T) {
 		}
 	}
 }
+
+// A restored table has no stream (docs/OPERATIONS.md, point-in-time
+// restore): with ExistingTableName the stack must be given the stream that
+// `syncular-admin restore-prepare` enables, and the fanout mapping must
+// follow that table's stream, never a placeholder.
+func TestTemplateRestoreStream(t *testing.T) {
+	root := loadYAML(t)
+	if got := scalar(get(root, "Resources", "SyncTable", "Properties", "StreamSpecification", "StreamViewType")); got != string(dynamostore.StreamViewType) {
+		t.Errorf("SyncTable stream %q, restore-prepare enables %q", got, dynamostore.StreamViewType)
+	}
+
+	param := get(root, "Parameters", "ExistingTableStreamArn")
+	if param == nil {
+		t.Fatal("no parameter ExistingTableStreamArn")
+	}
+	if d := get(param, "Default"); d == nil || d.Value != "" {
+		t.Errorf("ExistingTableStreamArn default must be empty (a placeholder ARN deploys a mapping to no stream), got %v", d)
+	}
+	re, err := regexp.Compile(scalar(get(param, "AllowedPattern")))
+	if err != nil {
+		t.Fatalf("AllowedPattern: %v", err)
+	}
+	for arn, want := range map[string]bool{
+		"": true,
+		"arn:aws:dynamodb:eu-west-1:123456789012:table/sync-restored/stream/2026-12-01T16:45:50.123":      true,
+		"arn:aws-us-gov:dynamodb:us-gov-west-1:123456789012:table/t.1_x-y/stream/2026-12-01T16:45:50.123": true,
+		"arn:aws:dynamodb:eu-west-1:123456789012:table/sync-restored":                                     false,
+		"sync-restored":                false,
+		"arn:aws:s3:::bucket/stream/x": false,
+	} {
+		if re.MatchString(arn) != want {
+			t.Errorf("AllowedPattern matches %q: %v, want %v", arn, !want, want)
+		}
+	}
+
+	// The Rule: when ExistingTableName is set, ExistingTableStreamArn must be.
+	var found bool
+	for _, id := range keys(get(root, "Rules")) {
+		rule := get(root, "Rules", id)
+		cond := get(rule, "RuleCondition")
+		if !isNotEmpty(cond, "ExistingTableName") {
+			continue
+		}
+		for _, a := range get(rule, "Assertions").Content {
+			if isNotEmpty(get(a, "Assert"), "ExistingTableStreamArn") && scalar(get(a, "AssertDescription")) != "" {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Error("no Rule requires ExistingTableStreamArn when ExistingTableName is set")
+	}
+
+	// The mapping and the fanout's stream grant follow the existing table.
+	src := get(root, "Resources", "FanoutStreamMapping", "Properties", "EventSourceArn")
+	if src == nil || src.Tag != "!If" || len(src.Content) != 3 || src.Content[0].Value != "CreateSyncTable" {
+		t.Fatalf("FanoutStreamMapping EventSourceArn is not !If [CreateSyncTable, ...]")
+	}
+	if !mentions(src.Content[2], "ExistingTableStreamArn") || !mentions(src.Content[2], "ExistingTableName") {
+		t.Error("with an existing table the mapping must name ExistingTableName's stream from ExistingTableStreamArn")
+	}
+}
+
+// isNotEmpty reports whether n is `!Not [!Equals [!Ref param, ""]]`.
+func isNotEmpty(n *yaml.Node, param string) bool {
+	if n == nil || n.Tag != "!Not" || len(n.Content) != 1 {
+		return false
+	}
+	eq := n.Content[0]
+	if eq.Tag != "!Equals" || len(eq.Content) != 2 {
+		return false
+	}
+	return refTo(eq.Content[0], param) && eq.Content[1].Kind == yaml.ScalarNode && eq.Content[1].Value == ""
+}
+
+// mentions reports whether the subtree n refers to param (a !Ref or a
+// ${param} inside a !Sub string).
+func mentions(n *yaml.Node, param string) bool {
+	if n == nil {
+		return false
+	}
+	if refTo(n, param) || (n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${"+param+"}")) {
+		return true
+	}
+	for _, c := range n.Content {
+		if mentions(c, param) {
+			return true
+		}
+	}
+	return false
+}

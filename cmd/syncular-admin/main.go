@@ -1,6 +1,6 @@
 // Command syncular-admin runs operator tasks against a deployment's
 // DynamoDB table: rotating log epochs after a point-in-time restore (SPEC
-// §2.1), pruning the commit log (§4.6) and listing partitions.
+// §2.1) and enabling a restored table's stream, pruning the commit log (§4.6) and listing partitions.
 //
 // It reads the same environment variables as the Lambda functions
 // (internal/config) and the usual AWS credential chain. It prints partition
@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"syscall"
+	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -52,6 +53,12 @@ commands:
         Install a new random log epoch, require epoch validation and delete
         the client records (SPEC §2.1 restore rule). Every client of the
         partition resets and re-bootstraps. Without -yes: dry run, exit 1.
+  restore-prepare [-table T] [-timeout D]
+        Ready a restored table (default SYNC_TABLE_NAME) for the stack:
+        enable the table stream the template declares (KEYS_ONLY) unless
+        one is enabled, wait until the table is active, print the stream
+        ARN and the sam deploy line with ExistingTableName and
+        ExistingTableStreamArn. Changes no item; idempotent.
   prune (-partition P | -all)
         Advance the pruning horizon as far as the SPEC §4.6 floors allow
         (newest 1000 commits, clients active in 14 days, 30-day age force)
@@ -110,7 +117,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	case "partitions", "rotate-epoch", "prune", "register-partitions", "migrate", "sweep-blobs", "backfill-scopes":
+	case "partitions", "rotate-epoch", "prune", "register-partitions", "migrate", "sweep-blobs", "backfill-scopes", "restore-prepare":
 	default:
 		fmt.Fprintf(stderr, "syncular-admin: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -126,7 +133,13 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fs.IntVar(&mig.batch, "batch", 100, "rows per backfill batch (one commit each)")
 		fs.DurationVar(&mig.timeout, "timeout", 0, "stop the backfill between batches after this long (0: no limit); re-run to resume")
 	}
-	takesSelection := cmd != "partitions" && cmd != "register-partitions" && cmd != "migrate" && cmd != "sweep-blobs"
+	var restoreTable string
+	var restoreTimeout time.Duration
+	if cmd == "restore-prepare" {
+		fs.StringVar(&restoreTable, "table", "", "the restored `table` (default: SYNC_TABLE_NAME)")
+		fs.DurationVar(&restoreTimeout, "timeout", 10*time.Minute, "give up waiting for the table after this long; run again to resume")
+	}
+	takesSelection := cmd != "partitions" && cmd != "register-partitions" && cmd != "migrate" && cmd != "sweep-blobs" && cmd != "restore-prepare"
 	if takesSelection {
 		fs.Func("partition", "the `name` of one partition", func(s string) error {
 			sel.name, sel.one = s, true
@@ -182,6 +195,11 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		return a.migrate(ctx, mig, env("SYNC_CHECKPOINTS"))
 	case "sweep-blobs":
 		return a.sweepBlobs(ctx)
+	case "restore-prepare":
+		if restoreTable == "" {
+			restoreTable = cfg.TableName
+		}
+		return a.restorePrepare(ctx, restoreTable, restoreTimeout)
 	default:
 		return a.prune(ctx, sel)
 	}

@@ -26,6 +26,12 @@ const (
 	TTLAttribute = "ttl"
 )
 
+// StreamViewType is the table stream the realtime fanout reads (new log
+// items and epoch events; keys are all it needs). template.yaml declares
+// it on SyncTable, and `syncular-admin restore-prepare` enables it on a
+// restored table, which DynamoDB creates without a stream.
+const StreamViewType = types.StreamViewTypeKeysOnly
+
 // KeySchema is the table's primary key: pk (HASH) + sk (RANGE).
 var KeySchema = []types.KeySchemaElement{
 	{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
