@@ -3,6 +3,9 @@ package dynamostore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -19,6 +22,8 @@ import (
 const (
 	queueSK  = "QUEUE" // ticket item, pk = the head's
 	qTickets = "tk"    // N last ticket handed out
+
+	qWaitPfx = "w" // w<ticket>: N the turn its holder saw while waiting
 
 	hTurn    = "tn" // N last ticket that committed, passed or was skipped
 	hTurnAt  = "tt" // N when tn last moved, µs since the Unix epoch
@@ -87,6 +92,78 @@ func (s *Store) PassTurn(ctx context.Context, partition string, ticket, nowUs in
 // SkipTurn implements store.CommitQueue.
 func (s *Store) SkipTurn(ctx context.Context, partition string, from, to, nowUs int64) (bool, error) {
 	return s.moveTurn(ctx, "skip stalled commit turn", partition, from, to, nowUs)
+}
+
+// MarkWaiting implements store.CommitQueue: one UpdateItem SET on the
+// ticket item (1 WCU, no condition), naming the ticket's own attribute
+// (w<ticket>), so live waiters never contend with each other or with a
+// ticket being taken.
+func (s *Store) MarkWaiting(ctx context.Context, partition string, ticket, turn int64) error {
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	if ticket <= turn+1 {
+		return fmt.Errorf("dynamostore: ticket %d is not waiting behind turn %d", ticket, turn)
+	}
+	_, err := s.updateItem(ctx, "mark commit ticket waiting", &dynamodb.UpdateItemInput{
+		Key:                       Key(headPK(partition), queueSK),
+		UpdateExpression:          aws.String("SET #w = :turn"),
+		ExpressionAttributeNames:  map[string]string{"#w": qWaitPfx + strconv.FormatInt(ticket, 10)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":turn": N(turn)},
+	})
+	return err
+}
+
+// WaitingTickets implements store.CommitQueue: one consistent GetItem of
+// the ticket item. Marks of tickets at or below turn belong to holders
+// the turn has passed: they are removed (one more UpdateItem, only when
+// there are any), which keeps the item as small as the live queue.
+func (s *Store) WaitingTickets(ctx context.Context, partition string, turn int64) ([]int64, error) {
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	item, err := s.getItem(ctx, "read waiting commit tickets", headPK(partition), queueSK, nil)
+	if err != nil {
+		return nil, err
+	}
+	var live []int64
+	var stale []string
+	for name := range item {
+		digits, ok := strings.CutPrefix(name, qWaitPfx)
+		if !ok {
+			continue
+		}
+		t, perr := strconv.ParseInt(digits, 10, 64)
+		seen, nok := getN(item, name)
+		if perr != nil || !nok {
+			return nil, fmt.Errorf("dynamostore: waiting mark %q is malformed: %w", name, errCorrupt)
+		}
+		switch {
+		case t <= turn:
+			stale = append(stale, name)
+		case seen == turn:
+			live = append(live, t)
+		}
+	}
+	slices.Sort(live)
+	if len(stale) > 0 {
+		slices.Sort(stale)
+		stale = stale[:min(len(stale), 100)] // bounded expression; the rest go next time
+		names := make(map[string]string, len(stale))
+		refs := make([]string, len(stale))
+		for i, n := range stale {
+			refs[i] = "#s" + strconv.Itoa(i)
+			names[refs[i]] = n
+		}
+		if _, err := s.updateItem(ctx, "remove passed waiting marks", &dynamodb.UpdateItemInput{
+			Key:                      Key(headPK(partition), queueSK),
+			UpdateExpression:         aws.String("REMOVE " + strings.Join(refs, ", ")),
+			ExpressionAttributeNames: names,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return live, nil
 }
 
 // readRowChecks returns, per (table, rowId), the condition that keeps a

@@ -131,13 +131,15 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 						qs.ticket = 0
 					case qs.stalled():
 						// The turn has not moved for a lease: its holder is
-						// gone. Skip it (only it: the holders after it may
-						// be alive); a skipped holder's commit fails its
-						// turn condition and it lines up again.
-						if _, err := qs.q.SkipTurn(ctx, rs.auth.Partition, head.Turn, head.Turn+1, time.Now().UnixMicro()); err != nil {
+						// gone, and so is every holder behind it that did
+						// not mark itself waiting (skipStalled).
+						if err := qs.skipStalled(ctx, head.Turn); err != nil {
 							return nil, storeErr(err, "skip a stalled commit turn")
 						}
-						qs.seen.Turn, qs.seen.TurnAtUs = head.Turn+1, time.Now().UnixMicro()
+					default:
+						if err := qs.markIfLate(ctx); err != nil {
+							return nil, storeErr(err, "mark a commit ticket waiting")
+						}
 					}
 					attempt-- // a read for the turn is not a lost race
 					continue

@@ -61,6 +61,9 @@ type queueState struct {
 	// value (seenTurn): the lease is measured on the waiter's own clock.
 	seenTurn  int64
 	turnSince time.Time
+	// marked: this waiter marked itself waiting at turn markedTurn.
+	marked     bool
+	markedTurn int64
 }
 
 // commitQueue returns the store's queue, nil when it has none.
@@ -154,6 +157,64 @@ func (qs *queueState) stalled() bool {
 		return false
 	}
 	return now.Sub(qs.turnSince) > queueLease && now.UnixMicro()-qs.seen.TurnAtUs > queueLease.Microseconds()
+}
+
+// Dead tickets. A writer can take a ticket and never come back (its
+// instance crashed, its request ended while it waited early). Each such
+// ticket stalls the turn when it comes; skipping them one lease at a
+// time makes N dead tickets in a row cost N leases. Instead, a waiter
+// that has seen the turn stand still for half a lease marks itself
+// waiting at that turn (one write, only while the queue is stalled), and
+// the first waiter whose lease runs out moves the turn, in one
+// conditional update, to just before the lowest ticket that is marked
+// (or its own): every unmarked ticket in between is dead and skipped at
+// once. A live waiter behind the stall has had half a lease to mark
+// itself; one that did not (a slow reader) fails its turn condition and
+// lines up again, as any skipped holder does (the queue only orders
+// attempts: no commit depends on it).
+
+// markIfLate marks the commit's ticket waiting once the turn it waits
+// behind has stood still for half a lease, once per turn value.
+func (qs *queueState) markIfLate(ctx context.Context) error {
+	turn := qs.seen.Turn
+	if qs.ticket <= turn+1 || qs.seenTurn != turn || qs.turnSince.IsZero() ||
+		time.Since(qs.turnSince) <= queueLease/2 || qs.marked && qs.markedTurn == turn {
+		return nil
+	}
+	if err := qs.q.MarkWaiting(ctx, qs.partition, qs.ticket, turn); err != nil {
+		return err
+	}
+	qs.marked, qs.markedTurn = true, turn
+	return nil
+}
+
+// skipStalled moves a turn that has stood still for a lease past its
+// holder and every dead ticket after it, up to the lowest ticket marked
+// waiting at that turn, or this commit's own (see "Dead tickets").
+func (qs *queueState) skipStalled(ctx context.Context, turn int64) error {
+	live, err := qs.q.WaitingTickets(ctx, qs.partition, turn)
+	if err != nil {
+		return err
+	}
+	first := qs.ticket
+	for _, t := range live {
+		// A marked turn+1 came into its turn and stalled in it: it is
+		// skipped like any holder that stalls.
+		if t > turn+1 && t < first {
+			first = t
+			break
+		}
+	}
+	to := max(first-1, turn+1)
+	now := time.Now().UnixMicro()
+	moved, err := qs.q.SkipTurn(ctx, qs.partition, turn, to, now)
+	if err != nil {
+		return err
+	}
+	if moved {
+		qs.seen.Turn, qs.seen.TurnAtUs = to, now
+	}
+	return nil
 }
 
 // turnGap is the smoothed time a turn takes, recorded with a commit

@@ -238,6 +238,14 @@ type CommitQueue interface {
 	// SkipTurn moves the turn from `from` to `to` when it is still `from`
 	// (its holders stalled past their lease); false when it had moved.
 	SkipTurn(ctx context.Context, partition string, from, to, nowUs int64) (bool, error)
+	// MarkWaiting records that ticket's holder is alive and still
+	// waiting while the turn has stood at `turn` (ticket > turn+1) for
+	// longer than a waiter expects: a stalled turn's skipper then tells
+	// live tickets from dead ones.
+	MarkWaiting(ctx context.Context, partition string, ticket, turn int64) error
+	// WaitingTickets returns, ascending, the tickets above `turn` whose
+	// holders marked themselves waiting at that turn (MarkWaiting).
+	WaitingTickets(ctx context.Context, partition string, turn int64) ([]int64, error)
 }
 
 // WriterCheck is the writer-fence and serve-gate condition of a write
