@@ -3,6 +3,7 @@ package dynamostore_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,42 +11,91 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
 
-// skipCounter is the DynamoDB store with its stalled-turn skips
-// counted: each skip that moves the turn is one lease the queue waited
-// out (a turn is skipped only after standing still for a lease).
+// skipCounter is the DynamoDB store with the commit queue's skips
+// counted. A waiter reads the waiting marks (WaitingTickets) only after
+// the turn has stood still for a lease, so the distinct turns it is
+// asked about are the leases the partition waited out. After each of
+// the first `after` live tickets it hands out, it takes `deadAfter`
+// more tickets that nobody uses (dead tickets between live ones).
 type skipCounter struct {
 	*dynamostore.Store
-	moved   atomic.Int64 // skips that moved the turn
-	skipped atomic.Int64 // tickets they moved it past
+	deadAfter int
+	mu        sync.Mutex
+	after     int
+	dead      []int64        // dead tickets taken
+	live      []int64        // tickets handed to live writers
+	stalls    map[int64]bool // turns waited out for a lease
+	skipped   atomic.Int64   // tickets skips moved the turn past
 }
 
-func (c *skipCounter) SkipTurn(ctx context.Context, partition string, from, to, nowUs int64) (bool, error) {
-	ok, err := c.Store.SkipTurn(ctx, partition, from, to, nowUs)
+func (c *skipCounter) SkipTurn(ctx context.Context, partition string, from, to, nowUs int64, dead store.DeadTickets) (bool, error) {
+	ok, err := c.Store.SkipTurn(ctx, partition, from, to, nowUs, dead)
 	if ok {
-		c.moved.Add(1)
 		c.skipped.Add(to - from)
 	}
 	return ok, err
 }
 
+func (c *skipCounter) WaitingTickets(ctx context.Context, partition string, turn int64) ([]int64, error) {
+	c.mu.Lock()
+	c.stalls[turn] = true
+	c.mu.Unlock()
+	return c.Store.WaitingTickets(ctx, partition, turn)
+}
+
+func (c *skipCounter) TakeTicket(ctx context.Context, partition string) (int64, error) {
+	c.mu.Lock() // one ticket and the dead ones after it at a time
+	defer c.mu.Unlock()
+	t, err := c.Store.TakeTicket(ctx, partition)
+	if err != nil {
+		return t, err
+	}
+	c.live = append(c.live, t)
+	if c.after > 0 {
+		c.after--
+		for range c.deadAfter {
+			d, err := c.Store.TakeTicket(ctx, partition)
+			if err != nil {
+				return 0, err
+			}
+			c.dead = append(c.dead, d)
+		}
+	}
+	return t, nil
+}
+
 // Issue 20 item 7: writers that took a ticket and died (crashed, or
-// their request ended before their turn) queued in front of live
-// writers freeze the partition for one lease in total, not one lease
-// each: the live writers all commit, exactly once and gapless (§2.1),
-// and the turn is skipped past the dead tickets in one move.
+// their request ended before their turn) freeze the partition for one
+// lease in total, not one lease each: queued in one run in front of live
+// writers, or in runs between them, the live writers all commit, exactly
+// once and gapless (§2.1), the turn is skipped past every dead ticket,
+// and only one turn is waited out for a lease.
 func TestDeadTicketsCostOneLease(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		front, deadAfter int
+	}{
+		{"run in front", 8, 0},
+		{"runs between live writers", 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) { deadTickets(t, tc.front, tc.deadAfter) })
+	}
+}
+
+func deadTickets(t *testing.T, front, deadAfter int) {
 	ctx := context.Background()
 	c := ddbClient(t)
 	base := dynamostore.New(c, newTable(t, c), dynamostore.Options{})
-	s := &skipCounter{Store: base}
+	const writers = 4
+	s := &skipCounter{Store: base, stalls: map[int64]bool{}}
 	h := enginetest.New(t, s, memstore.NewSegments(), enginetest.Options{})
 	h.Grants.Set("alice", engine.ScopeMap{"project_id": {"p1"}})
-	const dead, writers = 8, 4
 	clients := make([]*enginetest.Client, writers)
 	for i := range clients {
 		clients[i] = h.Client("q", "alice", fmt.Sprintf("w%d", i))
@@ -55,11 +105,16 @@ func TestDeadTicketsCostOneLease(t *testing.T) {
 	// The queue in use (its turn moved just now), then the dead tickets:
 	// taken, never used, never passed.
 	turn := activeQueue(t, base, "q")
-	for range dead {
-		if _, err := base.TakeTicket(ctx, "q"); err != nil {
+	s.mu.Lock()
+	for range front {
+		d, err := base.TakeTicket(ctx, "q")
+		if err != nil {
 			t.Fatal(err)
 		}
+		s.dead = append(s.dead, d)
 	}
+	s.after, s.deadAfter = writers-1, deadAfter
+	s.mu.Unlock()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, cl := range clients {
@@ -77,19 +132,30 @@ func TestDeadTicketsCostOneLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.mu.Lock()
+	stalls, last := len(s.stalls), slices.Max(s.live)
+	// The dead tickets a live writer waited behind: those before the
+	// last live ticket (later ones block nobody yet).
+	var dead int64
+	for _, d := range s.dead {
+		if d < last {
+			dead++
+		}
+	}
+	s.mu.Unlock()
 	if hd.MaxCommitSeq != hd0.MaxCommitSeq+writers {
 		t.Fatalf("head at commitSeq %d, want %d (every live writer once)", hd.MaxCommitSeq, hd0.MaxCommitSeq+writers)
 	}
-	if hd.Turn < turn+dead+writers {
-		t.Fatalf("turn %d, want at least %d (dead tickets skipped, each live writer its own turn)", hd.Turn, turn+dead+writers)
+	if hd.Turn < last || last < turn+dead+1 {
+		t.Fatalf("turn %d, last live ticket %d, want the turn past it, behind %d dead tickets", hd.Turn, last, dead)
 	}
-	moved, skipped := s.moved.Load(), s.skipped.Load()
-	t.Logf("%d dead tickets, %d live writers: %s until all committed; %d lease skips moved the turn past %d tickets", dead, writers, took, moved, skipped)
+	skipped := s.skipped.Load()
+	t.Logf("%d dead tickets, %d live writers: %s until all committed; %d turns waited out for a lease, skips moved the turn past %d tickets", dead, writers, took, stalls, skipped)
 	if skipped < dead {
 		t.Fatalf("skips moved the turn past %d tickets, want at least the %d dead ones", skipped, dead)
 	}
-	if moved > 1 {
-		t.Fatalf("the partition waited out %d leases for %d dead tickets, want one", moved, dead)
+	if stalls > 1 {
+		t.Fatalf("the partition waited out %d leases for %d dead tickets, want one", stalls, dead)
 	}
 }
 
@@ -131,5 +197,35 @@ func TestWaitingTickets(t *testing.T) {
 	// Taking tickets still works beside the marks.
 	if tk, err := s.TakeTicket(ctx, p); err != nil || tk != 10 {
 		t.Fatalf("ticket after marks: %d %v, want 10", tk, err)
+	}
+}
+
+// A skip records the dead tickets it found on the head, where every
+// read of the head returns them; a pass or a commit leaves the record,
+// and a later skip with none leaves it too.
+func TestSkipRecordsDeadTickets(t *testing.T) {
+	ctx := context.Background()
+	s, p := queueStore(t)
+	for range 9 {
+		if _, err := s.TakeTicket(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead := store.NewDeadTickets([]int64{4, 5, 7})
+	if ok, err := s.SkipTurn(ctx, p, 0, 2, 1000, dead); err != nil || !ok {
+		t.Fatalf("skip 0→2: %v %v", ok, err)
+	}
+	h := wantHead(t, s, p, 0, 2)
+	if h.Dead != dead || fmt.Sprint(h.Dead.List()) != "[4 5 7]" {
+		t.Fatalf("dead tickets on the head %+v (%v), want [4 5 7]", h.Dead, h.Dead.List())
+	}
+	if err := s.PassTurn(ctx, p, 3, 2000); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.SkipTurn(ctx, p, 3, 5, 3000, store.DeadTickets{}); err != nil || !ok {
+		t.Fatalf("skip 3→5: %v %v", ok, err)
+	}
+	if h := wantHead(t, s, p, 0, 5); h.Dead != dead {
+		t.Fatalf("dead tickets %v after a pass and a skip without any, want the record kept", h.Dead.List())
 	}
 }

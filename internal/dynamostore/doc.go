@@ -198,9 +198,12 @@
 //     those marks (one consistent GetItem) and sets `to` just before the
 //     lowest ticket marked at that turn (or its own): a run of dead tickets
 //     (holders that crashed or whose request ended before their turn)
-//     costs one lease in total, not one each. Marks of passed tickets
-//     are removed with that read. A waiter reads again at least every
-//     250 ms.
+//     costs one lease in total, not one each. Unmarked tickets further
+//     back, between live ones, go on the head with that update (df/dm:
+//     a first ticket and a 63-bit mask), and a waiter that reads the
+//     turn just before one skips it at once, without a lease. Marks of
+//     passed tickets are removed with that read. A waiter reads again
+//     at least every 250 ms.
 //
 // The head and the rows of one BatchGetItem are not one snapshot: a row
 // may predate the head's last commit. A commit built on such a head names

@@ -25,9 +25,11 @@ const (
 
 	qWaitPfx = "w" // w<ticket>: N the turn its holder saw while waiting
 
-	hTurn    = "tn" // N last ticket that committed, passed or was skipped
-	hTurnAt  = "tt" // N when tn last moved, µs since the Unix epoch
-	hTurnGap = "tg" // N smoothed µs between moves of tn
+	hTurn     = "tn" // N last ticket that committed, passed or was skipped
+	hTurnAt   = "tt" // N when tn last moved, µs since the Unix epoch
+	hTurnGap  = "tg" // N smoothed µs between moves of tn
+	hDeadFrom = "df" // N, with dm: tickets above tn a skip found dead
+	hDeadMask = "dm" // N (store.Head.Dead)
 )
 
 var _ store.CommitQueue = (*Store)(nil)
@@ -65,17 +67,22 @@ func turnCondition(t int64) string {
 
 // moveTurn sets the head's turn from `from` to `to` if it is still
 // `from`; false when it had moved. The head must exist.
-func (s *Store) moveTurn(ctx context.Context, op, partition string, from, to, nowUs int64) (bool, error) {
+// A non-empty dead replaces the head's record of dead tickets.
+func (s *Store) moveTurn(ctx context.Context, op, partition string, from, to, nowUs int64, dead store.DeadTickets) (bool, error) {
 	if err := checkPartition(partition); err != nil {
 		return false, err
 	}
+	update := "SET tn = :t, tt = :at"
+	vals := map[string]types.AttributeValue{":tp": N(from), ":t": N(to), ":at": N(nowUs)}
+	if dead.Mask != 0 {
+		update += ", df = :df, dm = :dm"
+		vals[":df"], vals[":dm"] = N(dead.From), N(dead.Mask)
+	}
 	_, err := s.updateItem(ctx, op, &dynamodb.UpdateItemInput{
-		Key:                 Key(headPK(partition), headSK),
-		UpdateExpression:    aws.String("SET tn = :t, tt = :at"),
-		ConditionExpression: aws.String("attribute_exists(pk) AND " + turnCondition(from)),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":tp": N(from), ":t": N(to), ":at": N(nowUs),
-		},
+		Key:                       Key(headPK(partition), headSK),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String("attribute_exists(pk) AND " + turnCondition(from)),
+		ExpressionAttributeValues: vals,
 	})
 	if isConditionFailed(err) {
 		return false, nil
@@ -85,13 +92,13 @@ func (s *Store) moveTurn(ctx context.Context, op, partition string, from, to, no
 
 // PassTurn implements store.CommitQueue.
 func (s *Store) PassTurn(ctx context.Context, partition string, ticket, nowUs int64) error {
-	_, err := s.moveTurn(ctx, "pass commit turn", partition, ticket-1, ticket, nowUs)
+	_, err := s.moveTurn(ctx, "pass commit turn", partition, ticket-1, ticket, nowUs, store.DeadTickets{})
 	return err
 }
 
 // SkipTurn implements store.CommitQueue.
-func (s *Store) SkipTurn(ctx context.Context, partition string, from, to, nowUs int64) (bool, error) {
-	return s.moveTurn(ctx, "skip stalled commit turn", partition, from, to, nowUs)
+func (s *Store) SkipTurn(ctx context.Context, partition string, from, to, nowUs int64, dead store.DeadTickets) (bool, error) {
+	return s.moveTurn(ctx, "skip stalled commit turn", partition, from, to, nowUs, dead)
 }
 
 // MarkWaiting implements store.CommitQueue: one UpdateItem SET on the

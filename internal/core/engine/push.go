@@ -125,21 +125,8 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 					if qs.polls > maxQueuePolls {
 						return nil, syncerr.New(syncerr.RateLimited, "partition is too busy: commit waited %d reads for its turn", maxQueuePolls)
 					}
-					switch {
-					case head.Turn >= qs.ticket:
-						// Skipped as stalled: line up again.
-						qs.ticket = 0
-					case qs.stalled():
-						// The turn has not moved for a lease: its holder is
-						// gone, and so is every holder behind it that did
-						// not mark itself waiting (skipStalled).
-						if err := qs.skipStalled(ctx, head.Turn); err != nil {
-							return nil, storeErr(err, "skip a stalled commit turn")
-						}
-					default:
-						if err := qs.markIfLate(ctx); err != nil {
-							return nil, storeErr(err, "mark a commit ticket waiting")
-						}
+					if err := qs.notInTurn(ctx, head); err != nil {
+						return nil, err
 					}
 					attempt-- // a read for the turn is not a lost race
 					continue
