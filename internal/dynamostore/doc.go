@@ -190,11 +190,20 @@
 //     then reads head and rows in one BatchGetItem. A holder whose
 //     evaluation ends in a rejection, a replay or an error passes its
 //     turn (SET tn = ticket IF tn = ticket−1). A turn that has not moved
-//     for 2 s has its holder skipped (SET tn = tn+1 IF tn = the turn
-//     seen, one holder at a time); the skipped holder's commit fails its
-//     turn condition and it lines up again. A holder whose request ends
-//     before its turn comes costs the queue that lease once. A waiter
-//     reads again at least every 250 ms.
+//     for 2 s has its holder skipped (SET tn = to IF tn = the turn
+//     seen); a skipped holder's commit fails its turn condition and it
+//     lines up again. A waiter that sees the turn stand still for 1 s
+//     marks itself waiting (SET w<ticket> = the turn on the ticket item,
+//     1 WCU, only while stalled); the waiter whose 2 s run out reads
+//     those marks (one consistent GetItem) and sets `to` just before the
+//     lowest ticket marked at that turn (or its own): a run of dead tickets
+//     (holders that crashed or whose request ended before their turn)
+//     costs one lease in total, not one each. Unmarked tickets further
+//     back, between live ones, go on the head with that update (df/dm:
+//     a first ticket and a 63-bit mask), and a waiter that reads the
+//     turn just before one skips it at once, without a lease. Marks of
+//     passed tickets are removed with that read. A waiter reads again
+//     at least every 250 ms.
 //
 // The head and the rows of one BatchGetItem are not one snapshot: a row
 // may predate the head's last commit. A commit built on such a head names
@@ -231,7 +240,10 @@
 // own, with no other turn between them, races the head again (2 round
 // trips), so a lone writer that once met contention does not keep paying
 // the queue. Rates on DynamoDB Local swing by ±40% with the machine's
-// load; the round trips are exact.
+// load; the round trips are exact. Measured again with the dead-ticket
+// skips (3 runs, load 5–7): 8 writers 3.90–4.08 and 32 writers
+// 4.73–5.24 round trips per commit, as before them (they run only when a
+// turn stalls).
 //
 // Ceiling: a partition commits one commit per turn, a consistent read
 // plus a commit transaction plus the hand-off, whatever the number of

@@ -3,6 +3,9 @@ package dynamostore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -20,9 +23,13 @@ const (
 	queueSK  = "QUEUE" // ticket item, pk = the head's
 	qTickets = "tk"    // N last ticket handed out
 
-	hTurn    = "tn" // N last ticket that committed, passed or was skipped
-	hTurnAt  = "tt" // N when tn last moved, µs since the Unix epoch
-	hTurnGap = "tg" // N smoothed µs between moves of tn
+	qWaitPfx = "w" // w<ticket>: N the turn its holder saw while waiting
+
+	hTurn     = "tn" // N last ticket that committed, passed or was skipped
+	hTurnAt   = "tt" // N when tn last moved, µs since the Unix epoch
+	hTurnGap  = "tg" // N smoothed µs between moves of tn
+	hDeadFrom = "df" // N, with dm: tickets above tn a skip found dead
+	hDeadMask = "dm" // N (store.Head.Dead)
 )
 
 var _ store.CommitQueue = (*Store)(nil)
@@ -60,17 +67,22 @@ func turnCondition(t int64) string {
 
 // moveTurn sets the head's turn from `from` to `to` if it is still
 // `from`; false when it had moved. The head must exist.
-func (s *Store) moveTurn(ctx context.Context, op, partition string, from, to, nowUs int64) (bool, error) {
+// A non-empty dead replaces the head's record of dead tickets.
+func (s *Store) moveTurn(ctx context.Context, op, partition string, from, to, nowUs int64, dead store.DeadTickets) (bool, error) {
 	if err := checkPartition(partition); err != nil {
 		return false, err
 	}
+	update := "SET tn = :t, tt = :at"
+	vals := map[string]types.AttributeValue{":tp": N(from), ":t": N(to), ":at": N(nowUs)}
+	if dead.Mask != 0 {
+		update += ", df = :df, dm = :dm"
+		vals[":df"], vals[":dm"] = N(dead.From), N(dead.Mask)
+	}
 	_, err := s.updateItem(ctx, op, &dynamodb.UpdateItemInput{
-		Key:                 Key(headPK(partition), headSK),
-		UpdateExpression:    aws.String("SET tn = :t, tt = :at"),
-		ConditionExpression: aws.String("attribute_exists(pk) AND " + turnCondition(from)),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":tp": N(from), ":t": N(to), ":at": N(nowUs),
-		},
+		Key:                       Key(headPK(partition), headSK),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String("attribute_exists(pk) AND " + turnCondition(from)),
+		ExpressionAttributeValues: vals,
 	})
 	if isConditionFailed(err) {
 		return false, nil
@@ -80,13 +92,85 @@ func (s *Store) moveTurn(ctx context.Context, op, partition string, from, to, no
 
 // PassTurn implements store.CommitQueue.
 func (s *Store) PassTurn(ctx context.Context, partition string, ticket, nowUs int64) error {
-	_, err := s.moveTurn(ctx, "pass commit turn", partition, ticket-1, ticket, nowUs)
+	_, err := s.moveTurn(ctx, "pass commit turn", partition, ticket-1, ticket, nowUs, store.DeadTickets{})
 	return err
 }
 
 // SkipTurn implements store.CommitQueue.
-func (s *Store) SkipTurn(ctx context.Context, partition string, from, to, nowUs int64) (bool, error) {
-	return s.moveTurn(ctx, "skip stalled commit turn", partition, from, to, nowUs)
+func (s *Store) SkipTurn(ctx context.Context, partition string, from, to, nowUs int64, dead store.DeadTickets) (bool, error) {
+	return s.moveTurn(ctx, "skip stalled commit turn", partition, from, to, nowUs, dead)
+}
+
+// MarkWaiting implements store.CommitQueue: one UpdateItem SET on the
+// ticket item (1 WCU, no condition), naming the ticket's own attribute
+// (w<ticket>), so live waiters never contend with each other or with a
+// ticket being taken.
+func (s *Store) MarkWaiting(ctx context.Context, partition string, ticket, turn int64) error {
+	if err := checkPartition(partition); err != nil {
+		return err
+	}
+	if ticket <= turn+1 {
+		return fmt.Errorf("dynamostore: ticket %d is not waiting behind turn %d", ticket, turn)
+	}
+	_, err := s.updateItem(ctx, "mark commit ticket waiting", &dynamodb.UpdateItemInput{
+		Key:                       Key(headPK(partition), queueSK),
+		UpdateExpression:          aws.String("SET #w = :turn"),
+		ExpressionAttributeNames:  map[string]string{"#w": qWaitPfx + strconv.FormatInt(ticket, 10)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":turn": N(turn)},
+	})
+	return err
+}
+
+// WaitingTickets implements store.CommitQueue: one consistent GetItem of
+// the ticket item. Marks of tickets at or below turn belong to holders
+// the turn has passed: they are removed (one more UpdateItem, only when
+// there are any), which keeps the item as small as the live queue.
+func (s *Store) WaitingTickets(ctx context.Context, partition string, turn int64) ([]int64, error) {
+	if err := checkPartition(partition); err != nil {
+		return nil, err
+	}
+	item, err := s.getItem(ctx, "read waiting commit tickets", headPK(partition), queueSK, nil)
+	if err != nil {
+		return nil, err
+	}
+	var live []int64
+	var stale []string
+	for name := range item {
+		digits, ok := strings.CutPrefix(name, qWaitPfx)
+		if !ok {
+			continue
+		}
+		t, perr := strconv.ParseInt(digits, 10, 64)
+		seen, nok := getN(item, name)
+		if perr != nil || !nok {
+			return nil, fmt.Errorf("dynamostore: waiting mark %q is malformed: %w", name, errCorrupt)
+		}
+		switch {
+		case t <= turn:
+			stale = append(stale, name)
+		case seen == turn:
+			live = append(live, t)
+		}
+	}
+	slices.Sort(live)
+	if len(stale) > 0 {
+		slices.Sort(stale)
+		stale = stale[:min(len(stale), 100)] // bounded expression; the rest go next time
+		names := make(map[string]string, len(stale))
+		refs := make([]string, len(stale))
+		for i, n := range stale {
+			refs[i] = "#s" + strconv.Itoa(i)
+			names[refs[i]] = n
+		}
+		if _, err := s.updateItem(ctx, "remove passed waiting marks", &dynamodb.UpdateItemInput{
+			Key:                      Key(headPK(partition), queueSK),
+			UpdateExpression:         aws.String("REMOVE " + strings.Join(refs, ", ")),
+			ExpressionAttributeNames: names,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return live, nil
 }
 
 // readRowChecks returns, per (table, rowId), the condition that keeps a

@@ -173,10 +173,10 @@ func TestCommitQueueTurns(t *testing.T) {
 	}
 	wantHead(t, s, p, 1, 2)
 	// Ticket 3 stalled: ticket 4's holder skips it.
-	if ok, err := s.SkipTurn(ctx, p, 2, 3, 3000); err != nil || !ok {
+	if ok, err := s.SkipTurn(ctx, p, 2, 3, 3000, store.DeadTickets{}); err != nil || !ok {
 		t.Fatalf("skip: %v %v", ok, err)
 	}
-	if ok, err := s.SkipTurn(ctx, p, 2, 3, 3000); err != nil || ok {
+	if ok, err := s.SkipTurn(ctx, p, 2, 3, 3000, store.DeadTickets{}); err != nil || ok {
 		t.Fatalf("second skip from a moved turn: %v %v, want false", ok, err)
 	}
 	req = insertReq(1, "t3", "y")

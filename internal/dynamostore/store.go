@@ -128,6 +128,8 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 	h.Turn, _ = getN(item, hTurn) // absent until the partition's queue is first used
 	h.TurnAtUs, _ = getN(item, hTurnAt)
 	h.TurnGapUs, _ = getN(item, hTurnGap)
+	h.Dead.From, _ = getN(item, hDeadFrom) // absent until a skip found dead tickets behind a live one
+	h.Dead.Mask, _ = getN(item, hDeadMask)
 	for _, v := range ok {
 		if !v {
 			return h, fmt.Errorf("dynamostore: partition head item is malformed: %w", errCorrupt)

@@ -125,19 +125,8 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 					if qs.polls > maxQueuePolls {
 						return nil, syncerr.New(syncerr.RateLimited, "partition is too busy: commit waited %d reads for its turn", maxQueuePolls)
 					}
-					switch {
-					case head.Turn >= qs.ticket:
-						// Skipped as stalled: line up again.
-						qs.ticket = 0
-					case qs.stalled():
-						// The turn has not moved for a lease: its holder is
-						// gone. Skip it (only it: the holders after it may
-						// be alive); a skipped holder's commit fails its
-						// turn condition and it lines up again.
-						if _, err := qs.q.SkipTurn(ctx, rs.auth.Partition, head.Turn, head.Turn+1, time.Now().UnixMicro()); err != nil {
-							return nil, storeErr(err, "skip a stalled commit turn")
-						}
-						qs.seen.Turn, qs.seen.TurnAtUs = head.Turn+1, time.Now().UnixMicro()
+					if err := qs.notInTurn(ctx, head); err != nil {
+						return nil, err
 					}
 					attempt-- // a read for the turn is not a lost race
 					continue

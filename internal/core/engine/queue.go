@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,6 +62,9 @@ type queueState struct {
 	// value (seenTurn): the lease is measured on the waiter's own clock.
 	seenTurn  int64
 	turnSince time.Time
+	// marked: this waiter marked itself waiting at turn markedTurn.
+	marked     bool
+	markedTurn int64
 }
 
 // commitQueue returns the store's queue, nil when it has none.
@@ -154,6 +158,145 @@ func (qs *queueState) stalled() bool {
 		return false
 	}
 	return now.Sub(qs.turnSince) > queueLease && now.UnixMicro()-qs.seen.TurnAtUs > queueLease.Microseconds()
+}
+
+// Dead tickets. A writer can take a ticket and never come back (its
+// instance crashed, its request ended while it waited early). Each such
+// ticket stalls the turn when it comes; skipping them one lease at a
+// time makes N dead tickets in a row cost N leases. Instead, a waiter
+// that has seen the turn stand still for half a lease marks itself
+// waiting at that turn (one write, only while the queue is stalled), and
+// the first waiter whose lease runs out moves the turn, in one
+// conditional update, to just before the lowest ticket that is marked
+// (or its own): every unmarked ticket in between is dead and skipped at
+// once. Unmarked tickets further back, between live ones, are recorded
+// dead on the head in that update, and the waiter that finds the turn
+// just before one skips it without a lease: dead tickets cost one lease
+// in total wherever they sit in the line. A live waiter behind the stall
+// has had half a lease to mark itself; one that did not (a slow reader)
+// fails its turn condition and lines up again, as any skipped holder
+// does (the queue only orders attempts: no commit depends on it).
+
+// notInTurn handles a read that found the turn elsewhere: the ticket
+// was skipped as stalled (line up again), the tickets ahead are known
+// dead (skip them now), the turn has stood still for a lease (skip the
+// dead tickets ahead), or it is late (mark the ticket waiting).
+func (qs *queueState) notInTurn(ctx context.Context, head store.Head) error {
+	if head.Turn >= qs.ticket {
+		qs.ticket = 0
+		return nil
+	}
+	skipped, err := qs.skipKnownDead(ctx, head)
+	if err != nil {
+		return storeErr(err, "skip dead commit tickets")
+	}
+	switch {
+	case skipped:
+	case qs.stalled():
+		if err := qs.skipStalled(ctx, head.Turn); err != nil {
+			return storeErr(err, "skip a stalled commit turn")
+		}
+	default:
+		if err := qs.markIfLate(ctx); err != nil {
+			return storeErr(err, "mark a commit ticket waiting")
+		}
+	}
+	return nil
+}
+
+// markIfLate marks the commit's ticket waiting once the turn it waits
+// behind has stood still for half a lease, once per turn value.
+func (qs *queueState) markIfLate(ctx context.Context) error {
+	turn := qs.seen.Turn
+	if qs.ticket <= turn+1 || qs.seenTurn != turn || qs.turnSince.IsZero() ||
+		time.Since(qs.turnSince) <= queueLease/2 || qs.marked && qs.markedTurn == turn {
+		return nil
+	}
+	if err := qs.q.MarkWaiting(ctx, qs.partition, qs.ticket, turn); err != nil {
+		return err
+	}
+	qs.marked, qs.markedTurn = true, turn
+	return nil
+}
+
+// skipStalled moves a turn that has stood still for a lease past its
+// holder and every dead ticket after it, up to the lowest ticket marked
+// waiting at that turn, or this commit's own (see "Dead tickets"). The
+// unmarked tickets between that live one and the highest live ticket
+// are dead too: they are recorded on the head (store.Head.Dead) with
+// the move, with the earlier record's still ahead, so they are skipped
+// at once when the turn reaches them (skipKnownDead).
+func (qs *queueState) skipStalled(ctx context.Context, turn int64) error {
+	live, err := qs.q.WaitingTickets(ctx, qs.partition, turn)
+	if err != nil {
+		return err
+	}
+	first := qs.ticket
+	for _, t := range live {
+		// A marked turn+1 came into its turn and stalled in it: it is
+		// skipped like any holder that stalls.
+		if t > turn+1 && t < first {
+			first = t
+			break
+		}
+	}
+	to := max(first-1, turn+1)
+	// Behind the lowest live ticket, an unmarked ticket below a marked
+	// one (or this commit's own) was taken before it: dead as well.
+	last := qs.ticket
+	marked := make(map[int64]bool, len(live)+1)
+	marked[qs.ticket] = true
+	for _, t := range live {
+		marked[t] = true
+		last = max(last, t)
+	}
+	var dead []int64
+	for t := to + 2; t < last && len(dead) < 63; t++ {
+		if !marked[t] {
+			dead = append(dead, t)
+		}
+	}
+	return qs.skip(ctx, turn, to, mergeDead(qs.seen.Dead.List(), dead, to))
+}
+
+// skipKnownDead skips, without waiting for a lease, the run of tickets
+// after the turn that an earlier skip recorded dead; false when the
+// ticket after the turn is not one of them.
+func (qs *queueState) skipKnownDead(ctx context.Context, h store.Head) (bool, error) {
+	to := h.Turn
+	for h.Dead.Has(to+1) && to+1 < qs.ticket {
+		to++
+	}
+	if to == h.Turn {
+		return false, nil
+	}
+	return true, qs.skip(ctx, h.Turn, to, mergeDead(h.Dead.List(), nil, to))
+}
+
+// skip moves the turn from `from` to `to`, recording dead.
+func (qs *queueState) skip(ctx context.Context, from, to int64, dead store.DeadTickets) error {
+	now := time.Now().UnixMicro()
+	moved, err := qs.q.SkipTurn(ctx, qs.partition, from, to, now, dead)
+	if err != nil {
+		return err
+	}
+	if moved {
+		qs.seen.Turn, qs.seen.TurnAtUs = to, now
+	}
+	return nil
+}
+
+// mergeDead is the set of the dead tickets of a and b above the turn
+// `to`.
+func mergeDead(a, b []int64, to int64) store.DeadTickets {
+	var out []int64
+	for _, t := range append(slices.Clone(a), b...) {
+		if t > to {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return store.NewDeadTickets(slices.Compact(out))
 }
 
 // turnGap is the smoothed time a turn takes, recorded with a commit
@@ -352,7 +495,7 @@ func (qs *queueState) releaseUnused(ctx context.Context, st store.Store) {
 	defer cancel()
 	defer func() { qs.ticket = 0 }()
 	for {
-		moved, err := qs.q.SkipTurn(ctx, qs.partition, qs.ticket-1, qs.ticket, time.Now().UnixMicro())
+		moved, err := qs.q.SkipTurn(ctx, qs.partition, qs.ticket-1, qs.ticket, time.Now().UnixMicro(), store.DeadTickets{})
 		if err != nil || moved {
 			return
 		}

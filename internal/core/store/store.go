@@ -77,6 +77,52 @@ type Head struct {
 	// and TurnGapUs the smoothed interval between moves: waiters estimate
 	// their wait from them. All zero on a store without a queue.
 	Turn, TurnAtUs, TurnGapUs int64
+	// Dead are tickets above the turn that a skip of a stalled turn
+	// found dead (not marked waiting, CommitQueue.MarkWaiting) but could
+	// not pass yet, a live ticket coming before them: a waiter that finds
+	// the turn just before one skips it at once, not after another lease.
+	// Tickets at or below Turn are stale and mean nothing.
+	Dead DeadTickets
+}
+
+// DeadTickets is a small set of commit-queue tickets: From+i for each
+// bit i set in Mask (at most 63 tickets from From; Mask 0: none). A
+// comparable value, so Head stays comparable.
+type DeadTickets struct {
+	From, Mask int64
+}
+
+// NewDeadTickets is the set of the ascending tickets ts; those beyond
+// the 63rd ticket after the first are left out (they cost a lease when
+// the turn reaches them, as any stalled ticket does).
+func NewDeadTickets(ts []int64) DeadTickets {
+	if len(ts) == 0 {
+		return DeadTickets{}
+	}
+	d := DeadTickets{From: ts[0]}
+	for _, t := range ts {
+		if i := t - d.From; i >= 0 && i < 63 {
+			d.Mask |= 1 << i
+		}
+	}
+	return d
+}
+
+// Has reports whether ticket t is in the set.
+func (d DeadTickets) Has(t int64) bool {
+	i := t - d.From
+	return d.Mask != 0 && i >= 0 && i < 63 && d.Mask&(1<<i) != 0
+}
+
+// List is the set's tickets, ascending.
+func (d DeadTickets) List() []int64 {
+	var out []int64
+	for i := range int64(63) {
+		if d.Mask&(1<<i) != 0 {
+			out = append(out, d.From+i)
+		}
+	}
+	return out
 }
 
 // Row is the current stored state of one synced row, or its delete
@@ -236,8 +282,18 @@ type CommitQueue interface {
 	// elsewhere.
 	PassTurn(ctx context.Context, partition string, ticket, nowUs int64) error
 	// SkipTurn moves the turn from `from` to `to` when it is still `from`
-	// (its holders stalled past their lease); false when it had moved.
-	SkipTurn(ctx context.Context, partition string, from, to, nowUs int64) (bool, error)
+	// (its holders stalled past their lease, or are known dead); false
+	// when it had moved. A non-empty dead replaces the head's Dead in the
+	// same update; an empty one leaves it.
+	SkipTurn(ctx context.Context, partition string, from, to, nowUs int64, dead DeadTickets) (bool, error)
+	// MarkWaiting records that ticket's holder is alive and still
+	// waiting while the turn has stood at `turn` (ticket > turn+1) for
+	// longer than a waiter expects: a stalled turn's skipper then tells
+	// live tickets from dead ones.
+	MarkWaiting(ctx context.Context, partition string, ticket, turn int64) error
+	// WaitingTickets returns, ascending, the tickets above `turn` whose
+	// holders marked themselves waiting at that turn (MarkWaiting).
+	WaitingTickets(ctx context.Context, partition string, turn int64) ([]int64, error)
 }
 
 // WriterCheck is the writer-fence and serve-gate condition of a write
