@@ -236,11 +236,14 @@ func fakeEmulator(t *testing.T, answer func(w http.ResponseWriter, r *http.Reque
 // payload are 500s, each with API Gateway's {"message"} body; a good
 // response passes through.
 func TestGatewayFunctionFailures(t *testing.T) {
-	g := &gateway{timeout: 300 * time.Millisecond, log: slog.New(slog.NewJSONHandler(io.Discard, nil)), fns: map[string]*function{
+	// The timeout leaves room for moving the 6 MB response below on a
+	// loaded machine (race detector, parallel packages): only the push
+	// function, which never answers, may reach it.
+	g := &gateway{timeout: 3 * time.Second, log: slog.New(slog.NewJSONHandler(io.Discard, nil)), fns: map[string]*function{
 		"push": fakeEmulator(t, func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-r.Context().Done():
-			case <-time.After(time.Second):
+			case <-time.After(5 * time.Second): // past the timeout; Close waits for it
 			}
 		}),
 		"pull": fakeEmulator(t, func(w http.ResponseWriter, _ *http.Request) {
