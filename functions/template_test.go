@@ -162,6 +162,9 @@ var unmodelled = [][]string{
 	{"Resources", "SyncApi", "Properties", "AccessLogSettings"},
 	// TestTemplateRealtimeTier checks it.
 	{"Resources", "RealtimeListener", "Properties", "ListenerAttributes"},
+	// TestTemplateWarmThroughput and TestTemplateSpendCaps check them.
+	{"Resources", "SyncTable", "Properties", "WarmThroughput"},
+	{"Resources", "SyncTable", "Properties", "OnDemandThroughput"},
 }
 
 // goformation parses the whole template with SAM's and CloudFormation's
