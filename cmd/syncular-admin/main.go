@@ -29,6 +29,7 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 )
 
@@ -75,10 +76,11 @@ commands:
         (once, for tables written before the registry existed). The only
         command that Scans the whole table.
 
-  migrate [-backfill] [-batch N] [-timeout D]
+  migrate [-backfill] [-batch N] [-timeout D] [-parallel N]
         Rolling schema upgrade to the schema's latest version
-        (SYNC_SCHEMA_PATH): raise the stored schema marker, raise every
-        partition's writer fence, declare the checkpoints of
+        (SYNC_SCHEMA_PATH): raise the stored schema marker, raise the
+        writer fence of every registered partition (the set the
+        pre-traffic hook walks; -parallel partitions at once, default 32), declare the checkpoints of
         SYNC_CHECKPOINTS (name=table+table,...) and, with -backfill, run or
         resume their backfills and activate them. Idempotent: re-run to
         resume. Prints per partition and checkpoint: state, watermark,
@@ -132,6 +134,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fs.BoolVar(&mig.backfill, "backfill", false, "run or resume the declared checkpoints' backfills and activate them")
 		fs.IntVar(&mig.batch, "batch", 100, "rows per backfill batch (one commit each)")
 		fs.DurationVar(&mig.timeout, "timeout", 0, "stop the backfill between batches after this long (0: no limit); re-run to resume")
+		fs.IntVar(&mig.parallel, "parallel", migrate.DefaultParallel, "partitions migrated at once")
 	}
 	var restoreTable string
 	var restoreTimeout time.Duration
@@ -158,6 +161,10 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "syncular-admin %s: unexpected argument %q\n", cmd, fs.Arg(0))
+		return exitUsage
+	}
+	if cmd == "migrate" && mig.parallel < 1 {
+		fmt.Fprintf(stderr, "syncular-admin migrate: -parallel must be at least 1, got %d\n", mig.parallel)
 		return exitUsage
 	}
 	if takesSelection && sel.one == sel.all {

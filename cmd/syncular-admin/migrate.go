@@ -13,6 +13,7 @@ type migrateFlags struct {
 	backfill bool
 	batch    int
 	timeout  time.Duration
+	parallel int
 }
 
 // migrate runs the rolling-upgrade step (migrate.Step) to the schema's
@@ -29,8 +30,11 @@ func (a *admin) migrate(ctx context.Context, f migrateFlags, checkpoints string)
 		return exitUsage
 	}
 	rep, err := migrate.Run(ctx, a.store, migrate.Plan{
-		Version: int64(sch.Latest), Checkpoints: decls, Partitions: a.store.ListPartitions,
-		Now: func() int64 { return time.Now().UnixMilli() },
+		// The partition registry, as the pre-traffic hook walks it: both
+		// fence the same set (register-partitions adds tables' older
+		// partitions first). Queries, never a Scan.
+		Version: int64(sch.Latest), Checkpoints: decls, Partitions: a.store.EachRegisteredPartition,
+		Now: func() int64 { return time.Now().UnixMilli() }, Parallel: f.parallel,
 	}, migrate.RunOptions{Backfill: f.backfill, BatchRows: f.batch, Timeout: f.timeout}, a.out)
 	fmt.Fprintf(a.errw, "schema marker %d; fenced %d of %d partition(s); %d checkpoint(s) activated, %d incomplete\n",
 		rep.Marker, rep.Fenced, rep.Partitions, rep.Activated, rep.Incomplete)

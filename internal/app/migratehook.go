@@ -75,6 +75,9 @@ type MigrateHook struct {
 	// (default 15 s).
 	Margin    time.Duration
 	BatchRows int
+	// Parallel is how many partitions are migrated at once (0:
+	// migrate.DefaultParallel).
+	Parallel int
 }
 
 // Run is one invocation.
@@ -102,10 +105,9 @@ func (h *MigrateHook) Run(ctx context.Context, ev HookEvent) (HookResult, error)
 		Checkpoints: h.Checkpoints,
 		// The registry lists every partition TouchPartition has seen
 		// (register-partitions backfills older tables): Queries, no Scan.
-		Partitions: func(ctx context.Context, fn func(string) bool) error {
-			return h.Store.ListRegisteredPartitions(ctx, "", func(p, _ string) bool { return fn(p) })
-		},
-		Now: func() int64 { return time.Now().UnixMilli() },
+		Partitions: h.Store.EachRegisteredPartition,
+		Now:        func() int64 { return time.Now().UnixMilli() },
+		Parallel:   h.Parallel,
 	}, migrate.RunOptions{Backfill: true, BatchRows: h.BatchRows, Timeout: timeout}, nil)
 	res := HookResult{
 		Marker: pr.Marker, Partitions: pr.Partitions, Fenced: pr.Fenced,

@@ -286,7 +286,9 @@
 // put before the head's, so creating a partition costs one more round
 // trip and ~1 WCU once; a request to an existing partition writes
 // nothing more). ListRegisteredPartitions Queries them, resumable from a
-// cursor; scheduled pruning and syncular-admin -all use it.
+// cursor; scheduled pruning, syncular-admin -all and the migration step
+// (the pre-traffic hook and syncular-admin migrate, through
+// EachRegisteredPartition, so both fence the same set) use it.
 // ListPartitions is the one Scan: it reads the whole table and serves
 // only syncular-admin register-partitions, the one-off backfill of
 // partitions created before the registry existed.

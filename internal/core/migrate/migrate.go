@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
@@ -39,6 +40,9 @@ type Plan struct {
 	Partitions func(ctx context.Context, fn func(partition string) bool) error
 	// Now is the clock of checkpoint timestamps.
 	Now func() int64
+	// Parallel is how many partitions are fenced and declared at once
+	// (0: DefaultParallel). Each partition's step stays sequential.
+	Parallel int
 }
 
 // Progress reports what a step or a backfill did.
@@ -70,22 +74,42 @@ func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 	if m > p.Version {
 		return pr, fmt.Errorf("stored schema marker %d is newer than %d: roll forward only", m, p.Version)
 	}
-	var ferr error
-	err = p.Partitions(ctx, func(part string) bool {
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	err = eachPartition(ctx, p.Partitions, p.Parallel, func(part string) bool {
+		fenced, declared, err := stepPartition(ctx, b, p, part)
+		mu.Lock()
+		defer mu.Unlock()
 		pr.Partitions++
-		if ferr = b.RaiseWriterFence(ctx, part, p.Version); ferr != nil {
-			return false
+		if fenced {
+			pr.Fenced++
 		}
-		pr.Fenced++
-		for _, d := range p.Checkpoints {
-			if _, ferr = b.DeclareCheckpoint(ctx, part, d.Name, p.Version, d.Sources, p.Now()); ferr != nil {
-				return false
-			}
-			pr.Declared++
+		pr.Declared += declared
+		if err != nil {
+			errs = append(errs, err)
+			return false
 		}
 		return true
 	})
-	return pr, errors.Join(err, ferr)
+	return pr, errors.Join(append(errs, err)...)
+}
+
+// stepPartition raises one partition's writer fence to p.Version, then
+// declares p's checkpoints there (the fence first: a checkpoint is only
+// declared on a partition the old build can no longer write).
+func stepPartition(ctx context.Context, b Backend, p Plan, part string) (fenced bool, declared int, err error) {
+	if err := b.RaiseWriterFence(ctx, part, p.Version); err != nil {
+		return false, 0, fmt.Errorf("raise writer fence of %q: %w", part, err)
+	}
+	for _, d := range p.Checkpoints {
+		if _, err := b.DeclareCheckpoint(ctx, part, d.Name, p.Version, d.Sources, p.Now()); err != nil {
+			return true, declared, fmt.Errorf("declare checkpoint %s on %q: %w", d.Name, part, err)
+		}
+		declared++
+	}
+	return true, declared, nil
 }
 
 // Transform maps one current source row to the projection's row writes

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -70,10 +71,20 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 	if out != nil {
 		fmt.Fprintln(out, "partition\tcheckpoint\tstate\twatermark\tobservedRows")
 	}
-	var errs []error
-	err = p.Partitions(ctx, func(part string) bool {
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	err = eachPartition(ctx, p.Partitions, p.Parallel, func(part string) bool {
 		for _, d := range p.Checkpoints {
 			bp, err := Backfill(ctx, b, part, d.Name, fn, BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now})
+			var line string
+			if out != nil {
+				if c, err := b.GetCheckpoint(ctx, part, d.Name); err == nil && c != nil {
+					line = fmt.Sprintf("%q\t%s\t%s\t%d\t%d\n", part, c.Name, c.State, c.Watermark, c.ObservedRows)
+				}
+			}
+			mu.Lock()
 			pr.Batches += bp.Batches
 			pr.Rows += bp.Rows
 			if bp.Activated > 0 {
@@ -84,13 +95,14 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 			if err != nil {
 				errs = append(errs, fmt.Errorf("partition %q checkpoint %s: %w", part, d.Name, err))
 			}
-			if out != nil {
-				if c, err := b.GetCheckpoint(ctx, part, d.Name); err == nil && c != nil {
-					fmt.Fprintf(out, "%q\t%s\t%s\t%d\t%d\n", part, c.Name, c.State, c.Watermark, c.ObservedRows)
-				}
+			if line != "" {
+				io.WriteString(out, line)
 			}
 			if bp.TimedOutNow {
 				pr.TimedOutNow = true
+			}
+			mu.Unlock()
+			if bp.TimedOutNow {
 				return false
 			}
 		}
