@@ -11,9 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/childproc"
+	"github.com/skyfold/syncular-lambda/internal/dynamolocal"
 )
 
 // dynamoLocal is a DynamoDB Local JVM this command started (in memory,
@@ -29,34 +30,20 @@ type dynamoLocal struct {
 // scripts/testenv-dynamodb.sh (idempotent, shared with `make test`) and
 // starts it on a free loopback port.
 func startDynamoLocal(ctx context.Context, repo string) (*dynamoLocal, error) {
-	script := filepath.Join(repo, "scripts", "testenv-dynamodb.sh")
-	install := exec.CommandContext(ctx, "bash", script)
-	install.Dir = repo
-	var stdout bytes.Buffer
-	install.Stdout, install.Stderr = &stdout, os.Stderr
-	if err := install.Run(); err != nil {
-		return nil, fmt.Errorf("%s: %w", script, err)
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	dir := strings.TrimSpace(lines[len(lines)-1])
-	java, err := exec.LookPath("java")
+	dir, err := dynamolocal.Install(ctx, repo)
 	if err != nil {
-		return nil, fmt.Errorf("java (DynamoDB Local needs it): %w", err)
+		return nil, err
 	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	d := &dynamoLocal{endpoint: "http://127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
-	d.cmd = exec.Command(java,
-		"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-		"-Djava.library.path="+filepath.Join(dir, "DynamoDBLocal_lib"),
-		"-jar", filepath.Join(dir, "DynamoDBLocal.jar"),
-		"-inMemory", "-sharedDb", "-disableTelemetry", "-port", strconv.Itoa(port))
-	d.cmd.Dir = os.TempDir()
+	if d.cmd, err = dynamolocal.Command(dir, port); err != nil {
+		return nil, err
+	}
 	d.cmd.Stdout, d.cmd.Stderr = &d.out, &d.out
-	d.cmd.SysProcAttr = childAttr()
-	if err := d.cmd.Start(); err != nil {
+	if err := childproc.Start(d.cmd); err != nil {
 		return nil, fmt.Errorf("start DynamoDB Local: %w", err)
 	}
 	go func() { _ = d.cmd.Wait(); close(d.done) }()
@@ -94,11 +81,7 @@ func (d *dynamoLocal) stop() {
 	if d == nil || d.cmd.Process == nil {
 		return
 	}
-	_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-d.done:
-	case <-time.After(10 * time.Second):
-	}
+	childproc.Stop(d.cmd.Process, d.done, 0)
 }
 
 func freePort() (int, error) {

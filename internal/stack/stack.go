@@ -31,7 +31,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -50,6 +49,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
+	"github.com/skyfold/syncular-lambda/internal/dynamolocal"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 )
 
@@ -276,22 +276,18 @@ func (s *Stack) serve(ln net.Listener, h http.Handler) {
 }
 
 func (s *Stack) startDynamo(ctx context.Context) error {
-	dir, err := runScript(ctx, s.repo, "testenv-dynamodb.sh")
+	dir, err := dynamolocal.Install(ctx, s.repo)
 	if err != nil {
 		return err
-	}
-	java, err := exec.LookPath("java")
-	if err != nil {
-		return fmt.Errorf("stack: java: %w", err)
 	}
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(java, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-		"-Djava.library.path="+filepath.Join(dir, "DynamoDBLocal_lib"),
-		"-jar", filepath.Join(dir, "DynamoDBLocal.jar"),
-		"-inMemory", "-sharedDb", "-disableTelemetry", "-port", strconv.Itoa(port))
+	cmd, err := dynamolocal.Command(dir, port)
+	if err != nil {
+		return err
+	}
 	cmd.Dir = s.tmp
 	if s.dynamo, err = startChild("dynamodb", cmd, nil); err != nil {
 		return err

@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/skyfold/syncular-lambda/internal/dynamolocal"
 )
 
 // Region is the region every client built here uses. DynamoDB Local runs
@@ -128,13 +130,9 @@ func startDynamo() (*DynamoLocal, error) {
 	if _, err := os.Stat(jar); err != nil {
 		return nil, fmt.Errorf("testenv: install script reported %s but: %w", dir, err)
 	}
-	java, err := exec.LookPath("java")
-	if err != nil {
-		return nil, fmt.Errorf("testenv: java not found after install: %w", err)
-	}
 	var errs []error
 	for range dynamoStartAttempts {
-		d, err := launchDynamo(java, dir)
+		d, err := launchDynamo(dir)
 		if err == nil {
 			d.InstallTime = installTime
 			return d, nil
@@ -144,20 +142,15 @@ func startDynamo() (*DynamoLocal, error) {
 	return nil, errors.Join(errs...)
 }
 
-func launchDynamo(java, dir string) (*DynamoLocal, error) {
+func launchDynamo(dir string) (*DynamoLocal, error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(java,
-		"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-		"-Djava.library.path="+filepath.Join(dir, "DynamoDBLocal_lib"),
-		"-jar", filepath.Join(dir, "DynamoDBLocal.jar"),
-		"-inMemory", "-sharedDb", "-disableTelemetry",
-		"-port", strconv.Itoa(port))
-	// DynamoDB Local may write logs next to its working directory; keep
-	// that out of the package directory.
-	cmd.Dir = os.TempDir()
+	cmd, err := dynamolocal.Command(dir, port)
+	if err != nil {
+		return nil, err
+	}
 	out := &tailBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = childSysProcAttr()

@@ -135,11 +135,7 @@ func TestDynamoDBStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	java, err := exec.LookPath("java")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := launchDynamo(java, dir)
+	d, err := launchDynamo(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
