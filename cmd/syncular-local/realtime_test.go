@@ -38,7 +38,7 @@ func newRTRigOpts(t testing.TB, o options) (*rtRig, *runner) {
 	return &rtRig{t: t, srv: srv.URL, d: &apptest.Deployment{
 		Schema: rn.schema,
 		Invoke: func(t testing.TB, _ string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
-			return overHTTP(t, c, srv.URL, ev)
+			return apptest.OverHTTP(t, c, srv.URL, ev)
 		},
 		Token: func(t testing.TB, actor string, scopes map[string][]string) string {
 			tok, err := auth.MintHS256([]byte(testSecret), auth.Claims{"sub": actor, "syncular_scopes": scopes}, time.Hour, time.Now())

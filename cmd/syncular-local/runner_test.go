@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -55,44 +54,6 @@ func startRunner(t testing.TB, o options) (*runner, *httptest.Server) {
 	return rn, srv
 }
 
-// overHTTP sends an API Gateway event as the plain HTTP request it stands
-// for, so the flow exercises the runner's own request → event → handler
-// → response path.
-func overHTTP(t testing.TB, c *http.Client, base string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
-	t.Helper()
-	body := []byte(ev.Body)
-	if ev.IsBase64Encoded {
-		body, _ = base64.StdEncoding.DecodeString(ev.Body)
-	}
-	u := base + ev.RawPath
-	if ev.RawQueryString != "" {
-		u += "?" + ev.RawQueryString
-	}
-	req, err := http.NewRequest(ev.RequestContext.HTTP.Method, u, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range ev.Headers {
-		if k != "host" && k != "x-forwarded-proto" {
-			req.Header.Set(k, v)
-		}
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := events.APIGatewayV2HTTPResponse{StatusCode: resp.StatusCode, Headers: map[string]string{}, Body: base64.StdEncoding.EncodeToString(b), IsBase64Encoded: true}
-	for k := range resp.Header {
-		out.Headers[k] = resp.Header.Get(k)
-	}
-	return out
-}
-
 // noDecompress keeps Content-Encoding for apptest.Body to undo, as a
 // Syncular client sees it.
 func noDecompress() *http.Client {
@@ -118,7 +79,7 @@ func runnerFlow(t *testing.T, o options) {
 	d := &apptest.Deployment{
 		Schema: rn.schema,
 		Invoke: func(t testing.TB, _ string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
-			return overHTTP(t, c, srv.URL, ev) // the runner routes by path, like API Gateway
+			return apptest.OverHTTP(t, c, srv.URL, ev) // the runner routes by path, like API Gateway
 		},
 		Token: func(t testing.TB, actor string, scopes map[string][]string) string {
 			tok, err := auth.MintHS256([]byte(testSecret), auth.Claims{"sub": actor, "syncular_scopes": scopes}, time.Hour, time.Now())
@@ -332,7 +293,7 @@ func benchDeployment(b testing.TB, rn *runner, srv *httptest.Server, c *http.Cli
 	return &apptest.Deployment{
 		Schema: rn.schema,
 		Invoke: func(t testing.TB, _ string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
-			return overHTTP(t, c, srv.URL, ev)
+			return apptest.OverHTTP(t, c, srv.URL, ev)
 		},
 		Token: func(t testing.TB, actor string, scopes map[string][]string) string {
 			tok, err := auth.MintHS256([]byte(testSecret), auth.Claims{"sub": actor, "syncular_scopes": scopes}, time.Hour, time.Now())

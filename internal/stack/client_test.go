@@ -1,9 +1,7 @@
 package stack
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"io"
 	"net/http"
 	"net/url"
@@ -34,7 +32,7 @@ func deployment(s *Stack) *apptest.Deployment {
 		Schema: s.Schema,
 		Invoke: func(t testing.TB, _ string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 			t.Helper()
-			return overHTTP(t, hc, s.BaseURL, ev)
+			return apptest.OverHTTP(t, hc, s.BaseURL, ev)
 		},
 		Token: func(t testing.TB, actor string, scopes map[string][]string) string {
 			tok, err := s.Token(actor, scopes, time.Hour)
@@ -57,43 +55,6 @@ func deployment(s *Stack) *apptest.Deployment {
 			return b
 		},
 	}
-}
-
-// overHTTP sends an API Gateway event's request over HTTP and returns the
-// answer as the event's response shape.
-func overHTTP(t testing.TB, c *http.Client, base string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
-	t.Helper()
-	body := []byte(ev.Body)
-	if ev.IsBase64Encoded {
-		body, _ = base64.StdEncoding.DecodeString(ev.Body)
-	}
-	u := base + ev.RawPath
-	if ev.RawQueryString != "" {
-		u += "?" + ev.RawQueryString
-	}
-	req, err := http.NewRequest(ev.RequestContext.HTTP.Method, u, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range ev.Headers {
-		if k != "host" && k != "x-forwarded-proto" {
-			req.Header.Set(k, v)
-		}
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := events.APIGatewayV2HTTPResponse{StatusCode: resp.StatusCode, Headers: map[string]string{}, Body: base64.StdEncoding.EncodeToString(b), IsBase64Encoded: true}
-	for k := range resp.Header {
-		out.Headers[k] = resp.Header.Get(k)
-	}
-	return out
 }
 
 // sockClient is a stock-protocol realtime client over a real WebSocket:
