@@ -148,97 +148,112 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 	if h.Logger != nil && h.Logger.Enabled(ctx, slog.LevelInfo) {
 		// Built only when the level lets it through (the metrics'
 		// directive with it): about a quarter of a quiet request's CPU.
-		// Sized for the whole line, the metrics' additions included, so
-		// it is allocated once.
-		// At info the line is short (it is billed as log ingestion on
-		// every request): identifiers, the outcome, and the counters that
-		// are not zero (a missing counter sums as zero; internal/metrics).
-		// At debug every field is written, zeros included.
-		verbose := h.Logger.Enabled(ctx, slog.LevelDebug)
-		attrs := make([]slog.Attr, 0, 48)
-		attrs = append(attrs, slog.String("requestId", r.RequestID))
-		if verbose {
-			attrs = append(attrs, slog.String("method", r.Method), slog.String("path", r.Path))
-		}
-		attrs = append(attrs,
-			slog.String("route", h.routeName(r.Path)),
-			slog.Int("status", resp.Status),
-			slog.String("partition", partition),
-			slog.String("actor", actor),
-			slog.Float64("durationMs", float64(now().Sub(start).Microseconds())/1000),
-		)
-		count := func(name string, v int64) {
-			if v != 0 || verbose {
-				attrs = append(attrs, slog.Int64(name, v))
-			}
-		}
-		if resp.Header.Get(overCapHeader) != "" {
-			// Refused unread: the clientId from the body's first bytes,
-			// and the counter (never the payload).
-			attrs = append(attrs,
-				slog.String("clientId", ClientIDOf(r.Body, r.Header.Get("Content-Encoding"))),
-				slog.Int(overCapField, 1),
-				slog.Int64("bodyBytes", bodySize(r)),
-			)
-		}
-		if rep != nil {
-			attrs = append(attrs, slog.String("clientId", rep.ClientID))
-			if verbose {
-				attrs = append(attrs,
-					slog.Int("wireVersion", int(rep.WireVersion)),
-					slog.Int("subscriptions", rep.Subscriptions),
-				)
-			}
-			count("pushCommits", int64(rep.Commits))
-			count("applied", int64(rep.Applied))
-			count("cached", int64(rep.Cached))
-			count("rejected", int64(rep.Rejected))
-			count("deferred", int64(rep.Deferred))
-			count("commitsSent", int64(rep.CommitsSent))
-			count("segmentsSent", int64(rep.SegmentsSent))
-			count("bytesOut", rep.BytesOut)
-			count("commitRacesLost", int64(rep.CommitRacesLost))
-			count("segmentsBuilt", int64(rep.SegmentsBuilt))
-			count("segmentsReused", int64(rep.SegmentsReused))
-			count("rowsScanned", int64(rep.RowsScanned))
-			count("rowsDelivered", int64(rep.RowsDelivered))
-			if rep.ErrorCode != "" {
-				attrs = append(attrs, slog.String("inBandError", rep.ErrorCode))
-			}
-		}
-		if meterAttrs != nil {
-			for _, a := range meterAttrs() {
-				if verbose || !zeroNumber(a.Value) {
-					attrs = append(attrs, a)
-				}
-			}
-		}
-		outcome := "ok"
-		if rep != nil && rep.ErrorCode != "" {
-			outcome = rep.ErrorCode
-		}
-		if resp.Status >= 400 {
-			code := resp.Header.Get("X-Syncular-Error")
-			attrs = append(attrs, slog.String("errorCode", code))
-			outcome = code
-			if outcome == "" {
-				outcome = "http." + strconv.Itoa(resp.Status)
-			}
-		}
-		attrs = append(attrs, slog.String("outcome", outcome))
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			// The host's soft deadline (lambdahttp) or a caller's
-			// deadline ended the request before it finished.
-			attrs = append(attrs, slog.Bool("deadlineExceeded", true))
-		}
-		if h.Line != nil {
-			attrs = h.Line(attrs)
-		}
+		attrs := h.requestLine(ctx, r, resp, rep, partition, actor, now().Sub(start), meterAttrs)
 		h.Logger.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 	}
 	resp.Header.Del("X-Syncular-Error")
 	resp.Header.Del(overCapHeader)
 	return resp
+}
+
+// requestLine is the attributes of a request's one log line, which is
+// also its EMF metrics document (Line).
+func (h *Handler) requestLine(ctx context.Context, r *Request, resp *Response, rep *engine.Report, partition, actor string, elapsed time.Duration, meterAttrs func() []slog.Attr) []slog.Attr {
+	// Sized for the whole line, the metrics' additions included, so
+	// it is allocated once.
+	// At info the line is short (it is billed as log ingestion on
+	// every request): identifiers, the outcome, and the counters that
+	// are not zero (a missing counter sums as zero; internal/metrics).
+	// At debug every field is written, zeros included.
+	verbose := h.Logger.Enabled(ctx, slog.LevelDebug)
+	attrs := make([]slog.Attr, 0, 48)
+	attrs = append(attrs, slog.String("requestId", r.RequestID))
+	if verbose {
+		attrs = append(attrs, slog.String("method", r.Method), slog.String("path", r.Path))
+	}
+	attrs = append(attrs,
+		slog.String("route", h.routeName(r.Path)),
+		slog.Int("status", resp.Status),
+		slog.String("partition", partition),
+		slog.String("actor", actor),
+		slog.Float64("durationMs", float64(elapsed.Microseconds())/1000),
+	)
+	if resp.Header.Get(overCapHeader) != "" {
+		// Refused unread: the clientId from the body's first bytes,
+		// and the counter (never the payload).
+		attrs = append(attrs,
+			slog.String("clientId", ClientIDOf(r.Body, r.Header.Get("Content-Encoding"))),
+			slog.Int(overCapField, 1),
+			slog.Int64("bodyBytes", bodySize(r)),
+		)
+	}
+	if rep != nil {
+		attrs = reportAttrs(attrs, rep, verbose)
+	}
+	if meterAttrs != nil {
+		for _, a := range meterAttrs() {
+			if verbose || !zeroNumber(a.Value) {
+				attrs = append(attrs, a)
+			}
+		}
+	}
+	outcome := "ok"
+	if rep != nil && rep.ErrorCode != "" {
+		outcome = rep.ErrorCode
+	}
+	if resp.Status >= 400 {
+		code := resp.Header.Get("X-Syncular-Error")
+		attrs = append(attrs, slog.String("errorCode", code))
+		outcome = code
+		if outcome == "" {
+			outcome = "http." + strconv.Itoa(resp.Status)
+		}
+	}
+	attrs = append(attrs, slog.String("outcome", outcome))
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The host's soft deadline (lambdahttp) or a caller's
+		// deadline ended the request before it finished.
+		attrs = append(attrs, slog.Bool("deadlineExceeded", true))
+	}
+	if h.Line != nil {
+		attrs = h.Line(attrs)
+	}
+	return attrs
+}
+
+// reportAttrs appends the engine report's part of the request line: the
+// counters only when not zero, unless verbose (debug).
+func reportAttrs(attrs []slog.Attr, rep *engine.Report, verbose bool) []slog.Attr {
+	count := func(attrs []slog.Attr, name string, v int64) []slog.Attr {
+		if v != 0 || verbose {
+			attrs = append(attrs, slog.Int64(name, v))
+		}
+		return attrs
+	}
+	attrs = append(attrs, slog.String("clientId", rep.ClientID))
+	if verbose {
+		attrs = append(attrs,
+			slog.Int("wireVersion", int(rep.WireVersion)),
+			slog.Int("subscriptions", rep.Subscriptions),
+		)
+	}
+	attrs = count(attrs, "pushCommits", int64(rep.Commits))
+	attrs = count(attrs, "applied", int64(rep.Applied))
+	attrs = count(attrs, "cached", int64(rep.Cached))
+	attrs = count(attrs, "rejected", int64(rep.Rejected))
+	attrs = count(attrs, "deferred", int64(rep.Deferred))
+	attrs = count(attrs, "commitsSent", int64(rep.CommitsSent))
+	attrs = count(attrs, "segmentsSent", int64(rep.SegmentsSent))
+	attrs = count(attrs, "bytesOut", rep.BytesOut)
+	attrs = count(attrs, "commitRacesLost", int64(rep.CommitRacesLost))
+	attrs = count(attrs, "segmentsBuilt", int64(rep.SegmentsBuilt))
+	attrs = count(attrs, "segmentsReused", int64(rep.SegmentsReused))
+	attrs = count(attrs, "rowsScanned", int64(rep.RowsScanned))
+	attrs = count(attrs, "rowsDelivered", int64(rep.RowsDelivered))
+	if rep.ErrorCode != "" {
+		attrs = append(attrs, slog.String("inBandError", rep.ErrorCode))
+	}
+	return attrs
 }
 
 // zeroNumber reports whether v is a numeric zero (a counter the info
