@@ -343,90 +343,119 @@ func serve(w http.ResponseWriter, r *http.Request, hub *realtime.Hub, a engine.A
 	// The library's own limit only backs ours up: the hub's caps refuse
 	// a round message first, while it arrives (readBinary).
 	ws.SetReadLimit(max(o.MaxReadBytes, int64(hub.Limits().MaxRoundRequestBytes)+64))
-	write := func(m msg, timeout time.Duration) error {
-		if m.writing != nil {
-			// A round's final chunk: what reached us by now was sent
-			// before the client could see END.
-			in.markEnd(len(m.data))
-			m.writing()
-		}
-		wctx, wcancel := context.WithTimeout(ctx, timeout)
-		err := ws.Write(wctx, m.typ, m.data)
-		wcancel()
-		return err
-	}
+	sk := &socket{ws: ws, c: c, in: in, s: s, o: o, cancel: cancel}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		for {
-			select {
-			case m := <-c.out:
-				if write(m, o.WriteTimeout) != nil {
-					c.CloseCode(realtime.CloseGoingAway, "write failed")
-					cancel()
-					return
-				}
-			case <-c.done:
-				// Flush what is queued (e.g. a final error round), then close.
-				for {
-					select {
-					case m := <-c.out:
-						_ = write(m, 5*time.Second)
-						continue
-					default:
-					}
-					break
-				}
-				c.mu.Lock()
-				code, reason := c.code, c.reason
-				c.mu.Unlock()
-				_ = ws.Close(code, truncate(reason))
-				cancel()
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
+		sk.writeLoop(ctx)
 	}()
-	for {
-		typ, rd, err := ws.Reader(ctx)
-		if err != nil {
-			break
-		}
-		if typ == websocket.MessageText {
-			data, err := io.ReadAll(io.LimitReader(rd, o.MaxReadBytes+1))
-			if err != nil {
-				break
-			}
-			if int64(len(data)) > o.MaxReadBytes {
-				c.CloseCode(realtime.CloseMessageTooBig, "control message too large")
-				break
-			}
-			s.HandleText(ctx, data)
-			continue
-		}
-		data, ok := readBinary(rd, s)
-		if !ok {
-			break
-		}
-		s.HandleBinaryArrival(ctx, data, in.beforeLastEnd(len(data)))
-	}
+	sk.readLoop(ctx)
 	c.CloseCode(realtime.CloseNormal, "")
 	cancel()
 	<-writerDone
 	_ = ws.CloseNow()
-	// Round callbacks still queued never ran: run them (the session is
-	// closed; nothing waits on the flag but its state stays consistent).
+	sk.runQueuedCallbacks()
+}
+
+// socket is one upgraded connection's read and write sides.
+type socket struct {
+	ws     *websocket.Conn
+	c      *conn
+	in     *inflow
+	s      *realtime.Session
+	o      Options
+	cancel context.CancelFunc
+}
+
+// write sends one queued message. A round's final chunk first records
+// what reached us by now: it was sent before the client could see END.
+func (k *socket) write(ctx context.Context, m msg, timeout time.Duration) error {
+	if m.writing != nil {
+		k.in.markEnd(len(m.data))
+		m.writing()
+	}
+	wctx, wcancel := context.WithTimeout(ctx, timeout)
+	err := k.ws.Write(wctx, m.typ, m.data)
+	wcancel()
+	return err
+}
+
+// writeLoop drains the send queue until the connection closes; on close
+// it flushes what is queued (e.g. a final error round) and sends the
+// close frame.
+func (k *socket) writeLoop(ctx context.Context) {
 	for {
 		select {
-		case m := <-c.out:
+		case m := <-k.c.out:
+			if k.write(ctx, m, k.o.WriteTimeout) != nil {
+				k.c.CloseCode(realtime.CloseGoingAway, "write failed")
+				k.cancel()
+				return
+			}
+		case <-k.c.done:
+			for {
+				select {
+				case m := <-k.c.out:
+					_ = k.write(ctx, m, 5*time.Second)
+					continue
+				default:
+				}
+				break
+			}
+			k.c.mu.Lock()
+			code, reason := k.c.code, k.c.reason
+			k.c.mu.Unlock()
+			_ = k.ws.Close(code, truncate(reason))
+			k.cancel()
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// readLoop hands every inbound message to the session until the client
+// closes, a read fails or a cap refuses a message.
+func (k *socket) readLoop(ctx context.Context) {
+	for {
+		typ, rd, err := k.ws.Reader(ctx)
+		if err != nil {
+			return
+		}
+		if typ == websocket.MessageText {
+			data, err := io.ReadAll(io.LimitReader(rd, k.o.MaxReadBytes+1))
+			if err != nil {
+				return
+			}
+			if int64(len(data)) > k.o.MaxReadBytes {
+				k.c.CloseCode(realtime.CloseMessageTooBig, "control message too large")
+				return
+			}
+			k.s.HandleText(ctx, data)
+			continue
+		}
+		data, ok := readBinary(rd, k.s)
+		if !ok {
+			return
+		}
+		k.s.HandleBinaryArrival(ctx, data, k.in.beforeLastEnd(len(data)))
+	}
+}
+
+// runQueuedCallbacks runs the round callbacks of messages still queued
+// when the connection ended (the session is closed; nothing waits on the
+// flag but its state stays consistent).
+func (k *socket) runQueuedCallbacks() {
+	for {
+		select {
+		case m := <-k.c.out:
 			if m.writing != nil {
 				m.writing()
 			}
 			continue
 		default:
 		}
-		break
+		return
 	}
 }
 
