@@ -125,64 +125,22 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 			s = nil
 		}
 	}()
-	if s.repo = cfg.Repo; s.repo == "" {
-		if s.repo, err = findRepo(); err != nil {
-			return s, err
-		}
-	}
-	schemaPath := cfg.Schema
-	if schemaPath == "" {
-		schemaPath = filepath.Join(s.repo, "examples", "todo", "schema.json")
-	}
-	if schemaPath, err = filepath.Abs(schemaPath); err != nil {
-		return s, err
-	}
-	if s.Schema, err = schema.ReadFile(schemaPath); err != nil {
-		return s, fmt.Errorf("stack: schema: %w", err)
-	}
-	tpl, err := loadTemplate(s.repo)
+	schemaPath, tpl, err := s.prepare(cfg)
 	if err != nil {
-		return s, err
-	}
-	if s.tmp, err = os.MkdirTemp("", "syncular-stack-"); err != nil {
 		return s, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-
-	// Install and build in parallel with the JVM's start.
-	_, statErr := os.Stat(filepath.Join(s.repo, tierPackage))
-	s.HasTier = statErr == nil
-	pkgs := []string{}
-	for _, f := range app.Functions {
-		pkgs = append(pkgs, "./"+f.Dir)
-	}
-	pkgs = append(pkgs, "./functions/fanout")
-	if s.HasTier {
-		pkgs = append(pkgs, tierPackage)
-	}
 	bin := filepath.Join(s.tmp, "bin")
-	var rie string
-	var buildErr, rieErr error
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); buildErr = buildBinaries(ctx, s.repo, bin, pkgs) }()
-	go func() { defer wg.Done(); rie, rieErr = runScript(ctx, s.repo, "testenv-rie.sh") }()
-	if err := s.startDynamo(ctx); err != nil {
-		wg.Wait()
+	rie, err := s.buildAndStartDynamo(ctx, bin)
+	if err != nil {
 		return s, err
 	}
-	wg.Wait()
-	if err := errors.Join(buildErr, rieErr); err != nil {
-		return s, err
-	}
-
 	// Storage, created as the template declares it.
 	s.Table, s.Bucket = "syncular-stack", "syncular-stack"
 	if err := s.createStorage(ctx, tpl.StreamViewType()); err != nil {
 		return s, err
 	}
-
 	// The gateway's listener first: its URL is the functions' public URL.
 	ln, err := listenLoopback(cfg.Port)
 	if err != nil {
@@ -190,7 +148,6 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	}
 	s.BaseURL = "http://" + ln.Addr().String()
 	s.RealtimeURL = "ws://" + ln.Addr().String() + "/realtime"
-
 	envOf := func(logicalID string) map[string]string {
 		env := tpl.FunctionEnv(logicalID)
 		for k, v := range s.localEnv(schemaPath) {
@@ -206,35 +163,107 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		}
 		s.fns[f.Name] = fn
 	}
-
-	// Realtime tier instances and the one address in front of them.
 	if s.HasTier {
-		for i := range cfg.Instances {
-			env := tpl.TaskEnv()
-			if env == nil {
-				env = tpl.FunctionEnv("")
-			}
-			for k, v := range s.localEnv(schemaPath) {
-				env[k] = v
-			}
-			t, err := startTier(ctx, filepath.Join(bin, "syncular-realtime"), i, env, cfg.TierEnv, cfg.Logs)
-			if err != nil {
-				return s, err
-			}
-			s.tiers = append(s.tiers, t)
+		if err := s.startTiers(ctx, tpl, bin, schemaPath); err != nil {
+			return s, err
 		}
-		s.proxy = newRealtimeProxy(s.tiers, s.log)
 	}
+	if err := s.startConsumer(runCtx, tpl, rie, bin, envOf); err != nil {
+		return s, err
+	}
+	gw := &gateway{fns: s.fns, counts: s.Invocations, cors: tpl.HTTPAPICors(), timeout: IntegrationTimeout, log: s.log.With("component", "gateway")}
+	if s.proxy != nil {
+		gw.realtime = s.proxy
+	}
+	s.serve(ln, gw)
+	return s, nil
+}
 
-	// The stream consumer and the fanout function it invokes.
+// prepare finds the repository, the schema and the template, and makes
+// the stack's temporary directory.
+func (s *Stack) prepare(cfg Config) (schemaPath string, tpl *template, err error) {
+	if s.repo = cfg.Repo; s.repo == "" {
+		if s.repo, err = findRepo(); err != nil {
+			return "", nil, err
+		}
+	}
+	schemaPath = cfg.Schema
+	if schemaPath == "" {
+		schemaPath = filepath.Join(s.repo, "examples", "todo", "schema.json")
+	}
+	if schemaPath, err = filepath.Abs(schemaPath); err != nil {
+		return "", nil, err
+	}
+	if s.Schema, err = schema.ReadFile(schemaPath); err != nil {
+		return "", nil, fmt.Errorf("stack: schema: %w", err)
+	}
+	if tpl, err = loadTemplate(s.repo); err != nil {
+		return "", nil, err
+	}
+	if s.tmp, err = os.MkdirTemp("", "syncular-stack-"); err != nil {
+		return "", nil, err
+	}
+	return schemaPath, tpl, nil
+}
+
+// buildAndStartDynamo builds every binary into bin and installs the
+// Lambda emulator (returning its path) while DynamoDB Local's JVM starts.
+func (s *Stack) buildAndStartDynamo(ctx context.Context, bin string) (rie string, err error) {
+	_, statErr := os.Stat(filepath.Join(s.repo, tierPackage))
+	s.HasTier = statErr == nil
+	pkgs := []string{}
+	for _, f := range app.Functions {
+		pkgs = append(pkgs, "./"+f.Dir)
+	}
+	pkgs = append(pkgs, "./functions/fanout")
+	if s.HasTier {
+		pkgs = append(pkgs, tierPackage)
+	}
+	var buildErr, rieErr error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); buildErr = buildBinaries(ctx, s.repo, bin, pkgs) }()
+	go func() { defer wg.Done(); rie, rieErr = runScript(ctx, s.repo, "testenv-rie.sh") }()
+	err = s.startDynamo(ctx)
+	wg.Wait()
+	if err != nil {
+		return "", err
+	}
+	return rie, errors.Join(buildErr, rieErr)
+}
+
+// startTiers starts the realtime tier instances with the task
+// definition's environment, and the one address in front of them.
+func (s *Stack) startTiers(ctx context.Context, tpl *template, bin, schemaPath string) error {
+	for i := range s.cfg.Instances {
+		env := tpl.TaskEnv()
+		if env == nil {
+			env = tpl.FunctionEnv("")
+		}
+		for k, v := range s.localEnv(schemaPath) {
+			env[k] = v
+		}
+		t, err := startTier(ctx, filepath.Join(bin, "syncular-realtime"), i, env, s.cfg.TierEnv, s.cfg.Logs)
+		if err != nil {
+			return err
+		}
+		s.tiers = append(s.tiers, t)
+	}
+	s.proxy = newRealtimeProxy(s.tiers, s.log)
+	return nil
+}
+
+// startConsumer starts the fanout function and the stream consumer that
+// invokes it, as the template's event source mapping declares.
+func (s *Stack) startConsumer(runCtx context.Context, tpl *template, rie, bin string, envOf func(string) map[string]string) error {
 	m, err := tpl.StreamMapping()
 	if err != nil {
-		return s, err
+		return err
 	}
 	fanoutID := tpl.FunctionOf(m.ID)
 	if s.fanout, err = startFunction(rie, filepath.Join(bin, "fanout"), "fanout", envOf(fanoutID),
-		time.Duration(tpl.FunctionTimeout(fanoutID))*time.Second, cfg.Logs); err != nil {
-		return s, err
+		time.Duration(tpl.FunctionTimeout(fanoutID))*time.Second, s.cfg.Logs); err != nil {
+		return err
 	}
 	streams := dynamodbstreams.New(dynamodbstreams.Options{
 		Region: region, BaseEndpoint: aws.String(s.DynamoEndpoint),
@@ -249,13 +278,7 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		}}
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); s.consumer.run(runCtx) }()
-
-	gw := &gateway{fns: s.fns, counts: s.Invocations, cors: tpl.HTTPAPICors(), timeout: IntegrationTimeout, log: s.log.With("component", "gateway")}
-	if s.proxy != nil {
-		gw.realtime = s.proxy
-	}
-	s.serve(ln, gw)
-	return s, nil
+	return nil
 }
 
 // localEnv is what differs from AWS: local endpoints, the dev secret in
