@@ -100,75 +100,20 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 	if len(o.Leases) > 0 && string(o.Leases) != "null" {
 		return nil, unsupported("auth leases (§7.3)")
 	}
-	sc, err := schema.Parse(o.Schema)
-	if err != nil {
-		return nil, badArgs("schema: %v", err)
+	sc, cerr := parseSchemas(o)
+	if cerr != nil {
+		return nil, cerr
 	}
-	if len(o.SchemaWindow) > 0 {
-		parts := []*schema.Schema{sc}
-		for i, raw := range o.SchemaWindow {
-			older, err := schema.Parse(raw)
-			if err != nil {
-				return nil, badArgs("schemaWindow[%d]: %v", i, err)
-			}
-			if older.Latest >= sc.Latest {
-				return nil, badArgs("schemaWindow[%d]: version %d is not older than the current schema %d", i, older.Latest, sc.Latest)
-			}
-			parts = append(parts, older)
-		}
-		if sc, err = schema.Merge(parts...); err != nil {
-			return nil, badArgs("schemaWindow: %v", err)
-		}
-	}
-	var lim engine.Limits
-	var rlim realtime.Limits
-	if l := o.Limits; l != nil {
-		if v := l.MaxOperationsPerRequest; v != nil {
-			if *v < 1 {
-				return nil, badArgs("limits.maxOperationsPerRequest must be ≥ 1")
-			}
-			lim.MaxOperations = *v
-		}
-		if v := l.InlineSegmentMaxBytes; v != nil {
-			if *v < 0 {
-				return nil, badArgs("limits.inlineSegmentMaxBytes must be ≥ 0")
-			}
-			// The engine reads 0 as "default"; every rows segment is longer
-			// than one byte, so 1 is the same "never inline" bound.
-			lim.InlineSegmentMaxBytes = max(*v, 1)
-		}
-		if v := l.SegmentTTLMs; v != nil {
-			if *v < 1 {
-				return nil, badArgs("limits.segmentTtlMs must be ≥ 1")
-			}
-			lim.SegmentTTL = time.Duration(*v) * time.Millisecond
-		}
-		if v := l.MaxCascadeOperationsPerCommit; v != nil {
-			if *v < 1 {
-				return nil, badArgs("limits.maxCascadeOperationsPerCommit must be ≥ 1")
-			}
-			lim.MaxCascadeOperationsPerCommit = *v
-		}
-		// maxDeltaBytes and maxPresenceBytes bound realtime traffic (§8.2,
-		// §8.6.2): the delta limit excludes the channel tag byte.
-		if v := l.MaxDeltaBytes; v != nil {
-			if *v < 1 {
-				return nil, badArgs("limits.maxDeltaBytes must be ≥ 1")
-			}
-			rlim.MaxMessageBytes = *v + 1
-		}
-		if v := l.MaxPresenceBytes; v != nil {
-			if *v < 1 {
-				return nil, badArgs("limits.maxPresenceBytes must be ≥ 1")
-			}
-			rlim.MaxPresenceBytes = *v
-		}
+	lim, rlim, cerr := parseLimits(o.Limits)
+	if cerr != nil {
+		return nil, cerr
 	}
 	inst := &instance{
 		id: id, partition: o.Partition, schema: sc,
 		grants: &grants{byActor: map[string]engine.ScopeMap{}},
 	}
 	inst.clock.Store(*o.NowMs)
+	var err error
 	var signingKey []byte
 	if o.SignedURLs != nil {
 		inst.signed = true
@@ -199,6 +144,32 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 			inst.st.Close()
 		}
 	}()
+	if cerr := inst.buildEngines(sc, lim, signingKey, ps != nil); cerr != nil {
+		return nil, cerr
+	}
+	// Grant changes (setAllowedScopes) reach open sockets the way they do
+	// in production, through the hub's periodic authorization re-check,
+	// run here every authRecheck instead of every 30 s.
+	inst.hub = realtime.NewHub(inst.rtEng, realtime.Options{Limits: rlim, Logger: log, AuthInterval: authRecheck})
+	if ps != nil {
+		if inst.feed, err = startStreamFeed(ps, inst.hub, id, log); err != nil {
+			return nil, failed(err)
+		}
+	}
+	inst.rt = inst.realtimeHandler(log)
+	ctx, cancel := context.WithCancel(context.Background())
+	inst.stop = cancel
+	go inst.hub.Run(ctx)
+	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments | httpapi.RouteBlobs, Logger: log}
+	return inst, nil
+}
+
+// buildEngines makes the instance's engines: the functions' engine and,
+// on the production stores, the tier's, whose own commits (socket rounds)
+// hint the hub in process while other writers reach it through the
+// table's stream.
+func (inst *instance) buildEngines(sc *schema.Schema, lim engine.Limits, signingKey []byte, prodStores bool) *controlError {
+	var err error
 	cfg := engine.Config{
 		Schema: sc, Store: inst.st.Store(), Segments: inst.st.Segments(), Resolver: inst.grants,
 		Limits: lim, Clock: inst.clock.Load, Blobs: inst.st.Blobs(),
@@ -210,18 +181,18 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 	// process (§8.2, as the local runner does); on the production stores
 	// only through the table's stream.
 	fcfg := cfg
-	if ps == nil {
+	if !prodStores {
 		fcfg.OnCommit = func(p string, c *store.Commit) { inst.hub.Hint(p, c.Seq) }
 	}
 	if inst.eng, err = engine.New(fcfg); err != nil {
-		return nil, badArgs("engine: %v", err)
+		return badArgs("engine: %v", err)
 	}
 	inst.rtEng = inst.eng
-	if ps != nil {
+	if prodStores {
 		// The tier's own commits (socket rounds) hint its hub in process.
 		cfg.OnCommit = func(p string, c *store.Commit) { inst.hub.Hint(p, c.Seq) }
 		if inst.rtEng, err = engine.New(cfg); err != nil {
-			return nil, badArgs("engine: %v", err)
+			return badArgs("engine: %v", err)
 		}
 	}
 	for _, e := range inst.engines() {
@@ -229,18 +200,87 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 			e.SetSignedURLTTL(time.Duration(inst.ttlSecs) * time.Second)
 		}
 	}
-	// Grant changes (setAllowedScopes) reach open sockets the way they do
-	// in production, through the hub's periodic authorization re-check,
-	// run here every authRecheck instead of every 30 s.
-	inst.hub = realtime.NewHub(inst.rtEng, realtime.Options{Limits: rlim, Logger: log, AuthInterval: authRecheck})
-	if ps != nil {
-		if inst.feed, err = startStreamFeed(ps, inst.hub, id, log); err != nil {
-			return nil, failed(err)
+	return nil
+}
+
+// parseSchemas is the instance's schema: the current one merged with the
+// older versions of its schema window (§7.4).
+func parseSchemas(o *createOptions) (*schema.Schema, *controlError) {
+	sc, err := schema.Parse(o.Schema)
+	if err != nil {
+		return nil, badArgs("schema: %v", err)
+	}
+	if len(o.SchemaWindow) > 0 {
+		parts := []*schema.Schema{sc}
+		for i, raw := range o.SchemaWindow {
+			older, err := schema.Parse(raw)
+			if err != nil {
+				return nil, badArgs("schemaWindow[%d]: %v", i, err)
+			}
+			if older.Latest >= sc.Latest {
+				return nil, badArgs("schemaWindow[%d]: version %d is not older than the current schema %d", i, older.Latest, sc.Latest)
+			}
+			parts = append(parts, older)
+		}
+		if sc, err = schema.Merge(parts...); err != nil {
+			return nil, badArgs("schemaWindow: %v", err)
 		}
 	}
-	// The catalog's driver has no credentials: the actor travels in the
-	// query (or X-Actor) exactly as it does for /sync.
-	inst.rt = &wsrealtime.Handler{Hub: inst.hub, Options: wsrealtime.Options{InsecureSkipVerify: true}, Logger: log,
+	return sc, nil
+}
+
+// parseLimits reads the instance's engine and realtime limits.
+func parseLimits(l *limitOptions) (lim engine.Limits, rlim realtime.Limits, _ *controlError) {
+	if l != nil {
+		if v := l.MaxOperationsPerRequest; v != nil {
+			if *v < 1 {
+				return lim, rlim, badArgs("limits.maxOperationsPerRequest must be ≥ 1")
+			}
+			lim.MaxOperations = *v
+		}
+		if v := l.InlineSegmentMaxBytes; v != nil {
+			if *v < 0 {
+				return lim, rlim, badArgs("limits.inlineSegmentMaxBytes must be ≥ 0")
+			}
+			// The engine reads 0 as "default"; every rows segment is longer
+			// than one byte, so 1 is the same "never inline" bound.
+			lim.InlineSegmentMaxBytes = max(*v, 1)
+		}
+		if v := l.SegmentTTLMs; v != nil {
+			if *v < 1 {
+				return lim, rlim, badArgs("limits.segmentTtlMs must be ≥ 1")
+			}
+			lim.SegmentTTL = time.Duration(*v) * time.Millisecond
+		}
+		if v := l.MaxCascadeOperationsPerCommit; v != nil {
+			if *v < 1 {
+				return lim, rlim, badArgs("limits.maxCascadeOperationsPerCommit must be ≥ 1")
+			}
+			lim.MaxCascadeOperationsPerCommit = *v
+		}
+		// maxDeltaBytes and maxPresenceBytes bound realtime traffic (§8.2,
+		// §8.6.2): the delta limit excludes the channel tag byte.
+		if v := l.MaxDeltaBytes; v != nil {
+			if *v < 1 {
+				return lim, rlim, badArgs("limits.maxDeltaBytes must be ≥ 1")
+			}
+			rlim.MaxMessageBytes = *v + 1
+		}
+		if v := l.MaxPresenceBytes; v != nil {
+			if *v < 1 {
+				return lim, rlim, badArgs("limits.maxPresenceBytes must be ≥ 1")
+			}
+			rlim.MaxPresenceBytes = *v
+		}
+	}
+	return lim, rlim, nil
+}
+
+// realtimeHandler serves the instance's /realtime. The catalog's driver
+// has no credentials: the actor travels in the query (or X-Actor) exactly
+// as it does for /sync.
+func (inst *instance) realtimeHandler(log *slog.Logger) *wsrealtime.Handler {
+	return &wsrealtime.Handler{Hub: inst.hub, Options: wsrealtime.Options{InsecureSkipVerify: true}, Logger: log,
 		Identify: func(r *http.Request) (engine.Auth, auth.Claims, error) {
 			actor := r.URL.Query().Get("actor")
 			if actor == "" {
@@ -259,11 +299,6 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 			writeError(w, se.HTTPStatus(), string(se.Code), se.Message)
 		},
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	inst.stop = cancel
-	go inst.hub.Run(ctx)
-	inst.api = &httpapi.Handler{Engine: inst.eng, Mount: "/i/" + id, Routes: httpapi.RouteSync | httpapi.RouteSegments | httpapi.RouteBlobs, Logger: log}
-	return inst, nil
 }
 
 // engines lists the instance's distinct engines (one on memstore, the
