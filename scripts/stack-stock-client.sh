@@ -19,17 +19,9 @@ module="$(cd "$here/.." && pwd)"
 repo="${1:-/tmp/sync}"
 work="${STACK_CLIENT_WORK:-/tmp/stack-stock-client}"
 
-if ! command -v bun >/dev/null 2>&1; then
-  if [ ! -x "$work/bun/node_modules/.bin/bun" ]; then
-    mkdir -p "$work/bun"
-    (cd "$work/bun" && npm install --no-audit --no-fund --silent bun@1.3 >/dev/null)
-  fi
-  PATH="$work/bun/node_modules/.bin:$PATH"
-fi
-
-mkdir -p "$work/repo"
-(cd "$repo" && tar --exclude=.git --exclude=node_modules -cf - .) | (cd "$work/repo" && tar xf -)
-(cd "$work/repo" && bun install --filter '@syncular/client' >/dev/null)
+# shellcheck source=/dev/null
+. "$module/scripts/reference-workspace.sh"
+reference_workspace "$work" "$repo" '@syncular/client'
 mkdir -p "$work/repo/packages/web-client/stack-shim"
 cp "$here/stack-stock-client/two-clients.ts" "$work/repo/packages/web-client/stack-shim/"
 

@@ -24,17 +24,9 @@ repo="${1:-/tmp/sync}"
 shift || true
 work="${CONFORMANCE_WORK:-/tmp/conformance-catalog}"
 
-if ! command -v bun >/dev/null 2>&1; then
-  if [ ! -x "$work/bun/node_modules/.bin/bun" ]; then
-    mkdir -p "$work/bun"
-    (cd "$work/bun" && npm install --no-audit --no-fund --silent bun@1.3 >/dev/null)
-  fi
-  PATH="$work/bun/node_modules/.bin:$PATH"
-fi
-
-mkdir -p "$work/repo"
-(cd "$repo" && tar --exclude=.git --exclude=node_modules -cf - .) | (cd "$work/repo" && tar xf -)
-(cd "$work/repo" && bun install --filter '@syncular/conformance' >/dev/null)
+# shellcheck source=/dev/null
+. "$module/scripts/reference-workspace.sh"
+reference_workspace "$work" "$repo" '@syncular/conformance'
 mkdir -p "$work/repo/packages/conformance/host-shim"
 cp "$here/http-server-driver.ts" "$here/run-catalog.ts" "$work/repo/packages/conformance/host-shim/"
 
