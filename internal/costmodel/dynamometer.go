@@ -293,12 +293,10 @@ func readUnits(size int, consistent bool) float64 {
 
 func writeUnits(size int) float64 { return math.Max(1, math.Ceil(float64(size)/1024)) }
 
+// units are the read and write units one call consumed, by the AWS
+// rules, from the sizes of the items it touched (before holds the sizes
+// of the items a write replaced, read before the call).
 func (p *peeker) units(op string, in, out map[string]json.RawMessage, before map[string]int) (rru, wru float64, err error) {
-	consistent := func(raw json.RawMessage) bool {
-		var b bool
-		_ = json.Unmarshal(raw, &b)
-		return b
-	}
 	switch op {
 	case "GetItem":
 		n := 0
@@ -307,111 +305,136 @@ func (p *peeker) units(op string, in, out map[string]json.RawMessage, before map
 		} else if len(out["Item"]) > 0 {
 			n, err = p.itemSize(in["TableName"], in["Key"])
 		}
-		return readUnits(n, consistent(in["ConsistentRead"])), 0, err
+		return readUnits(n, consistentRead(in["ConsistentRead"])), 0, err
 	case "BatchGetItem":
-		var reqs map[string]struct {
-			Keys           []json.RawMessage
-			ConsistentRead bool
-		}
-		var unprocessed map[string]struct{ Keys []json.RawMessage }
-		if err := json.Unmarshal(in["RequestItems"], &reqs); err != nil {
+		return p.batchGetUnits(in, out)
+	case "Query", "Scan":
+		return p.queryUnits(op, in, out)
+	case "PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems":
+		return p.writeCallUnits(op, in, out, before)
+	}
+	return 0, 0, nil
+}
+
+// consistentRead reads a request's ConsistentRead flag.
+func consistentRead(raw json.RawMessage) bool {
+	var b bool
+	_ = json.Unmarshal(raw, &b)
+	return b
+}
+
+// batchGetUnits charges every processed key its item's full size (a
+// projection does not lower it; a missing key is the minimum).
+func (p *peeker) batchGetUnits(in, out map[string]json.RawMessage) (rru, wru float64, err error) {
+	var reqs map[string]struct {
+		Keys           []json.RawMessage
+		ConsistentRead bool
+	}
+	var unprocessed map[string]struct{ Keys []json.RawMessage }
+	if err := json.Unmarshal(in["RequestItems"], &reqs); err != nil {
+		return 0, 0, err
+	}
+	if len(out["UnprocessedKeys"]) > 0 {
+		if err := json.Unmarshal(out["UnprocessedKeys"], &unprocessed); err != nil {
 			return 0, 0, err
 		}
-		if len(out["UnprocessedKeys"]) > 0 {
-			if err := json.Unmarshal(out["UnprocessedKeys"], &unprocessed); err != nil {
-				return 0, 0, err
-			}
+	}
+	for table, r := range reqs {
+		t, _ := json.Marshal(table)
+		skip := map[string]bool{}
+		for _, k := range unprocessed[table].Keys {
+			skip[canonical(k)] = true
 		}
-		for table, r := range reqs {
-			t, _ := json.Marshal(table)
-			skip := map[string]bool{}
-			for _, k := range unprocessed[table].Keys {
-				skip[canonical(k)] = true
+		for _, k := range r.Keys {
+			if skip[canonical(k)] {
+				continue
 			}
-			for _, k := range r.Keys {
-				if skip[canonical(k)] {
-					continue
-				}
-				// The item's full size (a projection does not lower it).
-				n, err := p.itemSize(t, k)
-				if err != nil {
-					return 0, 0, err
-				}
-				rru += readUnits(n, r.ConsistentRead)
-			}
-		}
-		return rru, 0, nil
-	case "Query", "Scan":
-		items := out["Items"]
-		if len(in["ProjectionExpression"]) > 0 || len(in["FilterExpression"]) > 0 || len(in["Select"]) > 0 {
-			// The items the call evaluated, in full: the same page
-			// without the filter and the projection.
-			full := map[string]json.RawMessage{}
-			for k, v := range in {
-				switch k {
-				case "ProjectionExpression", "FilterExpression", "Select", "ReturnConsumedCapacity":
-				default:
-					full[k] = v
-				}
-			}
-			pruneExpressionValues(full)
-			res, err := p.call(op, full)
+			// The item's full size (a projection does not lower it).
+			n, err := p.itemSize(t, k)
 			if err != nil {
 				return 0, 0, err
 			}
-			items = res["Items"]
+			rru += readUnits(n, r.ConsistentRead)
 		}
-		var list []json.RawMessage
-		if len(items) > 0 {
-			if err := json.Unmarshal(items, &list); err != nil {
-				return 0, 0, err
+	}
+	return rru, 0, nil
+}
+
+// queryUnits charges the items a Query or Scan evaluated, in full, summed
+// before rounding (one page).
+func (p *peeker) queryUnits(op string, in, out map[string]json.RawMessage) (rru, wru float64, err error) {
+	items := out["Items"]
+	if len(in["ProjectionExpression"]) > 0 || len(in["FilterExpression"]) > 0 || len(in["Select"]) > 0 {
+		// The items the call evaluated, in full: the same page
+		// without the filter and the projection.
+		full := map[string]json.RawMessage{}
+		for k, v := range in {
+			switch k {
+			case "ProjectionExpression", "FilterExpression", "Select", "ReturnConsumedCapacity":
+			default:
+				full[k] = v
 			}
 		}
-		total := 0
-		for _, it := range list {
-			n, err := ItemSize(it)
-			if err != nil {
-				return 0, 0, err
-			}
-			total += n
-		}
-		return readUnits(total, consistent(in["ConsistentRead"])), 0, nil
-	case "PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems":
-		ws, err := p.writes(op, in)
+		pruneExpressionValues(full)
+		res, err := p.call(op, full)
 		if err != nil {
 			return 0, 0, err
 		}
-		if op == "BatchWriteItem" && len(out["UnprocessedItems"]) > 2 {
-			return 0, 0, fmt.Errorf("unprocessed items: metering them is not implemented")
-		}
-		factor := 1.0
-		if op == "TransactWriteItems" {
-			factor = 2
-		}
-		for _, w := range ws {
-			old := before[string(w.table)+string(w.key)]
-			switch w.kind {
-			case "ConditionCheck":
-				rru += factor * readUnits(old, true)
-			case "Delete":
-				wru += factor * writeUnits(old)
-			case "Put":
-				n, err := ItemSize(w.item)
-				if err != nil {
-					return 0, 0, err
-				}
-				wru += factor * writeUnits(max(old, n))
-			case "Update":
-				n, err := p.itemSize(w.table, w.key)
-				if err != nil {
-					return 0, 0, err
-				}
-				wru += factor * writeUnits(max(old, n))
-			}
-		}
-		return rru, wru, nil
+		items = res["Items"]
 	}
-	return 0, 0, nil
+	var list []json.RawMessage
+	if len(items) > 0 {
+		if err := json.Unmarshal(items, &list); err != nil {
+			return 0, 0, err
+		}
+	}
+	total := 0
+	for _, it := range list {
+		n, err := ItemSize(it)
+		if err != nil {
+			return 0, 0, err
+		}
+		total += n
+	}
+	return readUnits(total, consistentRead(in["ConsistentRead"])), 0, nil
+}
+
+// writeCallUnits charges each write of a call the larger of the item
+// before and after (×2 in a transaction); a condition check is a read.
+func (p *peeker) writeCallUnits(op string, in, out map[string]json.RawMessage, before map[string]int) (rru, wru float64, err error) {
+	ws, err := p.writes(op, in)
+	if err != nil {
+		return 0, 0, err
+	}
+	if op == "BatchWriteItem" && len(out["UnprocessedItems"]) > 2 {
+		return 0, 0, fmt.Errorf("unprocessed items: metering them is not implemented")
+	}
+	factor := 1.0
+	if op == "TransactWriteItems" {
+		factor = 2
+	}
+	for _, w := range ws {
+		old := before[string(w.table)+string(w.key)]
+		switch w.kind {
+		case "ConditionCheck":
+			rru += factor * readUnits(old, true)
+		case "Delete":
+			wru += factor * writeUnits(old)
+		case "Put":
+			n, err := ItemSize(w.item)
+			if err != nil {
+				return 0, 0, err
+			}
+			wru += factor * writeUnits(max(old, n))
+		case "Update":
+			n, err := p.itemSize(w.table, w.key)
+			if err != nil {
+				return 0, 0, err
+			}
+			wru += factor * writeUnits(max(old, n))
+		}
+	}
+	return rru, wru, nil
 }
 
 var exprRef = regexp.MustCompile(`[#:][A-Za-z0-9_]+`)
