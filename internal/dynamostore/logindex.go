@@ -123,49 +123,11 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 	if err != nil {
 		return 0, err
 	}
-	// Head and the listed commits' first items, a BatchGetItem at a
-	// time as fn consumes them: a caller that stops at an early commit
-	// (a page budget, a probe for any change) does not pay for the rest.
-	// The first batch is small (every item read costs at least one
-	// unit); the later ones are full.
-	headKey := Key(headPK(partition), headSK)
-	keys := []map[string]types.AttributeValue{headKey}
-	for _, seq := range seqs {
-		keys = append(keys, Key(logPK(partition), seqSK(seq)))
-	}
-	var h *head
-	firsts := map[int64]map[string]types.AttributeValue{}
-	fetched := 0
-	fetch := func() error {
-		n := batchGetMax
-		if fetched == 0 {
-			n = scopedFirstBatch
-		}
-		end := min(len(keys), fetched+n)
-		items, err := s.batchGet(ctx, "read indexed commits", keys[fetched:end])
-		if err != nil {
-			return err
-		}
-		fetched = end
-		for _, it := range items {
-			sk, _ := getS(it, AttrSK)
-			if sk == headSK {
-				hh, err := parseHead(it)
-				if err != nil {
-					return err
-				}
-				h = &hh
-				continue
-			}
-			if seq, chunk, ok := parseLogSK(sk); ok && chunk == 0 {
-				firsts[seq] = it
-			}
-		}
-		return nil
-	}
-	if err := fetch(); err != nil {
+	bt := newIndexedBatches(s, partition, seqs)
+	if err := bt.fetch(ctx); err != nil {
 		return 0, err
 	}
+	h := bt.head
 	if h == nil {
 		return 0, nil // unknown partition: no log
 	}
@@ -177,22 +139,7 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 		if ok {
 			upto = min(throughSeq, idx-1)
 		}
-		stop := false
-		var derr error
-		err := s.readLog(ctx, partition, afterSeq, upto, func(c *store.Commit, _ *logBody, err error) bool {
-			if err != nil {
-				derr = err
-				return false
-			}
-			if !fn(c) {
-				stop = true
-				return false
-			}
-			return true
-		})
-		if err == nil {
-			err = derr
-		}
+		stop, err := s.readLogUntil(ctx, partition, afterSeq, upto, fn)
 		if err != nil || stop {
 			return h.HorizonSeq, err
 		}
@@ -203,12 +150,12 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 		if seq <= from {
 			continue
 		}
-		if i+1 >= fetched { // keys[i+1] is seq's item
-			if err := fetch(); err != nil {
+		if i+1 >= bt.fetched { // keys[i+1] is seq's item
+			if err := bt.fetch(ctx); err != nil {
 				return 0, err
 			}
 		}
-		it := firsts[seq]
+		it := bt.firsts[seq]
 		var c *store.Commit
 		if it != nil {
 			var err error
@@ -234,6 +181,78 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 		return max(h.HorizonSeq, hh.HorizonSeq), nil
 	}
 	return h.HorizonSeq, nil
+}
+
+// indexedBatches reads the head and the listed commits' first log items,
+// a BatchGetItem at a time as the caller consumes them: a caller that
+// stops at an early commit (a page budget, a probe for any change) does
+// not pay for the rest. The first batch is small (every item read costs
+// at least one unit); the later ones are full. keys[0] is the head,
+// keys[i+1] the first item of the i-th listed seq.
+type indexedBatches struct {
+	s       *Store
+	keys    []map[string]types.AttributeValue
+	fetched int
+	head    *head
+	firsts  map[int64]map[string]types.AttributeValue
+}
+
+func newIndexedBatches(s *Store, partition string, seqs []int64) *indexedBatches {
+	keys := []map[string]types.AttributeValue{Key(headPK(partition), headSK)}
+	for _, seq := range seqs {
+		keys = append(keys, Key(logPK(partition), seqSK(seq)))
+	}
+	return &indexedBatches{s: s, keys: keys, firsts: map[int64]map[string]types.AttributeValue{}}
+}
+
+// fetch reads the next batch of keys.
+func (b *indexedBatches) fetch(ctx context.Context) error {
+	n := batchGetMax
+	if b.fetched == 0 {
+		n = scopedFirstBatch
+	}
+	end := min(len(b.keys), b.fetched+n)
+	items, err := b.s.batchGet(ctx, "read indexed commits", b.keys[b.fetched:end])
+	if err != nil {
+		return err
+	}
+	b.fetched = end
+	for _, it := range items {
+		sk, _ := getS(it, AttrSK)
+		if sk == headSK {
+			hh, err := parseHead(it)
+			if err != nil {
+				return err
+			}
+			b.head = &hh
+			continue
+		}
+		if seq, chunk, ok := parseLogSK(sk); ok && chunk == 0 {
+			b.firsts[seq] = it
+		}
+	}
+	return nil
+}
+
+// readLogUntil hands the log's commits in (afterSeq, upto] to fn in
+// order; stop reports that fn asked to stop.
+func (s *Store) readLogUntil(ctx context.Context, partition string, afterSeq, upto int64, fn func(*store.Commit) bool) (stop bool, err error) {
+	var derr error
+	err = s.readLog(ctx, partition, afterSeq, upto, func(c *store.Commit, _ *logBody, err error) bool {
+		if err != nil {
+			derr = err
+			return false
+		}
+		if !fn(c) {
+			stop = true
+			return false
+		}
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	return stop, err
 }
 
 // logIndexFrom returns the first indexed seq recorded on the head.
