@@ -31,13 +31,9 @@ port_ref=8797
 port_go=8798
 secret=sidebyside-secret-0123456789abcdef
 
-if ! command -v bun >/dev/null 2>&1; then
-  if [ ! -x "$work/bun/node_modules/.bin/bun" ]; then
-    mkdir -p "$work/bun"
-    (cd "$work/bun" && npm install --no-audit --no-fund --silent bun@1.3 >/dev/null)
-  fi
-  PATH="$work/bun/node_modules/.bin:$PATH"
-fi
+# shellcheck source=/dev/null
+. "$module/scripts/reference-workspace.sh"
+ensure_bun "$work"
 
 rm -rf "$work/repo"
 mkdir -p "$work/repo"
