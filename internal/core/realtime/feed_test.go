@@ -464,7 +464,9 @@ func TestRemovedPartitionClosesSessions(t *testing.T) {
 	_, c := e.connect(t, "actor-b", "reader")
 	st.gone.Store(true)
 	hub.HintHead("part")
-	c.wait(t, "the close", func() bool { code, _ := c.closedWith(); return code != 0 })
+	// The connection is closed before the session is unregistered: wait
+	// for both.
+	c.wait(t, "the close", func() bool { code, _ := c.closedWith(); return code != 0 && hub.Sessions("part") == 0 })
 	if code, why := c.closedWith(); code != realtime.CloseNormal || !strings.Contains(why, "removed") || hub.Sessions("part") != 0 {
 		t.Fatalf("closed %d %q, %d sessions", code, why, hub.Sessions("part"))
 	}
