@@ -389,6 +389,11 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			return store.ErrCheckpointSuperseded
 		}
 	}
+	if req.RaiseFence > p.fence {
+		// Lazy fencing: the first write an older build cannot read.
+		p.fence = req.RaiseFence
+		p.gateToken++
+	}
 	for i := range req.Rows {
 		w := &req.Rows[i]
 		t := p.tables[w.Table]

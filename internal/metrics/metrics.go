@@ -78,6 +78,7 @@ var (
 	Requests         = Metric{"requests", Count, byFunction, "Requests served (the line's route and outcome fields say which and how)."}
 	ServerErrors     = Metric{"serverErrors", Count, byFunction, "Requests answered with a 5xx status."}
 	RateLimited      = Metric{"rateLimited", Count, byFunction, "Requests that ended with sync.rate_limited (HTTP 429 or in-band)."}
+	SchemaNotReady   = Metric{"schemaNotReady", Count, byFunction, "Requests refused with sync.schema_not_ready (HTTP 503, retryable) during a rolling schema upgrade; not serverErrors."}
 	SoftTimeouts     = Metric{"softTimeouts", Count, byFunction, "Requests stopped by the soft deadline before the function timeout."}
 	Duration         = Metric{"durationMs", Milliseconds, byFunction, "Time serving the request (engine and storage)."}
 	CommitsApplied   = Metric{"applied", Count, byFunction, "Pushed commits newly applied."}
@@ -111,7 +112,7 @@ const FunctionGateway = "gateway"
 
 // Catalogue lists every metric the code emits.
 var Catalogue = []Metric{
-	Requests, ServerErrors, RateLimited, SoftTimeouts, Duration,
+	Requests, ServerErrors, RateLimited, SchemaNotReady, SoftTimeouts, Duration,
 	CommitsApplied, CommitRacesLost, CommitsSent, RowsScanned, RowsDelivered,
 	SegmentsBuilt, SegmentsReused, ResponseBytes, DDBRoundTrips, ReadUnits, WriteUnits,
 	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete, BlobsSwept,
@@ -348,8 +349,9 @@ func sameDims(a, b [][]string) bool {
 
 // RequestLine derives the per-request counters from a request line's
 // fields (status, outcome, deadlineExceeded) and adds the EMF directive:
-// requests = 1 on every line; serverErrors, rateLimited and softTimeouts
-// 1 on the lines they count and absent otherwise. A metric absent from a
+// requests = 1 on every line; serverErrors, schemaNotReady, rateLimited
+// and softTimeouts 1 on the lines they count and absent otherwise (a
+// sync.schema_not_ready 503 is schemaNotReady, not serverErrors). A metric absent from a
 // line adds nothing to its Sum, so sums stay exact (the template reads
 // these counters by Sum only); a minute without a server error has no
 // serverErrors datapoint, which the error-rate alarms treat as not
@@ -372,7 +374,13 @@ func (e *EMF) RequestLine(attrs []slog.Attr) []slog.Attr {
 		}
 	}
 	attrs = append(attrs, slog.Int(Requests.Name, 1))
-	if status >= 500 {
+	switch {
+	case outcome == string(syncerr.SchemaNotReady):
+		// An intended, retryable refusal of a rolling upgrade (the
+		// serve gate): counted on its own, never on the metric the
+		// deployment's rollback alarms watch.
+		attrs = append(attrs, slog.Int(SchemaNotReady.Name, 1))
+	case status >= 500:
 		attrs = append(attrs, slog.Int(ServerErrors.Name, 1))
 	}
 	if outcome == string(syncerr.RateLimited) {

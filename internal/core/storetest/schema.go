@@ -29,6 +29,7 @@ func RunSchemaStore(t *testing.T, newStore func(t *testing.T) SchemaBackend) {
 		{"Fence/RefusesOlderWriter", testFenceRefuses},
 		{"Fence/RacingWriterFenced", testFenceRace},
 		{"Fence/NewPartitionStartsAtMarker", testFenceNewPartition},
+		{"Fence/RaisedByCommit", testFenceRaisedByCommit},
 		{"Gate/TokenFencesCommit", testGateToken},
 		{"Gate/HeadMovedCarriesGate", testHeadMovedGate},
 		{"Fence/RefusesOlderRejection", testFenceRejection},
@@ -240,6 +241,43 @@ func testFenceNewPartition(t *testing.T, e *schemaT) {
 	}
 	if err := e.s.Commit(e.ctx, e.p, e.versioned(3, upsert("t", "a", 1, "x"))); !errors.Is(err, store.ErrWriterFenced) {
 		t.Fatalf("version-3 commit on a partition created at marker 4: %v", err)
+	}
+}
+
+// testFenceRaisedByCommit: lazy per-partition fencing. A commit that
+// carries RaiseFence lifts the partition's fence in its own atomic write
+// and moves the gate token, so an older writer that passed its gate
+// before is stopped at its commit; a raise on a stale token writes
+// nothing.
+func testFenceRaisedByCommit(t *testing.T, e *schemaT) {
+	e.touch()
+	tok := e.gate().Token
+	oldReq := e.versioned(1, upsert("t", "old", 1, "x"))
+	oldReq.CheckGate, oldReq.GateToken = true, tok
+	stale := e.versioned(2, upsert("t", "stale", 1, "y"))
+	stale.CheckGate, stale.GateToken, stale.RaiseFence = true, tok+7, 2
+	if err := e.s.Commit(e.ctx, e.p, stale); !errors.Is(err, store.ErrGateMoved) {
+		t.Fatalf("raise on a stale gate token: %v, want ErrGateMoved", err)
+	}
+	if g := e.gate(); g.WriterFence != 0 || e.head().MaxCommitSeq != 0 {
+		t.Fatalf("a refused raise changed the partition: gate %+v", g)
+	}
+	req := e.versioned(2, upsert("t", "a", 1, "new"))
+	req.CheckGate, req.GateToken, req.RaiseFence = true, tok, 2
+	e.commit(req)
+	g := e.gate()
+	if g.WriterFence != 2 || g.Token == tok {
+		t.Fatalf("after the raising commit: gate %+v, want fence 2 and a new token", g)
+	}
+	if err := e.s.Commit(e.ctx, e.p, oldReq); !errors.Is(err, store.ErrWriterFenced) && !errors.Is(err, store.ErrGateMoved) {
+		t.Fatalf("older writer after the raise: %v, want fenced", err)
+	}
+	older := e.versioned(1, upsert("t", "b", 1, "old"))
+	if err := e.s.Commit(e.ctx, e.p, older); !errors.Is(err, store.ErrWriterFenced) {
+		t.Fatalf("version-1 commit after the raise: %v, want ErrWriterFenced", err)
+	}
+	if h := e.head(); h.MaxCommitSeq != 1 || len(e.rows("t", "old", "b")) != 0 {
+		t.Fatalf("fenced writers landed: head %d", h.MaxCommitSeq)
 	}
 }
 
