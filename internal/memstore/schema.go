@@ -207,6 +207,13 @@ func (s *Store) AdvanceCheckpoint(ctx context.Context, partition string, a store
 	if c == nil {
 		return false, nil
 	}
+	if a.Activate {
+		if p.head.MaxCommitSeq != a.Watermark || p.fence < a.SchemaVersion || p.head.HorizonSeq > a.Watermark {
+			return false, nil
+		}
+		c.State = store.CheckpointActivated
+		p.gateToken++
+	}
 	applyAdvance(c, &a, nowMs)
 	return true, nil
 }

@@ -1,12 +1,17 @@
 // Package migrate is the operator side of rolling schema upgrades
-// (store/schema.go): the migration step a deploy runs before shifting
-// traffic (bump the schema marker, raise every partition's writer fence,
-// declare backfill checkpoints) and the backfill runner that fills a
-// checkpoint's projection in resumable batches and activates it.
+// (store/schema.go): the migration step a deploy runs once traffic has
+// shifted to the new build (bump the schema marker, declare backfill
+// checkpoints) and the backfill runner that fills a checkpoint's
+// projection in resumable batches and activates it.
 //
-// Roll forward only: once the marker moved to N+1 a build of N refuses
-// to serve (sync.schema_not_ready) and cannot commit, so a rollback past
-// the migration is an outage; fix forward with N+2.
+// Nothing here holds traffic back (issue 20). Partitions are fenced
+// lazily: the new build's first commit that writes a table layout an
+// older build cannot read raises that partition's writer fence in the
+// same transaction (engine readerFloor), and a checkpoint declaration
+// raises its partition's fence with the declaration. A step without
+// checkpoints is therefore O(1) in partitions (one marker update), and
+// an older build serves every partition nothing newer was written to,
+// during the traffic shift and after a rollback.
 package migrate
 
 import (
@@ -36,7 +41,8 @@ type Declaration struct {
 type Plan struct {
 	Version     int64
 	Checkpoints []Declaration
-	// Partitions lists every partition (the store's operator scan).
+	// Partitions lists every partition (the partition registry); only
+	// walked when the plan declares checkpoints.
 	Partitions func(ctx context.Context, fn func(partition string) bool) error
 	// Now is the clock of checkpoint timestamps.
 	Now func() int64
@@ -49,7 +55,7 @@ type Plan struct {
 type Progress struct {
 	Marker      int64
 	Partitions  int
-	Fenced      int
+	Fenced      int // partitions with every checkpoint declared (fenced with it)
 	Declared    int
 	Batches     int
 	Rows        int64
@@ -60,10 +66,12 @@ type Progress struct {
 	TimedOutNow bool                               // stopped at the deadline; resume later
 }
 
-// Step bumps the marker to p.Version, then raises the writer fence of
-// every partition to it and declares p's checkpoints there. Every part is
-// idempotent: a step interrupted anywhere is finished by running it
-// again.
+// Step bumps the marker to p.Version and declares p's checkpoints on
+// every partition (each declaration raises that partition's writer fence
+// in the same transaction). Without checkpoints it touches no partition:
+// the marker is then one update, whatever the number of partitions.
+// Every part is idempotent: a step interrupted anywhere is finished by
+// running it again.
 func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 	var pr Progress
 	m, err := b.BumpSchemaMarker(ctx, p.Version)
@@ -74,16 +82,19 @@ func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 	if m > p.Version {
 		return pr, fmt.Errorf("stored schema marker %d is newer than %d: roll forward only", m, p.Version)
 	}
+	if len(p.Checkpoints) == 0 {
+		return pr, nil
+	}
 	var (
 		mu   sync.Mutex
 		errs []error
 	)
 	err = eachPartition(ctx, p.Partitions, p.Parallel, func(part string) bool {
-		fenced, declared, err := stepPartition(ctx, b, p, part)
+		declared, err := stepPartition(ctx, b, p, part)
 		mu.Lock()
 		defer mu.Unlock()
 		pr.Partitions++
-		if fenced {
+		if declared == len(p.Checkpoints) {
 			pr.Fenced++
 		}
 		pr.Declared += declared
@@ -96,20 +107,18 @@ func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 	return pr, errors.Join(append(errs, err)...)
 }
 
-// stepPartition raises one partition's writer fence to p.Version, then
-// declares p's checkpoints there (the fence first: a checkpoint is only
-// declared on a partition the old build can no longer write).
-func stepPartition(ctx context.Context, b Backend, p Plan, part string) (fenced bool, declared int, err error) {
-	if err := b.RaiseWriterFence(ctx, part, p.Version); err != nil {
-		return false, 0, fmt.Errorf("raise writer fence of %q: %w", part, err)
-	}
+// stepPartition declares p's checkpoints on one partition; each
+// declaration raises the partition's writer fence to p.Version in its own
+// transaction, so a checkpoint is only declared on a partition the old
+// build can no longer write.
+func stepPartition(ctx context.Context, b Backend, p Plan, part string) (declared int, err error) {
 	for _, d := range p.Checkpoints {
 		if _, err := b.DeclareCheckpoint(ctx, part, d.Name, p.Version, d.Sources, p.Now()); err != nil {
-			return true, declared, fmt.Errorf("declare checkpoint %s on %q: %w", d.Name, part, err)
+			return declared, fmt.Errorf("declare checkpoint %s on %q: %w", d.Name, part, err)
 		}
 		declared++
 	}
-	return true, declared, nil
+	return declared, nil
 }
 
 // Transform maps one current source row to the projection's row writes
@@ -124,7 +133,7 @@ type BackfillOptions struct {
 	// (TimedOutNow) and a later run resumes from the stored cursor.
 	Deadline func() bool
 	Now      func() int64
-	// MaxCatchUps bounds the activate → catch up rounds.
+	// MaxCatchUps bounds the catch up → activate attempts (default 64).
 	MaxCatchUps int
 }
 
@@ -146,7 +155,7 @@ func Backfill(ctx context.Context, b Backend, partition, name string, fn Transfo
 		o.BatchRows = 50
 	}
 	if o.MaxCatchUps <= 0 {
-		o.MaxCatchUps = 8
+		o.MaxCatchUps = 64
 	}
 	if o.Deadline == nil {
 		o.Deadline = func() bool { return false }
@@ -163,26 +172,73 @@ func Backfill(ctx context.Context, b Backend, partition, name string, fn Transfo
 	if err := r.scan(ctx); err != nil || pr.Superseded || pr.TimedOutNow {
 		return pr, err
 	}
-	for range o.MaxCatchUps {
-		out, err := b.ActivateCheckpoint(ctx, partition, name, c.OwnerEpoch, o.Now())
-		if err != nil {
-			return pr, err
-		}
-		pr.Outcomes[partition+"\x1f"+name] = out
-		switch out {
-		case store.Activated:
-			pr.Activated++
-			return pr, nil
-		case store.Unverifiable:
-			pr.Incomplete++
-			return pr, fmt.Errorf("checkpoint %s of %q: the log above its watermark %d was pruned; re-run the backfill from scratch (declare a new name)", name, partition, c.Watermark)
-		}
-		if err := r.catchUp(ctx); err != nil || pr.Superseded || pr.TimedOutNow {
-			return pr, err
-		}
+	out, err := r.activate(ctx)
+	if err != nil || pr.Superseded {
+		return pr, err
+	}
+	pr.Outcomes[partition+"\x1f"+name] = out
+	switch out {
+	case store.Activated:
+		pr.Activated++
+		return pr, nil
+	case store.Unverifiable:
+		pr.Incomplete++
+		return pr, fmt.Errorf("checkpoint %s of %q: the log above its watermark %d was pruned; re-run the backfill from scratch (declare a new name)", name, partition, c.Watermark)
 	}
 	pr.Incomplete++
 	return pr, nil
+}
+
+// activate catches up with the partition's head and activates the
+// checkpoint at it in one conditional write (store.CheckpointAdvance.
+// Activate): the head condition is the lock, so a source commit landing
+// meanwhile only costs another catch-up of the commits since, and the
+// activation cannot be starved by a busy partition the way a separate
+// check-then-activate could (each attempt's window is one head read, one
+// log read and the write).
+func (r *runner) activate(ctx context.Context) (store.ActivationOutcome, error) {
+	for range r.o.MaxCatchUps {
+		h, _, err := r.b.Head(ctx, r.p)
+		if err != nil {
+			return "", err
+		}
+		if h.HorizonSeq > r.c.Watermark {
+			return store.Unverifiable, nil
+		}
+		if h.Gate == nil || h.Gate.WriterFence < r.c.SchemaVersion {
+			return "", store.ErrFenceMissing
+		}
+		if h.MaxCommitSeq > r.c.Watermark {
+			wrote, err := r.catchUp(ctx, h.MaxCommitSeq)
+			if err != nil || r.pr.Superseded || r.pr.TimedOutNow {
+				return store.Stale, err
+			}
+			if wrote {
+				continue // its own commit moved the head: read it again
+			}
+		}
+		adv := store.CheckpointAdvance{Name: r.c.Name, Epoch: r.c.OwnerEpoch, Watermark: h.MaxCommitSeq, Cursor: cursorDone,
+			Activate: true, SchemaVersion: r.c.SchemaVersion}
+		ok, err := r.b.AdvanceCheckpoint(ctx, r.p, adv, r.o.Now())
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return store.Activated, nil
+		}
+		c, err := r.b.GetCheckpoint(ctx, r.p, r.c.Name)
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case c != nil && c.State == store.CheckpointActivated:
+			return store.Activated, nil
+		case c == nil || c.OwnerEpoch != r.c.OwnerEpoch:
+			r.pr.Superseded = true
+			return store.Stale, nil
+		}
+	}
+	return store.Stale, nil
 }
 
 type runner struct {
@@ -258,15 +314,13 @@ func (r *runner) scan(ctx context.Context) error {
 	return nil
 }
 
-// catchUp re-projects the source rows changed above the watermark and
-// moves the watermark to the head it read.
-func (r *runner) catchUp(ctx context.Context) error {
-	h, _, err := r.b.Head(ctx, r.p)
-	if err != nil {
-		return err
-	}
+// catchUp re-projects the source rows changed above the watermark up
+// to head and, when that writes rows, lands them as one commit that
+// moves the watermark to head (wrote). With nothing to write it leaves
+// the watermark where it is: the activating advance moves it.
+func (r *runner) catchUp(ctx context.Context, head int64) (wrote bool, err error) {
 	changed := map[string]map[string]bool{}
-	err = r.b.ReadLog(ctx, r.p, r.c.Watermark, h.MaxCommitSeq, func(c *store.Commit) bool {
+	err = r.b.ReadLog(ctx, r.p, r.c.Watermark, head, func(c *store.Commit) bool {
 		for _, ch := range c.Changes {
 			if slices.Contains(r.c.Sources, ch.Table) {
 				if changed[ch.Table] == nil {
@@ -278,7 +332,7 @@ func (r *runner) catchUp(ctx context.Context) error {
 		return true
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	var writes []store.RowWrite
 	var n int64
@@ -290,7 +344,7 @@ func (r *runner) catchUp(ctx context.Context) error {
 		slices.Sort(ids)
 		rows, err := r.b.GetRows(ctx, r.p, table, ids)
 		if err != nil {
-			return err
+			return false, err
 		}
 		for _, id := range ids {
 			if row := rows[id]; row != nil && !row.Deleted {
@@ -299,8 +353,11 @@ func (r *runner) catchUp(ctx context.Context) error {
 			}
 		}
 	}
+	if len(writes) == 0 {
+		return false, nil
+	}
 	key := fmt.Sprintf("backfill/%s/v%d/catchup/%d", r.c.Name, r.c.SchemaVersion, r.c.Watermark)
-	return r.batch(ctx, key, writes, h.MaxCommitSeq, cursorDone, n)
+	return true, r.batch(ctx, key, writes, head, cursorDone, n)
 }
 
 // batch lands writes and the checkpoint's advance atomically: one

@@ -92,6 +92,17 @@ type CheckpointAdvance struct {
 	Cursor    string
 	// Observed is added to ObservedRows.
 	Observed int64
+	// Activate (AdvanceCheckpoint only, not inside a commit) also
+	// activates the checkpoint, in the same atomic write, and only while
+	// the partition's head is still at Watermark: the caller caught up
+	// with every commit up to it, and the head condition is the lock that
+	// keeps a source write from landing in between (issue 20: activation
+	// does not keep losing on a busy partition; a lost race costs one
+	// catch-up of the commits since). It also requires the writer fence
+	// at or above SchemaVersion and the pruning horizon at or below
+	// Watermark. false when any of that does not hold.
+	Activate      bool
+	SchemaVersion int64
 }
 
 // ActivationOutcome is the result of ActivateCheckpoint.
