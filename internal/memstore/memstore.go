@@ -263,6 +263,7 @@ func (s *Store) RotateEpoch(ctx context.Context, partition, newEpoch string, now
 	p.mu.Lock()
 	p.head.LogEpoch = newEpoch
 	p.head.EpochRequired = true
+	p.gateToken++ // the serve gate's token is bound to the log epoch
 	p.clientsMu.Lock()
 	p.clients = make(map[string]*store.Client)
 	p.clientsMu.Unlock()

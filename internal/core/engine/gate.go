@@ -100,6 +100,11 @@ func (e *Engine) gateForCommit(rs *reqState, head store.Head, req *store.CommitR
 	if e.gates == nil {
 		return nil
 	}
+	if head.LogEpoch != rs.head.LogEpoch {
+		// The log epoch rotated since the entry check (the gate token
+		// moved with it): the request's epoch validation no longer holds.
+		return notReady(map[string]any{"runningSchemaVersion": e.runningSchema()})
+	}
 	g := head.Gate
 	if g != nil && rs.head.Gate != nil {
 		c := *g

@@ -44,8 +44,10 @@ type Gate struct {
 	WriterFence int64
 	// Pending lists the partition's checkpoints that are not activated.
 	Pending []PendingCheckpoint
-	// Token changes whenever the partition's fence or pending set
-	// changes (0 until the first change).
+	// Token changes whenever the partition's fence, pending set or log
+	// epoch changes (0 until the first change): a commit or response
+	// begun before an epoch rotation is re-checked like one begun before
+	// a migration step.
 	Token int64
 }
 

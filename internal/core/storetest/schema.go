@@ -31,6 +31,7 @@ func RunSchemaStore(t *testing.T, newStore func(t *testing.T) SchemaBackend) {
 		{"Fence/NewPartitionStartsAtMarker", testFenceNewPartition},
 		{"Fence/RaisedByCommit", testFenceRaisedByCommit},
 		{"Gate/TokenFencesCommit", testGateToken},
+		{"Gate/TokenBoundToLogEpoch", testGateTokenEpoch},
 		{"Gate/HeadMovedCarriesGate", testHeadMovedGate},
 		{"Fence/RefusesOlderRejection", testFenceRejection},
 		{"Gate/TokenFencesRejection", testGateTokenRejection},
@@ -278,6 +279,28 @@ func testFenceRaisedByCommit(t *testing.T, e *schemaT) {
 	}
 	if h := e.head(); h.MaxCommitSeq != 1 || len(e.rows("t", "old", "b")) != 0 {
 		t.Fatalf("fenced writers landed: head %d", h.MaxCommitSeq)
+	}
+}
+
+// testGateTokenEpoch: rotating the log epoch moves the gate token, so a
+// commit checked against the token read before the rotation writes
+// nothing (issue 20: the gate token is bound to the log epoch).
+func testGateTokenEpoch(t *testing.T, e *schemaT) {
+	e.touch()
+	tok := e.gate().Token
+	req := e.versioned(1, upsert("t", "a", 1, "x"))
+	req.CheckGate, req.GateToken = true, tok
+	if err := e.s.RotateEpoch(e.ctx, e.p, "epoch-rotated", baseMs); err != nil {
+		t.Fatal(err)
+	}
+	if g := e.gate(); g.Token == tok {
+		t.Fatalf("gate token %d unchanged by an epoch rotation", g.Token)
+	}
+	if err := e.s.Commit(e.ctx, e.p, req); !errors.Is(err, store.ErrGateMoved) {
+		t.Fatalf("commit on the token of the previous epoch: %v, want ErrGateMoved", err)
+	}
+	if h := e.head(); h.MaxCommitSeq != 0 {
+		t.Fatal("a commit begun in the previous epoch landed")
 	}
 }
 

@@ -37,6 +37,7 @@ func RollingUpgrade(t *testing.T, newStore func(t testing.TB) SchemaBackend, seg
 		}},
 		{"RefusedAfterResponseBuiltStreamingHost", func(t *testing.T, st SchemaBackend, segs store.SegmentStore) { rollingAfterResponse(t, st, segs, true) }},
 		{"GateReadsOnlyWhenDataServed", rollingGateReads},
+		{"RefusedWhenEpochRotatesMidResponse", rollingEpochMidResponse},
 	} {
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, newStore(t), segs()) })
 	}
@@ -356,4 +357,34 @@ func rollingGateReads(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 	if n := m.gates.Load(); n != 1 {
 		t.Fatalf("a pull that served a commit read the gate %d times, want 1", n)
 	}
+}
+
+// epochOnRead rotates the partition's log epoch while the pull reads the
+// log (a restore's rotation landing mid-request).
+type epochOnRead struct {
+	SchemaBackend
+	arm atomic.Bool
+}
+
+func (m *epochOnRead) ReadLog(ctx context.Context, p string, after, through int64, fn func(*store.Commit) bool) error {
+	if m.arm.CompareAndSwap(true, false) {
+		if err := m.RotateEpoch(ctx, p, "rotated-epoch", 1); err != nil {
+			return err
+		}
+	}
+	return m.SchemaBackend.ReadLog(ctx, p, after, through, fn)
+}
+
+// rollingEpochMidResponse (issue 20: the gate token is bound to the log
+// epoch): a response built while the epoch rotated is replaced by a
+// retryable refusal, never sent with data of the previous epoch; the
+// retry meets the new epoch.
+func rollingEpochMidResponse(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	m := &epochOnRead{SchemaBackend: st}
+	h := rollingHarness(t, m, segs)
+	c := h.ClientV3("tenant", "actor-a", "client-a")
+	applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+	m.arm.Store(true)
+	_, err := c.pull(0)
+	wantNotReady(t, err, "pull whose log epoch rotated under it")
 }
