@@ -277,7 +277,11 @@
 // cannot read sets rwv (and moves gt) in its own head update
 // (store.CommitRequest.RaiseFence, one more SET in an update the commit
 // makes anyway: no action, read or unit), and a checkpoint declaration
-// raises it in its transaction. A checkpoint activates in one
+// raises it in its transaction, together with the schema marker when the
+// Store's copy of the marker is below the declared version (so no
+// declaration is ever visible without the marker at its version; the
+// migration step bumps the marker first, so its declarations add no
+// action on the shared item). A checkpoint activates in one
 // transaction with the head's pending-set removal conditioned on the
 // head still at the watermark the runner caught up to (AdvanceCheckpoint
 // with Activate: the head condition is the lock).

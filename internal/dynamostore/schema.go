@@ -328,9 +328,10 @@ func (s *Store) GetCheckpoint(ctx context.Context, partition, name string) (*sto
 }
 
 // DeclareCheckpoint implements store.SchemaStore: one transaction puts
-// the checkpoint (if absent), adds it to the head's pending set and
-// raises the fence; the head condition pins what was read, so a
-// concurrent change retries.
+// the checkpoint (if absent), adds it to the head's pending set, raises
+// the fence and, unless the marker is known to be there already, raises
+// the schema marker to the version; the head condition pins what was
+// read, so a concurrent change retries.
 func (s *Store) DeclareCheckpoint(ctx context.Context, partition, name string, version int64, sources []string, nowMs int64) (*store.Checkpoint, error) {
 	if err := checkPartition(partition); err != nil {
 		return nil, err
@@ -373,15 +374,36 @@ func (s *Store) DeclareCheckpoint(ctx context.Context, partition, name string, v
 		} else {
 			cond += "rwv >= :v"
 		}
-		err = s.transact(ctx, "declare checkpoint", []txItem{
+		acts := []txItem{
 			{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}}},
 			{size: 200, w: types.TransactWriteItem{Update: &types.Update{
 				TableName: s.table, Key: Key(headPK(partition), headSK),
 				UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
 			}}},
-		})
+		}
+		if s.marker.v.Load() < version {
+			// Declared with the marker bump (issue 20): the marker reaches
+			// the version in the same transaction. The marker only rises,
+			// so once a copy shows it there, no action is needed (and none
+			// shared by every partition's declaration conflicts).
+			acts = append(acts, txItem{size: 100, w: types.TransactWriteItem{Update: &types.Update{
+				TableName: s.table, Key: Key(markerPK, markerSK),
+				UpdateExpression:          aws.String("SET v = :v"),
+				ConditionExpression:       aws.String("attribute_not_exists(v) OR v <= :v"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":v": N(version)},
+			}}})
+		}
+		err = s.transact(ctx, "declare checkpoint", acts)
 		if codes, _ := cancelReasons(err); codes != nil {
-			continue // raced a declare or a fence change: read again
+			if len(codes) > 2 && codes[2] == "ConditionalCheckFailed" {
+				if _, err := s.SchemaMarker(ctx); err != nil { // newer than version: no action next time
+					return nil, err
+				}
+			}
+			continue // raced a declare, a fence change or the marker: read again
+		}
+		if len(acts) > 2 {
+			s.marker.seen(version)
 		}
 		if err != nil {
 			return nil, wrap("declare checkpoint", err)

@@ -112,6 +112,10 @@ func (s *Store) DeclareCheckpoint(ctx context.Context, partition, name string, v
 	if p == nil {
 		return nil, ErrUnknownPartition
 	}
+	// The marker first: no one sees the declaration without it.
+	if _, err := s.BumpSchemaMarker(ctx, version); err != nil {
+		return nil, err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := p.checkpoints[name]

@@ -145,7 +145,9 @@ type SchemaStore interface {
 	// DeclareCheckpoint atomically creates the checkpoint as declared if
 	// it does not exist (an existing one is left as it is), adds it to the
 	// partition's pending set unless activated, and raises the writer
-	// fence to version. It returns the stored checkpoint.
+	// fence to version. The schema marker is at or above version once it
+	// returns, never after the declaration is visible (raised with it,
+	// unless it was there already). It returns the stored checkpoint.
 	DeclareCheckpoint(ctx context.Context, partition, name string, version int64, sources []string, nowMs int64) (*Checkpoint, error)
 	// GetCheckpoint returns a checkpoint, nil when absent.
 	GetCheckpoint(ctx context.Context, partition, name string) (*Checkpoint, error)

@@ -36,6 +36,7 @@ func RunSchemaStore(t *testing.T, newStore func(t *testing.T) SchemaBackend) {
 		{"Fence/RefusesOlderRejection", testFenceRejection},
 		{"Gate/TokenFencesRejection", testGateTokenRejection},
 		{"Checkpoint/DeclareClaimAdvance", testCheckpointLifecycle},
+		{"Checkpoint/DeclaredWithTheMarker", testDeclareRaisesMarker},
 		{"Checkpoint/SupersededOwnerWritesNothing", testCheckpointSuperseded},
 		{"Checkpoint/ActivationOutcomes", testCheckpointActivation},
 		{"Checkpoint/Unverifiable", testCheckpointUnverifiable},
@@ -301,6 +302,25 @@ func testGateTokenEpoch(t *testing.T, e *schemaT) {
 	}
 	if h := e.head(); h.MaxCommitSeq != 0 {
 		t.Fatal("a commit begun in the previous epoch landed")
+	}
+}
+
+// testDeclareRaisesMarker (issue 20: declaring a checkpoint is atomic
+// with the marker bump): a declaration at version 3 leaves the marker at
+// 3 however it was before; one below a newer marker leaves the marker.
+func testDeclareRaisesMarker(t *testing.T, e *schemaT) {
+	e.touch()
+	e.declare("proj", 3, "t")
+	if m, err := e.ss.SchemaMarker(e.ctx); err != nil || m != 3 {
+		t.Fatalf("marker after a version-3 declaration: %d, %v; want 3", m, err)
+	}
+	e.bump(5)
+	e.declare("older", 4, "t")
+	if m, _ := e.ss.SchemaMarker(e.ctx); m != 5 {
+		t.Fatalf("a declaration lowered the marker to %d", m)
+	}
+	if c := e.checkpoint("older"); c.SchemaVersion != 4 {
+		t.Fatalf("checkpoint %+v", c)
 	}
 }
 
