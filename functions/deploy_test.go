@@ -58,11 +58,12 @@ import (
 // partition.
 //
 // On the wiring before issue 20 (a PreTraffic hook on all four groups
-// that bumped the marker and fenced every partition before any shift)
-// the schema bump fails every assertion but the last: the old build
-// refused every request while the hooks ran and the traffic shifted
-// (HTTP 503 counted as serverErrors), and after a rollback it refused
-// everything.
+// that bumped the marker and fenced every partition before any shift) it
+// fails: the code-only deploy got refusals (the fence walk moved every
+// gate token: 6 requests on serverErrors, 2 s for one client), a
+// Linear10PercentEvery1Minute schema bump 172 serverErrors and 45 s of
+// Retry-After for one client, and after a rollback the old build refused
+// every request (10,269 refusals after the rollback, 5,632 serverErrors).
 func TestDeployKeepsServing(t *testing.T) {
 	ddb := testenv.DynamoDB(t)
 	plan := readDeployPlan(t)
