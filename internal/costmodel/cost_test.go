@@ -132,6 +132,10 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	platformLogged, err := costmodel.PlatformLogged(filepath.Join(repoRoot(), "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The meter the functions run with (app.DynamoMeter's log fields),
 	// keeping the request's usage for the tables.
 	meter := func(ctx context.Context) (context.Context, func() []slog.Attr) {
@@ -177,7 +181,11 @@ func newRig(t *testing.T) *rig {
 			billed := int(math.Ceil(float64(elapsed.Microseconds()) / 1000))
 			// Lambda's own START/END/REPORT lines: an assumed 40 MB used
 			// (two digits, as a warm Go function reports) of version 12.
+			// None when the template's SystemLogLevel filters them.
 			sysBytes, sysEvents := costmodel.PlatformLog(float64(elapsed.Microseconds())/1000, billed, r.memory[fn], 40, "12")
+			if !platformLogged {
+				sysBytes, sysEvents = 0, 0
+			}
 			r.current.Invocations = append(r.current.Invocations, costmodel.Invocation{
 				Function: fn, MemoryMB: r.memory[fn],
 				BilledMs:         billed,

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Invocation is what one function invocation (one HTTP request through
@@ -52,6 +54,54 @@ func PlatformLog(durationMs float64, billedMs, memoryMB, maxUsedMB int, version 
 		bytes += len(l)
 	}
 	return bytes, len(lines)
+}
+
+// PlatformLogged reports whether Lambda writes the START, END and REPORT
+// events of a successful invocation to the functions' log groups under
+// the SAM template at path: yes in the Text log format (no LoggingConfig)
+// and with a SystemLogLevel of INFO or DEBUG; no at WARN. The level is
+// the Globals value, a literal or the Default of the parameter it
+// references.
+func PlatformLogged(path string) (bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("costmodel: template: %w", err)
+	}
+	var t struct {
+		Parameters map[string]struct {
+			Default string `yaml:"Default"`
+		} `yaml:"Parameters"`
+		Globals struct {
+			Function struct {
+				LoggingConfig *struct {
+					LogFormat      string    `yaml:"LogFormat"`
+					SystemLogLevel yaml.Node `yaml:"SystemLogLevel"`
+				} `yaml:"LoggingConfig"`
+			} `yaml:"Function"`
+		} `yaml:"Globals"`
+	}
+	if err := yaml.Unmarshal(b, &t); err != nil {
+		return false, fmt.Errorf("costmodel: template: %w", err)
+	}
+	lc := t.Globals.Function.LoggingConfig
+	if lc == nil || lc.LogFormat != "JSON" {
+		return true, nil
+	}
+	level := lc.SystemLogLevel.Value
+	if lc.SystemLogLevel.Tag == "!Ref" {
+		p, ok := t.Parameters[level]
+		if !ok {
+			return false, fmt.Errorf("costmodel: SystemLogLevel references %q, not a parameter", level)
+		}
+		level = p.Default
+	}
+	switch level {
+	case "", "INFO", "DEBUG": // INFO is Lambda's default
+		return true, nil
+	case "WARN":
+		return false, nil
+	}
+	return false, fmt.Errorf("costmodel: SystemLogLevel %q", level)
 }
 
 // Breakdown is the price of some invocations, per service.

@@ -2,6 +2,7 @@ package costmodel_test
 
 import (
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -67,5 +68,33 @@ func TestFunctionMemory(t *testing.T) {
 		if mem[fn] != want {
 			t.Errorf("%s: %d MB, want %d", fn, mem[fn], want)
 		}
+	}
+}
+
+// Lambda's own lines of a successful invocation reach the log group in
+// the Text format and at SystemLogLevel INFO, not at WARN; the template's
+// level comes from the parameter it references.
+func TestPlatformLogged(t *testing.T) {
+	dir := t.TempDir()
+	for name, c := range map[string]struct {
+		yaml string
+		want bool
+	}{
+		"text":    {"Globals:\n  Function:\n    MemorySize: 512\n", true},
+		"info":    {"Globals:\n  Function:\n    LoggingConfig:\n      LogFormat: JSON\n      SystemLogLevel: INFO\n", true},
+		"warn":    {"Globals:\n  Function:\n    LoggingConfig:\n      LogFormat: JSON\n      SystemLogLevel: WARN\n", false},
+		"default": {"Globals:\n  Function:\n    LoggingConfig:\n      LogFormat: JSON\n", true},
+		"ref":     {"Parameters:\n  L:\n    Type: String\n    Default: WARN\nGlobals:\n  Function:\n    LoggingConfig:\n      LogFormat: JSON\n      SystemLogLevel: !Ref L\n", false},
+	} {
+		path := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := costmodel.PlatformLogged(path); err != nil || got != c.want {
+			t.Errorf("%s: %t, %v; want %t", name, got, err, c.want)
+		}
+	}
+	if got, err := costmodel.PlatformLogged(filepath.Join(repoRoot(), "template.yaml")); err != nil || got {
+		t.Errorf("template.yaml: platform lines logged %t (%v); its default LambdaSystemLogLevel is WARN", got, err)
 	}
 }
