@@ -352,6 +352,17 @@ func TestCost(t *testing.T) {
 		}
 		p.WriteTable(os.Stdout, op)
 	}
+	// The table against AppSync (docs/OPERATIONS.md holds the one
+	// measured when it was written; checkComparison compares).
+	fmt.Printf("\nAgainst AppSync (docs/OPERATIONS.md):\n\n%s\n", costmodel.ComparisonHeader)
+	var compared []costmodel.ComparisonRow
+	for _, op := range ops[:4] {
+		compared = append(compared, p.Comparison(op))
+		fmt.Println(compared[len(compared)-1].Markdown())
+	}
+	rt := realtimeRow(p)
+	fmt.Println(rt)
+	checkComparison(t, compared, rt)
 	fmt.Println()
 	for _, op := range ops[:4] {
 		fmt.Printf("%s usd_per_million=%.2f\n", op.Name, p.PriceOp(op).Total()*1e6)
@@ -360,4 +371,67 @@ func TestCost(t *testing.T) {
 	// The recommended wss:// shape (TLS in the tasks); the TLS listener's
 	// month is in docs/OPERATIONS.md.
 	fmt.Printf("realtime-idle-10k usd_per_month=%.2f\n", p.RealtimeIdle(10_000, false))
+}
+
+// realtimeRow is the comparison table's row for 10,000 idle realtime
+// sockets a month (TLS in the tasks; AppSync: connection minutes).
+func realtimeRow(p costmodel.Prices) string {
+	return fmt.Sprintf("| `realtime-idle-10k`, a month (not per million) | | | | | **$%.2f** | $%.2f |", p.RealtimeIdle(10_000, false), p.AppSyncIdle(10_000))
+}
+
+// checkComparison compares the table against AppSync in
+// docs/OPERATIONS.md (between its "make cost: comparison" markers) with
+// the rows just measured: the same operations; API Gateway, AppSync and
+// the logs (to a cent, and 16 bytes an invocation for the digits of a
+// duration) exactly; DynamoDB and the total less Lambda to 2% (item
+// sizes carry times whose digits vary, so a read may cross a 4 KB unit
+// from one run to the next). Lambda's share is the billed duration this
+// machine measured when the table was written, which varies run to run:
+// it must only be at least the request price.
+func checkComparison(t *testing.T, measured []costmodel.ComparisonRow, realtime string) {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "OPERATIONS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "<!-- make cost: comparison -->")
+	block, _, ok2 := strings.Cut(block, "<!-- end make cost: comparison -->")
+	if !ok || !ok2 {
+		t.Fatal("docs/OPERATIONS.md has no <!-- make cost: comparison --> ... <!-- end make cost: comparison --> block")
+	}
+	if !strings.Contains(block, costmodel.ComparisonHeader) {
+		t.Errorf("docs/OPERATIONS.md: the comparison table's header is not\n%s", costmodel.ComparisonHeader)
+	}
+	if !strings.Contains(block, realtime) {
+		t.Errorf("docs/OPERATIONS.md: the comparison table lacks the row\n%s", realtime)
+	}
+	written := map[string]costmodel.ComparisonRow{}
+	for line := range strings.Lines(block) {
+		if !strings.HasPrefix(line, "| `") || strings.HasPrefix(line, "| `realtime") {
+			continue
+		}
+		r, err := costmodel.ParseComparisonRow(strings.TrimSpace(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		written[r.Name] = r
+	}
+	if len(written) != len(measured) {
+		t.Errorf("docs/OPERATIONS.md: %d operations in the comparison table, make cost measures %d", len(written), len(measured))
+	}
+	cent := func(a, b float64) bool { return math.Abs(a-b) < 0.0051 }
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 0.02*b+0.0151 }
+	for _, m := range measured {
+		w, ok := written[m.Name]
+		if !ok {
+			t.Errorf("docs/OPERATIONS.md: no row for %s; make cost prints\n%s", m.Name, m.Markdown())
+			continue
+		}
+		invocations := m.AppSync / (costmodel.USEast1.AppSyncQuery * 1e6)
+		if !cent(w.API, m.API) || !near(w.Dynamo, m.Dynamo) || !near(w.RRU, m.RRU) || !near(w.WRU, m.WRU) ||
+			!cent(w.AppSync, m.AppSync) || !cent(w.Logs, m.Logs) || math.Abs(float64(w.LogBytes-m.LogBytes)) > 16*invocations ||
+			!near(w.Total-w.Lambda, m.Total-m.Lambda) || w.Lambda < invocations*costmodel.USEast1.LambdaRequest*1e6-0.005 {
+			t.Errorf("docs/OPERATIONS.md's row disagrees with the measurement:\n%s\nmake cost prints\n%s", strings.TrimSpace(w.Markdown()), m.Markdown())
+		}
+	}
 }

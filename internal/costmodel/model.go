@@ -157,6 +157,59 @@ func (p Prices) WriteTable(w io.Writer, op Operation) {
 	fmt.Fprintf(w, "  per million: lambda $%.2f  api $%.2f  dynamodb $%.2f  logs $%.2f  total $%.2f\n", b.Lambda*1e6, b.API*1e6, b.Dynamo*1e6, b.Logs*1e6, b.Total()*1e6)
 }
 
+// ComparisonRow is one operation of the table against AppSync in
+// docs/OPERATIONS.md, in USD per million operations: the services'
+// shares, the request units and log bytes of one operation, and what
+// AppSync charges for its requests alone (one query or mutation per
+// request, before its data source).
+type ComparisonRow struct {
+	Name                             string
+	Lambda, API, Dynamo, Logs, Total float64
+	RRU, WRU                         float64
+	LogBytes                         int
+	AppSync                          float64
+}
+
+// Comparison is the row of op.
+func (p Prices) Comparison(op Operation) ComparisonRow {
+	b := p.PriceOp(op)
+	r := ComparisonRow{Name: op.Name, Lambda: b.Lambda * 1e6, API: b.API * 1e6, Dynamo: b.Dynamo * 1e6, Logs: b.Logs * 1e6, Total: b.Total() * 1e6,
+		AppSync: float64(len(op.Invocations)) * p.AppSyncQuery * 1e6}
+	for _, in := range op.Invocations {
+		r.RRU += in.RRU
+		r.WRU += in.WRU
+		r.LogBytes += in.LogBytes + in.PlatformLogBytes
+	}
+	return r
+}
+
+// Markdown is the row as docs/OPERATIONS.md's table writes it (cents;
+// request units to the tenth).
+func (r ComparisonRow) Markdown() string {
+	return fmt.Sprintf("| `%s` | $%.2f | $%.2f | $%.2f (%.1f / %.1f) | $%.2f (%d B) | **$%.2f** | ≥ $%.2f |",
+		r.Name, r.Lambda, r.API, r.Dynamo, r.RRU, r.WRU, r.Logs, r.LogBytes, r.Total, r.AppSync)
+}
+
+// ComparisonHeader is the table's header (two lines).
+const ComparisonHeader = "| Per million operations | Lambda | API Gateway | DynamoDB (RRU / WRU each) | Logs (bytes each) | Total | AppSync (requests only) |\n|---|---|---|---|---|---|---|"
+
+// ParseComparisonRow reads a row Markdown wrote.
+func ParseComparisonRow(line string) (ComparisonRow, error) {
+	var r ComparisonRow
+	_, err := fmt.Sscanf(strings.ReplaceAll(line, "`", ""), "| %s | $%f | $%f | $%f (%f / %f) | $%f (%d B) | **$%f** | ≥ $%f |",
+		&r.Name, &r.Lambda, &r.API, &r.Dynamo, &r.RRU, &r.WRU, &r.Logs, &r.LogBytes, &r.Total, &r.AppSync)
+	if err != nil {
+		return r, fmt.Errorf("costmodel: comparison row %q: %w", line, err)
+	}
+	return r, nil
+}
+
+// AppSyncIdle is AppSync's month for sockets idle connections: connection
+// minutes only.
+func (p Prices) AppSyncIdle(sockets int) float64 {
+	return float64(sockets) * HoursPerMonth * 60 * p.AppSyncConnMinute
+}
+
 // RealtimeIdle is the monthly price of the realtime tier holding idle
 // sockets on the configuration and traffic docs/REALTIME.md measures: two
 // Fargate tasks (0.25 vCPU, 1 GB, ARM), an NLB, four public IPv4
