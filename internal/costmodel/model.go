@@ -1,7 +1,6 @@
 package costmodel
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math"
@@ -18,8 +17,11 @@ type Invocation struct {
 	Function string
 	// MemoryMB is the function's configured memory (template.yaml).
 	MemoryMB int
-	// BilledMs is the billed duration (whole milliseconds).
+	// BilledMs is the billed duration (whole milliseconds, BilledMs).
 	BilledMs int
+	// CPUMs is the CPU time the invocation used on the measuring machine
+	// (an upper bound: the whole measuring process's).
+	CPUMs float64
 	// RequestBytes and ResponseBytes are the HTTP bodies as sent.
 	RequestBytes, ResponseBytes int
 	// DynamoCalls counts DynamoDB requests; RRU and WRU are the request
@@ -34,6 +36,23 @@ type Invocation struct {
 	// PlatformLogBytes and PlatformLogEvents are the lines Lambda itself
 	// writes to the function's log group for the invocation (PlatformLog).
 	PlatformLogBytes, PlatformLogEvents int
+}
+
+// FullVCPUMB is the memory at which a Lambda function gets one whole
+// vCPU; below it, a function gets memoryMB/FullVCPUMB of one (CPU is
+// allocated in proportion to memory).
+const FullVCPUMB = 1769
+
+// BilledMs is the billed duration of an invocation that took wallMs on
+// the measuring machine, cpuMs of it on a CPU, when it runs with
+// memoryMB: the time off the CPU (waiting on DynamoDB, S3) as measured,
+// the CPU time stretched by the share of a vCPU the memory buys, rounded
+// up to the millisecond. So a smaller memory is priced with the longer
+// duration it causes, not only its lower rate.
+func BilledMs(wallMs, cpuMs float64, memoryMB int) int {
+	waiting := max(0, wallMs-cpuMs)
+	stretch := max(1, float64(FullVCPUMB)/float64(memoryMB))
+	return int(math.Ceil(waiting + cpuMs*stretch))
 }
 
 // PlatformLog returns the size and count of the log events the Lambda
@@ -63,37 +82,17 @@ func PlatformLog(durationMs float64, billedMs, memoryMB, maxUsedMB int, version 
 // the Globals value, a literal or the Default of the parameter it
 // references.
 func PlatformLogged(path string) (bool, error) {
-	b, err := os.ReadFile(path)
+	t, err := readTemplate(path)
 	if err != nil {
-		return false, fmt.Errorf("costmodel: template: %w", err)
-	}
-	var t struct {
-		Parameters map[string]struct {
-			Default string `yaml:"Default"`
-		} `yaml:"Parameters"`
-		Globals struct {
-			Function struct {
-				LoggingConfig *struct {
-					LogFormat      string    `yaml:"LogFormat"`
-					SystemLogLevel yaml.Node `yaml:"SystemLogLevel"`
-				} `yaml:"LoggingConfig"`
-			} `yaml:"Function"`
-		} `yaml:"Globals"`
-	}
-	if err := yaml.Unmarshal(b, &t); err != nil {
-		return false, fmt.Errorf("costmodel: template: %w", err)
+		return false, err
 	}
 	lc := t.Globals.Function.LoggingConfig
 	if lc == nil || lc.LogFormat != "JSON" {
 		return true, nil
 	}
-	level := lc.SystemLogLevel.Value
-	if lc.SystemLogLevel.Tag == "!Ref" {
-		p, ok := t.Parameters[level]
-		if !ok {
-			return false, fmt.Errorf("costmodel: SystemLogLevel references %q, not a parameter", level)
-		}
-		level = p.Default
+	level, err := t.value(lc.SystemLogLevel)
+	if err != nil {
+		return false, err
 	}
 	switch level {
 	case "", "INFO", "DEBUG": // INFO is Lambda's default
@@ -102,6 +101,54 @@ func PlatformLogged(path string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("costmodel: SystemLogLevel %q", level)
+}
+
+// samTemplate is what the cost model reads of a SAM template.
+type samTemplate struct {
+	Parameters map[string]struct {
+		Default string `yaml:"Default"`
+	} `yaml:"Parameters"`
+	Globals struct {
+		Function samFunction `yaml:"Function"`
+	} `yaml:"Globals"`
+	Resources map[string]struct {
+		Type       string      `yaml:"Type"`
+		Properties samFunction `yaml:"Properties"`
+	} `yaml:"Resources"`
+}
+
+// samFunction is a function's properties (or the Globals') that price it.
+type samFunction struct {
+	MemorySize    yaml.Node `yaml:"MemorySize"`
+	LoggingConfig *struct {
+		LogFormat      string    `yaml:"LogFormat"`
+		SystemLogLevel yaml.Node `yaml:"SystemLogLevel"`
+	} `yaml:"LoggingConfig"`
+}
+
+func readTemplate(path string) (*samTemplate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("costmodel: template: %w", err)
+	}
+	var t samTemplate
+	if err := yaml.Unmarshal(b, &t); err != nil {
+		return nil, fmt.Errorf("costmodel: template %s: %w", path, err)
+	}
+	return &t, nil
+}
+
+// value is a scalar property: a literal, or the Default of the parameter
+// it references (!Ref).
+func (t *samTemplate) value(n yaml.Node) (string, error) {
+	if n.Tag != "!Ref" {
+		return n.Value, nil
+	}
+	p, ok := t.Parameters[n.Value]
+	if !ok {
+		return "", fmt.Errorf("costmodel: template references %q, not a parameter", n.Value)
+	}
+	return p.Default, nil
 }
 
 // Breakdown is the price of some invocations, per service.
@@ -149,9 +196,9 @@ func (p Prices) PriceOp(op Operation) Breakdown {
 // per million operations.
 func (p Prices) WriteTable(w io.Writer, op Operation) {
 	fmt.Fprintf(w, "\n%s\n", op.Name)
-	fmt.Fprintf(w, "  %-8s %6s %6s %9s %9s %5s %8s %8s %13s %8s %8s\n", "function", "MB", "ms", "req B", "resp B", "ddb", "RRU", "WRU", "store est R/W", "log B", "sys B")
+	fmt.Fprintf(w, "  %-8s %6s %6s %7s %9s %9s %5s %8s %8s %13s %8s %8s\n", "function", "MB", "ms", "cpu ms", "req B", "resp B", "ddb", "RRU", "WRU", "store est R/W", "log B", "sys B")
 	for _, in := range op.Invocations {
-		fmt.Fprintf(w, "  %-8s %6d %6d %9d %9d %5d %8.1f %8.1f %6.1f/%6.1f %8d %8d\n", in.Function, in.MemoryMB, in.BilledMs, in.RequestBytes, in.ResponseBytes, in.DynamoCalls, in.RRU, in.WRU, in.StoreRRU, in.StoreWRU, in.LogBytes, in.PlatformLogBytes)
+		fmt.Fprintf(w, "  %-8s %6d %6d %7.2f %9d %9d %5d %8.1f %8.1f %6.1f/%6.1f %8d %8d\n", in.Function, in.MemoryMB, in.BilledMs, in.CPUMs, in.RequestBytes, in.ResponseBytes, in.DynamoCalls, in.RRU, in.WRU, in.StoreRRU, in.StoreWRU, in.LogBytes, in.PlatformLogBytes)
 	}
 	b := p.PriceOp(op)
 	fmt.Fprintf(w, "  per million: lambda $%.2f  api $%.2f  dynamodb $%.2f  logs $%.2f  total $%.2f\n", b.Lambda*1e6, b.API*1e6, b.Dynamo*1e6, b.Logs*1e6, b.Total()*1e6)
@@ -237,57 +284,42 @@ func (p Prices) RealtimeIdle(sockets int, tlsListener bool) float64 {
 }
 
 // FunctionMemory reads each function's MemorySize from a SAM template:
-// the Globals value, overridden in a function's Properties. Keys are the
+// the Globals value, overridden in a function's Properties, a literal or
+// the Default of the parameter it references (!Ref). Keys are the
 // resource names (PushFunction, PullFunction, ...).
 func FunctionMemory(path string) (map[string]int, error) {
-	f, err := os.Open(path)
+	t, err := readTemplate(path)
 	if err != nil {
-		return nil, fmt.Errorf("costmodel: template: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	global := 0
-	mem := map[string]int{}
-	section, resource := "", ""
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line != "" && line[0] != ' ' && line[0] != '#' {
-			section = strings.TrimSuffix(strings.TrimSpace(line), ":")
-			resource = ""
-			continue
-		}
-		if section == "Resources" && strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") && strings.HasSuffix(line, ":") {
-			resource = strings.TrimSuffix(strings.TrimSpace(line), ":")
-			if strings.HasSuffix(resource, "Function") {
-				mem[resource] = 0
-			}
-			continue
-		}
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), "MemorySize:")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(v))
+	megabytes := func(n yaml.Node) (int, error) {
+		v, err := t.value(n)
 		if err != nil {
-			return nil, fmt.Errorf("costmodel: template MemorySize %q: %w", v, err)
+			return 0, err
 		}
-		switch {
-		case section == "Globals":
-			global = n
-		case section == "Resources" && resource != "":
-			mem[resource] = n
+		m, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, fmt.Errorf("costmodel: template MemorySize %q: %w", v, err)
 		}
+		return m, nil
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("costmodel: template: %w", err)
-	}
-	if global == 0 {
+	if t.Globals.Function.MemorySize.Value == "" {
 		return nil, fmt.Errorf("costmodel: %s has no Globals MemorySize", path)
 	}
-	for k, v := range mem {
-		if v == 0 {
-			mem[k] = global
+	global, err := megabytes(t.Globals.Function.MemorySize)
+	if err != nil {
+		return nil, err
+	}
+	mem := map[string]int{}
+	for id, r := range t.Resources {
+		if r.Type != "AWS::Serverless::Function" {
+			continue
+		}
+		mem[id] = global
+		if r.Properties.MemorySize.Value != "" {
+			if mem[id], err = megabytes(r.Properties.MemorySize); err != nil {
+				return nil, fmt.Errorf("%s: %w", id, err)
+			}
 		}
 	}
 	return mem, nil
