@@ -386,7 +386,8 @@ func (p *refPass) deletes() (bool, error) {
 				}
 				if p.appended == p.cap {
 					p.ev.cascaded, p.ev.cascadeOrigin = p.appended+1, int32(d.origin)
-					return p.reject(d.origin, reasonCascadeLimit, nil, nil)
+					p.ev.rejectCascadeLimit(p.pc.ClientCommitID)
+					return true, nil
 				}
 				p.appended++
 				p.ev.cascaded, p.ev.cascadeOrigin = p.appended, int32(d.origin)
