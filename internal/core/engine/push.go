@@ -15,6 +15,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
 
@@ -56,14 +57,22 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		return cacheMiss(pc.ClientCommitID), nil
 	}
 	allowed, resolveErr := e.allowedScopes(ctx, rs)
-	run := &pushRun{e: e, rs: rs, pc: pc, grant: writeGrant{allowed: allowed, err: resolveErr}, head: rs.head}
+	run := &pushRun{e: e, rs: rs, pc: pc, grant: writeGrant{allowed: allowed, err: resolveErr}, head: rs.head, hooks: e.installedHooks()}
+	if !run.hooks.Empty() {
+		// §6.8: a commit whose outcome is recorded is replayed without
+		// running any validator again, so with validators installed the
+		// key is looked up before evaluating (one read more per commit).
+		if res, done, err := e.replay(ctx, rs, pc.ClientCommitID); done || err != nil {
+			return res, err
+		}
+	}
 	pacer := e.pacerFor(rs)
 	defer pacer.release(ctx)
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		if err := pacer.prepare(ctx, run, attempt); err != nil {
 			return nil, err
 		}
-		ev, err := e.evaluate(ctx, rs, pc, run.grant, pacer.readsHead())
+		ev, err := e.evaluate(ctx, run, pacer.readsHead())
 		if err != nil {
 			return nil, err
 		}
@@ -234,6 +243,12 @@ type evaluation struct {
 
 	// blobChecks are the blob references §5.9.6 checks (blobs.go).
 	blobChecks []blobCheck
+
+	// evidence is every operation as the whole-commit validator sees it
+	// (§6.8), recorded only when one is installed; appended lists the
+	// operations §6.11 appended (validators.go).
+	evidence []validate.Operation
+	appended []appendedOp
 
 	changeBuf [1]store.Change
 	rowBuf    [1]store.RowWrite
@@ -489,7 +504,8 @@ func putScratch(sc *opScratch) {
 // withHead (a store with a commit queue): the first row read also
 // returns the head (evaluation.head) when the commit reads at most
 // maxReadChecks rows, and evaluation.read records what was read.
-func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit, g writeGrant, withHead bool) (*evaluation, error) {
+func (e *Engine) evaluate(ctx context.Context, run *pushRun, withHead bool) (*evaluation, error) {
+	rs, pc, g := run.rs, run.pc, run.grant
 	storageV := e.schema.Versions[e.schema.Latest]
 	rules := rulesFor(rs.version)
 	// One consistent batched read per touched table.
@@ -571,11 +587,16 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 
 		if op.Op == wire.OpDelete {
 			if o.stored == nil {
+				run.validateAbsentDelete(ev, &o)
 				continue // §6.2: absent-row delete is applied with no change and no check
 			}
 			if !g.permits(st, o.stored.Scopes) {
 				ev.reject = opError(i, syncerr.Forbidden, "delete denied by scope authorization (§3.4)")
 				return ev, nil
+			}
+			// §6.7: decode → scope authorization → validation → write.
+			if err := run.validateOp(ctx, ev, &o, nil); err != nil || ev.reject != nil {
+				return ev, err
 			}
 			ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpDelete, Scopes: o.stored.Scopes})
 			// The tombstone keeps the deleted row's scopes, so a later
@@ -594,6 +615,9 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		if reject != nil {
 			ev.reject = reject
 			return ev, nil
+		}
+		if err := run.validateOp(ctx, ev, &o, nr); err != nil || ev.reject != nil {
+			return ev, err
 		}
 		if err := collectBlobRefs(ev, i, st, o.stored, nr, sc.present(st, t)); err != nil {
 			return nil, err

@@ -8,6 +8,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
 
@@ -20,6 +21,9 @@ type pushRun struct {
 	// head is the partition head the next commit request is
 	// conditioned on (§2.1 gapless commitSeq).
 	head store.Head
+	// hooks are the validators installed when the commit started (never
+	// nil; empty for none).
+	hooks *validate.Hooks
 }
 
 // readHead reads the partition head into run.head.
@@ -205,6 +209,8 @@ var commitStages = [...]commitStage{
 	stageCommitSize,
 	stageBlobs,
 	stageReferences,
+	stageAppendedValidators,
+	stageCommitValidator,
 	stageBlobIndex,
 }
 
