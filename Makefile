@@ -125,10 +125,15 @@ build:
 # package gets the bootstrap binary and the schema it serves (SCHEMA,
 # default the bundled example; SYNC_SCHEMA_PATH defaults to schema.json
 # next to bootstrap).
+# VALIDATORS, when set, is a declarative validators document (§6.7,
+# §6.8; docs/OPERATIONS.md "Validators") copied beside it as
+# validators.json, which SYNC_VALIDATORS_PATH defaults to.
 SCHEMA ?= examples/todo/schema.json
+VALIDATORS ?=
 define lambda_build
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(1)
 	cp $(SCHEMA) $(ARTIFACTS_DIR)/schema.json
+	$(if $(VALIDATORS),cp $(VALIDATORS) $(ARTIFACTS_DIR)/validators.json)
 endef
 build-PushFunction:
 	$(call lambda_build,push)

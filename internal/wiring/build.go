@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 )
 
 // Deps are what a handler serves over, built by NewAWS for Lambda or by
@@ -68,6 +71,10 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 	default:
 		return nil, fmt.Errorf("app: unknown scopes mode %q", cfg.ScopesMode)
 	}
+	hooks, err := LoadValidators(cfg, d.Schema)
+	if err != nil {
+		return nil, err
+	}
 	decls, err := migrate.ParseDeclarations(cfg.Checkpoints)
 	if err != nil {
 		return nil, fmt.Errorf("app: SYNC_CHECKPOINTS: %w", err)
@@ -93,6 +100,7 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		Clock:         d.Clock,
 		Logger:        logger,
 		OnCommit:      d.OnCommit,
+		Validators:    hooks,
 	}
 	switch cfg.SignedURLs {
 	case config.SignedNative:
@@ -110,6 +118,26 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	return eng, nil
+}
+
+// LoadValidators reads and compiles the declarative validators document
+// (SYNC_VALIDATORS_PATH) against the schema's served tables. nil when no
+// path is set and no validators.json is beside the binary; a set path
+// that cannot be read, or rules that do not compile, are errors.
+func LoadValidators(cfg *config.Config, sch *schema.Schema) (*validate.Hooks, error) {
+	path, required := cfg.ValidatorsFile()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !required {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("app: read validators %s (SYNC_VALIDATORS_PATH): %w", path, err)
+	}
+	h, err := validate.ParseRules(data, engine.TableColumns(sch))
+	if err != nil {
+		return nil, fmt.Errorf("app: %s (SYNC_VALIDATORS_PATH): %w", path, err)
+	}
+	return h, nil
 }
 
 // Authenticator builds the configured authenticator.
