@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/core/validate"
@@ -27,7 +28,7 @@ func RunValidatorsRollBack(t *testing.T, newStore func(*testing.T) store.Store, 
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
 			for _, sc := range validatorScenarios {
 				t.Run(sc.name, func(t *testing.T) {
-					h := New(t, newStore(t), newSegs(), Options{})
+					h := New(t, newStore(t), newSegs(), Options{Schema: sc.schema})
 					h.Grants.Set("alice", p1)
 					a := h.ClientV(v, fmt.Sprintf("val-v%d-%s", v, sc.name), "alice", "a")
 					sc.run(t, h, a)
@@ -95,10 +96,11 @@ func wantRejection(t *testing.T, r *wire.PushResult, opIndex int32, code, messag
 }
 
 var validatorScenarios = []struct {
-	name string
-	run  func(t *testing.T, h *Harness, a *Client)
+	name   string
+	schema string // "" for TodoSchema
+	run    func(t *testing.T, h *Harness, a *Client)
 }{
-	{"third-op-rejected-rolls-back", func(t *testing.T, h *Harness, a *Client) {
+	{"third-op-rejected-rolls-back", "", func(t *testing.T, h *Harness, a *Client) {
 		var calls atomic.Int32
 		counted := validate.RowValidatorFunc(func(ctx context.Context, who validate.Caller, op *validate.Operation) error {
 			calls.Add(1)
@@ -142,7 +144,7 @@ var validatorScenarios = []struct {
 		}
 		wantNothingWritten(t, h, a, 1, "t1", "t2", "t3")
 	}},
-	{"delete-sees-stored-row", func(t *testing.T, h *Harness, a *Client) {
+	{"delete-sees-stored-row", "", func(t *testing.T, h *Harness, a *Client) {
 		if r := a.Push("c0", Upsert("tasks", "t1", a.Task("t1", "p1", "keep", true), -1)); r.Status != wire.PushApplied {
 			t.Fatalf("%+v", r.Results)
 		}
@@ -163,7 +165,7 @@ var validatorScenarios = []struct {
 		}
 		wantNothingWritten(t, h, a, 1, "t1")
 	}},
-	{"commit-validator-sees-candidate-state", func(t *testing.T, h *Harness, a *Client) {
+	{"commit-validator-sees-candidate-state", "", func(t *testing.T, h *Harness, a *Client) {
 		for i, id := range []string{"t0", "t5"} {
 			if r := a.Push(fmt.Sprintf("seed%d", i), Upsert("tasks", id, a.Task(id, "p1", "seed", false), -1)); r.Status != wire.PushApplied {
 				t.Fatalf("%+v", r.Results)
@@ -264,7 +266,7 @@ var validatorScenarios = []struct {
 		}
 		wantNothingWritten(t, h, a, 3, "t4", "t5")
 	}},
-	{"unexpected-errors-and-host-bugs", func(t *testing.T, h *Harness, a *Client) {
+	{"unexpected-errors-and-host-bugs", "", func(t *testing.T, h *Harness, a *Client) {
 		cases := []struct {
 			name string
 			row  error
@@ -308,6 +310,78 @@ var validatorScenarios = []struct {
 		}
 		if r := a.Push("off", Upsert("tasks", "t1", a.Task("t1", "p1", "bad", false), -1)); r.Status != wire.PushApplied {
 			t.Fatalf("with no validators: %+v", r.Results)
+		}
+	}},
+	{"appended-operations-are-validated", ReferenceSchema, func(t *testing.T, h *Harness, a *Client) {
+		h.Grants.Set("alice", engine.ScopeMap{"project_id": {"*"}})
+		if r := a.Push("seed", a.ProjectOp("p1"), a.ItemOp("i1", Parents{Cascade: "p1"}), a.ItemOp("i2", Parents{Nullify: "p1"}), a.NoteOp("n1", "i1")); r.Status != wire.PushApplied {
+			t.Fatalf("seed: %+v", r.Results)
+		}
+		type seen struct {
+			op       validate.OpKind
+			index    int
+			appended bool
+			table    string
+			id       string
+			nullify  any
+		}
+		var rows []seen
+		keepLink := true
+		rv := validate.RowValidatorFunc(func(_ context.Context, _ validate.Caller, op *validate.Operation) error {
+			s := seen{op.Op, op.OpIndex, op.Appended, op.Table, op.RowID, nil}
+			if op.Table == "items" && op.Row != nil {
+				s.nullify = op.Row["nullify_parent"]
+			}
+			rows = append(rows, s)
+			if keepLink && op.Appended && op.Op == validate.Upsert && op.Stored["nullify_parent"] == "p1" {
+				return validate.Reject("app.keep_link", "the link stays", nil)
+			}
+			return nil
+		})
+		var evidence []seen
+		cv := validate.CommitValidatorFunc(func(_ context.Context, c *validate.Commit, _ validate.Reader) error {
+			for _, op := range c.Operations {
+				evidence = append(evidence, seen{op.Op, op.OpIndex, op.Appended, op.Table, op.RowID, nil})
+			}
+			return nil
+		})
+		if err := h.Engine.SetValidators(&validate.Hooks{Rows: map[string]validate.RowValidator{"items": rv, "notes": rv, "projects": rv}, Commit: cv}); err != nil {
+			t.Fatal(err)
+		}
+		// §6.11: the delete of p1 (op 1) appends the CASCADE delete of i1
+		// and, through it, of n1, and the SET NULL upsert of i2; each runs
+		// its table's validator, attributed to op 1.
+		r := a.Push("del", a.ProjectOp("p2"), Delete("projects", "p1"))
+		wantRejection(t, r, 1, "app.keep_link", "the link stays")
+		if len(evidence) != 0 {
+			t.Fatalf("the commit validator ran after a row rejection: %+v", evidence)
+		}
+		if got := len(h.ServerRows(a.Partition, "items")) + len(h.ServerRows(a.Partition, "notes")) + len(h.ServerRows(a.Partition, "projects")); got != 4 {
+			t.Fatalf("%d rows after the rejected cascade, want the 4 seeded", got)
+		}
+		keepLink = false
+		rows = nil
+		if r := a.Push("del2", a.ProjectOp("p2"), Delete("projects", "p1")); r.Status != wire.PushApplied {
+			t.Fatalf("accepted cascade: %+v", r.Results)
+		}
+		want := []seen{
+			{validate.Upsert, 0, false, "projects", "p2", nil},
+			{validate.Delete, 1, false, "projects", "p1", nil},
+		}
+		if !reflect.DeepEqual(rows[:2], want) || !reflect.DeepEqual(evidence[:2], want) {
+			t.Fatalf("client operations: validators saw %+v, commit validator %+v", rows, evidence)
+		}
+		appended := map[string]seen{}
+		for _, s := range rows[2:] {
+			appended[s.table+"/"+s.id] = s
+		}
+		wantApp := map[string]seen{
+			"items/i1": {validate.Delete, 1, true, "items", "i1", nil},
+			"items/i2": {validate.Upsert, 1, true, "items", "i2", nil},
+			"notes/n1": {validate.Delete, 1, true, "notes", "n1", nil},
+		}
+		if !reflect.DeepEqual(appended, wantApp) || len(rows) != 5 || len(evidence) != 5 {
+			t.Fatalf("appended operations: validators saw %+v, commit validator %d operations", rows, len(evidence))
 		}
 	}},
 }
