@@ -42,12 +42,13 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		return e.rejectCommit(ctx, rs, pc, rej)
 	}
 	// §2.3/§6.3: there is no separate idempotency lookup before
-	// evaluating. The key is checked where it matters, inside the atomic
-	// commit (Commit and PutRejection fail with ErrOutcomeExists when the
-	// key already has an outcome) and the stored outcome is replayed then.
-	// A replay therefore costs one wasted evaluation, and every new push
-	// saves a storage round trip. The in-request duplicate rule is the
-	// same replay, answered directly.
+	// evaluating (unless validators are installed, below). The key is
+	// checked where it matters, inside the atomic commit (Commit and
+	// PutRejection fail with ErrOutcomeExists when the key already has an
+	// outcome) and the stored outcome is replayed then. A replay
+	// therefore costs one wasted evaluation, and every new push saves a
+	// storage round trip. The in-request duplicate rule is the same
+	// replay, answered directly.
 	if duplicate {
 		if res, done, err := e.replay(ctx, rs, pc.ClientCommitID); done || err != nil {
 			return res, err
