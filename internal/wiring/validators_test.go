@@ -38,8 +38,24 @@ func TestLoadValidators(t *testing.T) {
 	if _, err := LoadValidators(&config.Config{ValidatorsPath: filepath.Join(dir, "missing.json")}, sch); err == nil {
 		t.Fatal("a named, missing document loaded")
 	}
-	// Unset: validators.json beside the test binary, which is absent.
-	if h, err := LoadValidators(&config.Config{}, sch); h != nil || err != nil {
+	// Unset: validators.json beside the test binary, which is absent,
+	// and a schema file without rules.
+	plain := write("schema.json", enginetest.TodoSchema)
+	if h, err := LoadValidators(&config.Config{SchemaPath: plain}, sch); h != nil || err != nil {
 		t.Fatalf("no document: %+v %v", h, err)
+	}
+	// The rules may live in the schema file itself, but not in both.
+	withRules := write("schema-rules.json", strings.Replace(enginetest.TodoSchema, `"version": 1,`,
+		`"version": 1, "commitValidators": [{"kind": "requireSiblingWhen", "table": "tasks", "column": "done",
+		  "equals": true, "siblingRowIdSuffix": "-audit", "code": "app.audit"}],`, 1))
+	if _, err := schema.ReadFile(withRules); err != nil {
+		t.Fatalf("the schema parser refuses the rules' members: %v", err)
+	}
+	h, err = LoadValidators(&config.Config{SchemaPath: withRules}, sch)
+	if err != nil || h.Commit == nil || h.Rows != nil {
+		t.Fatalf("rules in the schema file: %+v %v", h, err)
+	}
+	if _, err := LoadValidators(&config.Config{SchemaPath: withRules, ValidatorsPath: good}, sch); err == nil {
+		t.Fatal("rules in both the schema file and a document loaded")
 	}
 }
