@@ -21,6 +21,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 	"github.com/skyfold/syncular-lambda/internal/wsrealtime"
 )
 
@@ -85,6 +86,10 @@ type instance struct {
 	stop    context.CancelFunc // ends the hub's Run
 	signed  bool
 	ttlSecs int64
+	// rowRules and commitRules are the installed declarative validators
+	// (validators.go).
+	rowRules    []validate.TableRule
+	commitRules []validate.CommitRule
 }
 
 func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Logger, prod *Prod) (_ *instance, cerr *controlError) {

@@ -2,9 +2,12 @@ package wiring
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 )
 
 // Deps are what a handler serves over, built by NewAWS for Lambda or by
@@ -68,6 +72,10 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 	default:
 		return nil, fmt.Errorf("app: unknown scopes mode %q", cfg.ScopesMode)
 	}
+	hooks, err := LoadValidators(cfg, d.Schema)
+	if err != nil {
+		return nil, err
+	}
 	decls, err := migrate.ParseDeclarations(cfg.Checkpoints)
 	if err != nil {
 		return nil, fmt.Errorf("app: SYNC_CHECKPOINTS: %w", err)
@@ -93,6 +101,7 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		Clock:         d.Clock,
 		Logger:        logger,
 		OnCommit:      d.OnCommit,
+		Validators:    hooks,
 	}
 	switch cfg.SignedURLs {
 	case config.SignedNative:
@@ -110,6 +119,65 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	return eng, nil
+}
+
+// LoadValidators reads and compiles the declarative validators
+// (validate.RuleFile) against the schema's served tables: the document at
+// SYNC_VALIDATORS_PATH, else validators.json beside the binary when
+// present, else the "validators" and "commitValidators" members of the
+// schema file itself. nil when there are none. A named document that
+// cannot be read, rules that do not compile, or rules in both a document
+// and the schema file are errors.
+func LoadValidators(cfg *config.Config, sch *schema.Schema) (*validate.Hooks, error) {
+	path, required := cfg.ValidatorsFile()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !required {
+		data, err = nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("app: read validators %s (SYNC_VALIDATORS_PATH): %w", path, err)
+	}
+	inSchema, err := schemaRules(cfg.SchemaFile())
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case data != nil && inSchema != nil:
+		return nil, fmt.Errorf("app: validators are declared both in %s and in the schema file %s; keep one", path, cfg.SchemaFile())
+	case data == nil && inSchema == nil:
+		return nil, nil
+	case data == nil:
+		data, path = inSchema, cfg.SchemaFile()
+	}
+	h, err := validate.ParseRules(data, engine.TableColumns(sch))
+	if err != nil {
+		return nil, fmt.Errorf("app: %s (SYNC_VALIDATORS_PATH): %w", path, err)
+	}
+	return h, nil
+}
+
+// schemaRules returns the validate.RuleFile members of the schema
+// document at path as a document of their own, nil when it has none (or
+// there is no file there).
+func schemaRules(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // the host handed the schema over another way
+	}
+	if err != nil {
+		return nil, fmt.Errorf("app: read schema %s: %w", path, err)
+	}
+	var doc struct {
+		Validators       json.RawMessage `json:"validators"`
+		CommitValidators json.RawMessage `json:"commitValidators"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("app: schema %s: %w", path, err)
+	}
+	if doc.Validators == nil && doc.CommitValidators == nil {
+		return nil, nil
+	}
+	return json.Marshal(doc)
 }
 
 // Authenticator builds the configured authenticator.

@@ -20,6 +20,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 )
 
 // ScopeMap is variable → allowed or effective values (§3.2).
@@ -237,6 +238,10 @@ type Config struct {
 	// in-process realtime hub). It must not block for long and must not
 	// modify c.
 	OnCommit func(partition string, c *store.Commit)
+	// Validators are the host's write-validation hooks (§6.7 per table,
+	// §6.8 per commit); nil validates nothing. SetValidators replaces
+	// them at run time.
+	Validators *validate.Hooks
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.
@@ -269,6 +274,8 @@ type Engine struct {
 	queueMemo queueMemo
 	// spareEpoch: a minted epoch that no partition took (sync.go).
 	spareEpoch spareEpoch
+	// hooks are the installed validators, nil for none (validators.go).
+	hooks atomic.Pointer[validate.Hooks]
 }
 
 // New validates cfg and returns an Engine.
@@ -322,6 +329,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.BlobPresigner != nil {
 		e.SetBlobPresigner(cfg.BlobPresigner)
+	}
+	if err := e.SetValidators(cfg.Validators); err != nil {
+		return nil, err
 	}
 	if c, ok := cfg.Store.(store.CheapScopedLog); ok {
 		e.cheapScopedLog = c.CheapScopedLog()
