@@ -168,6 +168,12 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			}
 			return res, err
 		}
+		// §6.9: reactions are planned last, over the accepted candidate
+		// state, and logged with the commit (reactions.go).
+		planned, err := e.planReactions(ctx, rs, pc, ev)
+		if err != nil {
+			return nil, err
+		}
 		seq := head.MaxCommitSeq + 1
 		// The result and (for the usual one-operation commit) its record
 		// live in the evaluation's allocation.
@@ -191,6 +197,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			Commit: store.Commit{
 				Seq: seq, CreatedAtMs: rs.now, ActorID: rs.auth.ActorID,
 				ClientID: rs.clientID, ClientCommitID: pc.ClientCommitID, Changes: ev.changes,
+				Reactions: planned,
 			},
 			Rows:      ev.rows,
 			RefWrites: ev.refs,
