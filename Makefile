@@ -57,7 +57,7 @@ fuzz:
 ## (e.g. BENCHTIME=1x for a quick check that every benchmark still runs)
 BENCHTIME ?= 1s
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/... ./cmd/syncular-local/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/...
 
 ## cost: issue 23's price of each operation on AWS (us-east-1 list prices,
 ## internal/costmodel/prices.go) from exact counts through the functions'

@@ -17,6 +17,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/migrate"
+	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/validate"
@@ -48,6 +49,17 @@ type Deps struct {
 	// OnCommit receives every commit the engine appends (the local
 	// runner's in-process realtime fanout, §8.2).
 	OnCommit func(partition string, c *store.Commit)
+	// Hooks are the app's own code (the public package syncular).
+	Hooks Hooks
+}
+
+// Hooks are what an app adds to the engine through the public API: each
+// is optional.
+type Hooks struct {
+	// Resolver replaces the SYNC_SCOPES_MODE resolver.
+	Resolver engine.ScopeResolver
+	// Reactions plans §6.9 durable reactions.
+	Reactions reactions.Planner
 }
 
 // NewEngine builds the engine every function serves over: the configured
@@ -71,6 +83,9 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		resolver = &auth.TableResolver{Client: d.Grants, Table: cfg.TableName, PKAttr: d.PKAttr, SKAttr: d.SKAttr}
 	default:
 		return nil, fmt.Errorf("app: unknown scopes mode %q", cfg.ScopesMode)
+	}
+	if d.Hooks.Resolver != nil {
+		resolver = d.Hooks.Resolver
 	}
 	hooks, err := LoadValidators(cfg, d.Schema)
 	if err != nil {
@@ -102,6 +117,7 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		Logger:        logger,
 		OnCommit:      d.OnCommit,
 		Validators:    hooks,
+		Reactions:     d.Hooks.Reactions,
 	}
 	switch cfg.SignedURLs {
 	case config.SignedNative:

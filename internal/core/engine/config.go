@@ -18,6 +18,7 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
+	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/validate"
@@ -242,6 +243,9 @@ type Config struct {
 	// §6.8 per commit); nil validates nothing. SetValidators replaces
 	// them at run time.
 	Validators *validate.Hooks
+	// Reactions, when set, plans the §6.9 durable reactions of every
+	// accepted commit; Store must then implement store.ReactionStore.
+	Reactions reactions.Planner
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.
@@ -291,6 +295,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Resolver == nil {
 		return nil, errors.New("engine: Config.Resolver is required")
+	}
+	if _, ok := cfg.Store.(store.ReactionStore); cfg.Reactions != nil && !ok {
+		// §6.9: a planner without transactional enqueue fails before any
+		// row could change.
+		return nil, errors.New("engine: Config.Reactions needs a store that implements store.ReactionStore")
 	}
 	switch cfg.SignedURLs {
 	case SignedURLsOff:

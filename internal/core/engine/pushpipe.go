@@ -276,10 +276,17 @@ func (e *Engine) land(ctx context.Context, run *pushRun, ev *evaluation, pacer c
 	if ev.reject != nil {
 		return e.recordRejection(ctx, rs, pc, run.head, ev)
 	}
+	// §6.9: reactions are planned last, over the accepted candidate
+	// state, and logged with the commit (reactions.go).
+	planned, err := e.planReactions(ctx, rs, pc, ev)
+	if err != nil {
+		return nil, false, err
+	}
 	res, creq, err := e.commitRequest(run, ev)
 	if err != nil {
 		return nil, false, err
 	}
+	creq.Commit.Reactions = planned
 	pacer.stamp(creq)
 	if err := e.gateForCommit(rs, run.head, creq); err != nil {
 		return nil, false, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -126,6 +127,8 @@ type Options struct {
 	BlobPresigner blobs.Presigner
 	// OnCommit is passed to the engine (realtime fanout input).
 	OnCommit func(partition string, c *store.Commit)
+	// Reactions is the §6.9 planner passed to the engine.
+	Reactions reactions.Planner
 }
 
 // New builds a harness over st and segs.
@@ -153,7 +156,7 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
 		Checkpoints: o.Checkpoints,
 		Blobs:       o.Blobs, BlobPresigner: o.BlobPresigner,
-		OnCommit: o.OnCommit,
+		OnCommit: o.OnCommit, Reactions: o.Reactions,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
