@@ -682,14 +682,21 @@ func TestControlErrors(t *testing.T) {
 	expect(st, b, http.StatusNotFound, "conformance.unknown_method")
 	st, b = e.control(id, "installValidators", []any{})
 	expect(st, b, http.StatusNotImplemented, "conformance.unsupported")
+	// Leases (§7.3) are per instance: revocation needs them on.
+	st, b = e.control(id, "revokeLease", "lease_x")
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
+	st, b = e.control(id, "setResolverOutage", "yes")
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
 	st, b = e.control(id, "frobnicate")
 	expect(st, b, http.StatusNotFound, "conformance.unknown_method")
 
 	// Creation validates its options.
 	st, _, b = e.do(http.MethodPost, "/__conformance/instances", nil, []byte(`{"partition":"p","nowMs":1}`))
 	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
-	st, _, b = e.do(http.MethodPost, "/__conformance/instances", nil, []byte(`{"schema":`+notesSchema+`,"partition":"p","nowMs":1,"leases":{"ttlMs":5}}`))
-	expect(st, b, http.StatusNotImplemented, "conformance.unsupported")
+	st, _, b = e.do(http.MethodPost, "/__conformance/instances", nil, []byte(`{"schema":`+notesSchema+`,"partition":"p","nowMs":1,"leases":{"ttlMs":0}}`))
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
+	st, _, b = e.do(http.MethodPost, "/__conformance/instances", nil, []byte(`{"schema":`+notesSchema+`,"partition":"p","nowMs":1,"leases":{}}`))
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
 	st, _, b = e.do(http.MethodPost, "/__conformance/instances", nil, []byte(`{"schema":{"version":1,"tables":[{"name":"t"}]},"partition":"p","nowMs":1}`))
 	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
 
