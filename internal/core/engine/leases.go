@@ -64,21 +64,26 @@ func (e *Engine) LeasesEnabled() bool { return e.leases != nil }
 // sync.auth_lease_revoked, and the next live-authorized round of its
 // client mints a fresh id. ok is false when the partition holds no lease
 // with that id (an unknown id, or one already replaced); revoking a
-// revoked lease again is ok. It is the host's revocation hook and the
-// admin command's.
+// revoked lease again is ok. It is the host's revocation hook.
 func (e *Engine) RevokeLease(ctx context.Context, partition, leaseID string) (ok bool, err error) {
 	if e.leases == nil {
 		return false, errors.New("engine: auth leases are not configured")
 	}
+	if ok, err = RevokeLease(ctx, e.leases, partition, leaseID); ok {
+		e.log.InfoContext(ctx, "auth lease revoked (§7.3.4)", "partition", partition)
+	}
+	return ok, err
+}
+
+// RevokeLease is Engine.RevokeLease on a lease store directly, for tools
+// that run no engine (the admin command).
+func RevokeLease(ctx context.Context, leases store.LeaseStore, partition, leaseID string) (ok bool, err error) {
 	clientID, parsed := leaseClientID(leaseID)
 	if !parsed || partition == "" {
 		return false, nil
 	}
-	if ok, err = e.leases.RevokeLease(ctx, partition, clientID, leaseID); err != nil {
+	if ok, err = leases.RevokeLease(ctx, partition, clientID, leaseID); err != nil {
 		return false, fmt.Errorf("revoke auth lease: %w", err)
-	}
-	if ok {
-		e.log.InfoContext(ctx, "auth lease revoked", "partition", partition, "client", clientID)
 	}
 	return ok, nil
 }
