@@ -250,6 +250,11 @@ func reportAttrs(attrs []slog.Attr, rep *engine.Report, verbose bool) []slog.Att
 	attrs = count(attrs, "segmentsReused", int64(rep.SegmentsReused))
 	attrs = count(attrs, "rowsScanned", int64(rep.RowsScanned))
 	attrs = count(attrs, "rowsDelivered", int64(rep.RowsDelivered))
+	if rep.LeaseServed {
+		// §7.3.3: the resolver was unavailable; the client's auth lease
+		// authorized the round.
+		attrs = append(attrs, slog.Bool("leaseServed", true))
+	}
 	if rep.ErrorCode != "" {
 		attrs = append(attrs, slog.String("inBandError", rep.ErrorCode))
 	}
