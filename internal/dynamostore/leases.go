@@ -26,11 +26,10 @@ const (
 	lsRevoked = "rv" // BOOL
 )
 
-// leaseTTLGrace is how long past its expiry a lease item stays before
-// DynamoDB TTL may delete it (the engine checks expiry itself; the item
-// lingers only for operators). A deleted revoked lease is harmless: the
-// next issuance mints a fresh id either way.
-const leaseTTLGrace = 24 * 60 * 60 // seconds
+// Lease items carry no DynamoDB TTL: like client records they stay for
+// as long as the partition (one small item per client), so an expired or
+// revoked lease is never deleted from under a revocation, and a server
+// clock behind the wall clock (tests, a restored table) cannot lose one.
 
 // maxLeaseAttempts bounds the slide-or-mint loop against concurrent
 // issuances of one clientId.
@@ -46,7 +45,6 @@ func leaseItem(partition, clientID string, l *store.Lease, scopes string) map[st
 	item := Key(leasePK(partition), leaseSK(clientID))
 	item[lsID], item[lsActor], item[lsScopes] = S(l.ID), S(l.ActorID), S(scopes)
 	item[lsIssued], item[lsExpires], item[lsRevoked] = N(l.IssuedAtMs), N(l.ExpiresAtMs), BOOL(l.Revoked)
-	item[TTLAttribute] = N(l.ExpiresAtMs/1000 + leaseTTLGrace)
 	return item
 }
 
@@ -97,15 +95,18 @@ func (s *Store) IssueLease(ctx context.Context, partition, clientID string, l st
 	}
 	scopes := string(raw)
 	l.Revoked = false
+	// readBack: the last put found a record the failed slide did not
+	// return (a concurrent mint, or a backend that returns no item with
+	// a failed condition), so read it rather than assume there is none.
+	readBack := false
 	for range maxLeaseAttempts {
 		attrs, err := s.updateItem(ctx, "slide auth lease", &dynamodb.UpdateItemInput{
 			Key:                      Key(leasePK(partition), leaseSK(clientID)),
-			UpdateExpression:         aws.String("SET sc = :sc, ia = :ia, ea = :ea, #ttl = :ttl"),
-			ConditionExpression:      aws.String("ac = :ac AND rv = :f"),
-			ExpressionAttributeNames: map[string]string{"#ttl": TTLAttribute},
+			UpdateExpression:    aws.String("SET sc = :sc, ia = :ia, ea = :ea"),
+			ConditionExpression: aws.String("ac = :ac AND rv = :f"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
 				":sc": S(scopes), ":ia": N(l.IssuedAtMs), ":ea": N(l.ExpiresAtMs),
-				":ttl": N(l.ExpiresAtMs/1000 + leaseTTLGrace), ":ac": S(l.ActorID), ":f": BOOL(false),
+				":ac": S(l.ActorID), ":f": BOOL(false),
 			},
 			ReturnValues: types.ReturnValueAllNew,
 		})
@@ -116,8 +117,7 @@ func (s *Store) IssueLease(ctx context.Context, partition, clientID string, l st
 			return store.Lease{}, err
 		}
 		old := conditionItem(err)
-		if old == nil {
-			// A backend that does not return the item: read it.
+		if old == nil && readBack {
 			if old, err = s.getItem(ctx, "read auth lease", leasePK(partition), leaseSK(clientID), nil); err != nil {
 				return store.Lease{}, err
 			}
@@ -136,7 +136,8 @@ func (s *Store) IssueLease(ctx context.Context, partition, clientID string, l st
 		if !isConditionFailed(err) {
 			return store.Lease{}, err
 		}
-		// Another round replaced the record meanwhile: decide again.
+		// The record changed (or existed) meanwhile: decide again.
+		readBack = old == nil
 	}
 	return store.Lease{}, fmt.Errorf("dynamostore: issue auth lease: %d concurrent replacements in a row", maxLeaseAttempts)
 }

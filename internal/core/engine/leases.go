@@ -113,7 +113,7 @@ func (e *Engine) leaseScopes(ctx context.Context, rs *reqState) (ScopeMap, error
 			return nil, syncerr.New(syncerr.InvalidSubscription, "the auth lease holds scope %q, which no table of any served schema version declares (§3.2)", k)
 		}
 	}
-	e.log.InfoContext(ctx, "round authorized by an auth lease during a resolver outage (§7.3.3)", "partition", rs.auth.Partition, "actor", rs.auth.ActorID, "expiresAtMs", l.ExpiresAtMs)
+	e.log.DebugContext(ctx, "round authorized by an auth lease during a resolver outage (§7.3.3)", "partition", rs.auth.Partition, "actor", rs.auth.ActorID, "expiresAtMs", l.ExpiresAtMs)
 	return ScopeMap(l.AllowedScopes), nil
 }
 
