@@ -101,7 +101,7 @@ func (s *Store) IssueLease(ctx context.Context, partition, clientID string, l st
 	readBack := false
 	for range maxLeaseAttempts {
 		attrs, err := s.updateItem(ctx, "slide auth lease", &dynamodb.UpdateItemInput{
-			Key:                      Key(leasePK(partition), leaseSK(clientID)),
+			Key:                 Key(leasePK(partition), leaseSK(clientID)),
 			UpdateExpression:    aws.String("SET sc = :sc, ia = :ia, ea = :ea"),
 			ConditionExpression: aws.String("ac = :ac AND rv = :f"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{

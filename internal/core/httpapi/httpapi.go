@@ -252,8 +252,8 @@ func reportAttrs(attrs []slog.Attr, rep *engine.Report, verbose bool) []slog.Att
 	attrs = count(attrs, "rowsDelivered", int64(rep.RowsDelivered))
 	if rep.LeaseServed {
 		// §7.3.3: the resolver was unavailable; the client's auth lease
-		// authorized the round.
-		attrs = append(attrs, slog.Bool("leaseServed", true))
+		// authorized the round (a counter, so it is also a metric).
+		attrs = count(attrs, "leaseServed", 1)
 	}
 	if rep.ErrorCode != "" {
 		attrs = append(attrs, slog.String("inBandError", rep.ErrorCode))
