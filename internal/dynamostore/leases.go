@@ -26,10 +26,12 @@ const (
 	lsRevoked = "rv" // BOOL
 )
 
-// Lease items carry no DynamoDB TTL: like client records they stay for
-// as long as the partition (one small item per client), so an expired or
-// revoked lease is never deleted from under a revocation, and a server
-// clock behind the wall clock (tests, a restored table) cannot lose one.
+// Lease items carry no DynamoDB TTL: like client records they stay as
+// long as the partition (one small item per client) and are replaced by
+// the client's next fresh id, so a server clock behind the wall clock
+// (tests, a host's virtual clock) never sees a valid lease vanish. Their
+// pk does not end in "#L", so the fanout's stream filter (template.yaml)
+// and ParseCommitKey pass over every lease write.
 
 // maxLeaseAttempts bounds the slide-or-mint loop against concurrent
 // issuances of one clientId.
