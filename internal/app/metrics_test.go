@@ -2,14 +2,10 @@ package app_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
@@ -44,28 +40,7 @@ func requestLines(t *testing.T, logs []byte) []metrics.Document {
 func TestRequestLinesCarryEMF(t *testing.T) {
 	cfg := localConfig(t, map[string]string{"SYNC_METRICS_NAMESPACE": "Ops/Test", "SYNC_SIGNED_URLS": "off"})
 	sch := todoSchema(t)
-	st, segs := memstore.New(), memstore.NewSegments()
-	logs := map[string]*bytes.Buffer{}
-	hs := map[string]func(context.Context, []byte) ([]byte, error){}
-	for _, fn := range app.Functions {
-		logs[fn.Name] = &bytes.Buffer{}
-		h, err := app.Build(cfg, fn, app.Deps{Schema: sch, Store: st, Segments: segs, Logger: app.NewLogger(logs[fn.Name], slog.LevelInfo, fn)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs[fn.Name] = h.Invoke
-	}
-	d := &apptest.Deployment{Schema: sch, Invoke: func(t testing.TB, fn string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
-		out, err := hs[fn](context.Background(), apptest.MustJSON(t, ev))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var resp events.APIGatewayV2HTTPResponse
-		if err := json.Unmarshal(out, &resp); err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}}
+	d, logs := loggedDeployment(t, cfg, app.Deps{Schema: sch, Store: memstore.New(), Segments: memstore.NewSegments()})
 	tok, err := auth.MintHS256(secret, auth.Claims{"sub": "alice", "syncular_scopes": map[string][]string{"project_id": {"p1"}}}, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)

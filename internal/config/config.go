@@ -86,6 +86,10 @@ type Config struct {
 	SigningKey    []byte
 	SigningKeyRef string
 
+	// AuthLeases turns §7.3 auth leases on, each sliding AuthLeaseTTL.
+	AuthLeases   bool
+	AuthLeaseTTL time.Duration
+
 	MaxOperations         int
 	ResponseBudgetBytes   int
 	InlineSegmentMaxBytes int
@@ -155,6 +159,8 @@ var Vars = []Var{
 	{"SYNC_SIGNED_URL_TTL", "`5m`", "Lifetime of signed URLs (Go duration, at most `15m`)."},
 	{"SYNC_SIGNING_KEY", "empty", "native mode: the HMAC key itself (local runs only; at least 32 bytes)."},
 	{"SYNC_SIGNING_KEY_REF", "empty", "native mode: SSM SecureString name/ARN or Secrets Manager ARN holding the HMAC key, read once at init."},
+	{"SYNC_AUTH_LEASES", "`off`", "`on`: auth leases (SPEC §7.3). Every authorized round issues or slides its client's lease (kept in the table, pk `P#<partition>#LS`) and returns it in a LEASE frame; while the scope resolver is unavailable (table mode: the grant read fails) a round is served from a valid lease instead of failing, and a client without one gets `sync.auth_lease_required`. Revoke one with `syncular-admin revoke-lease`. `off`: no leases, an unavailable resolver fails the round retryably."},
+	{"SYNC_AUTH_LEASE_TTL", "`15m`", "Sliding lifetime of an auth lease (Go duration, 1m to 720h): how long a client keeps syncing on it through a resolver outage after its last authorized round."},
 	{"SYNC_MAX_OPERATIONS", "`500`", "Operations allowed across the PUSH_COMMIT frames of one request."},
 	{"SYNC_RESPONSE_BUDGET_BYTES", "`4194304`", "Raw bytes where a response stops adding push results, commits and inline pages (at most 4444160: Lambda's 6 MB response includes base64)."},
 	{"SYNC_INLINE_SEGMENT_MAX_BYTES", "`262144`", "Largest rows segment sent inline in a pull response."},
@@ -221,6 +227,9 @@ func Load(getenv func(string) string) (*Config, error) {
 		SignedURLTTL:  l.duration("SYNC_SIGNED_URL_TTL", 5*time.Minute, time.Second, MaxSignedURLTTL),
 		SigningKey:    []byte(l.str("SYNC_SIGNING_KEY", "")),
 		SigningKeyRef: l.str("SYNC_SIGNING_KEY_REF", ""),
+
+		AuthLeases:   l.oneOf("SYNC_AUTH_LEASES", "off", "off", "on") == "on",
+		AuthLeaseTTL: l.duration("SYNC_AUTH_LEASE_TTL", 15*time.Minute, time.Minute, 720*time.Hour),
 
 		MaxOperations:         l.integer("SYNC_MAX_OPERATIONS", 500, 1, 100_000),
 		ResponseBudgetBytes:   l.integer("SYNC_RESPONSE_BUDGET_BYTES", limits.DefaultResponseBudgetBytes, 64<<10, MaxResponseBudget),

@@ -63,6 +63,8 @@ type Store struct {
 	rxDue rxDue
 	// marker is the stored schema marker (schema.go).
 	marker int64
+	// leases are the §7.3 auth leases (leases.go), under their own lock.
+	leases leaseTable
 }
 
 var _ store.Store = (*Store)(nil)

@@ -102,6 +102,7 @@ var (
 	PruneFailures    = Metric{"pruneFailures", Count, byFunction, "Partitions a prune run failed on, plus 1 when the registry could not be read."}
 	PruneIncomplete  = Metric{"pruneIncomplete", Count, byFunction, "1 when a prune run stopped at its deadline with partitions left (the next run resumes)."}
 	BlobsSwept       = Metric{"blobsSwept", Count, byFunction, "Orphaned blob objects a prune run deleted after finishing a pass (§5.9.2 sweep)."}
+	LeaseServed      = Metric{"leaseServed", Count, byFunction, "Rounds authorized by the client's auth lease because the scope resolver was unavailable (§7.3.3, SYNC_AUTH_LEASES=on)."}
 	RequestsOverCap  = Metric{"requestsOverCap", Count, byFunction, "Requests refused with 413 because the body exceeds a request cap (as sent, or SYNC_MAX_BODY_BYTES decoded); with function=gateway, every 413 in the HTTP API's access log."}
 	// Connections is the realtime tier's autoscaling metric: every task
 	// writes its open sockets once a minute (function=realtime), so the
@@ -121,7 +122,7 @@ var Catalogue = []Metric{
 	CommitsApplied, CommitRacesLost, CommitsSent, RowsScanned, RowsDelivered,
 	SegmentsBuilt, SegmentsReused,
 	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete, BlobsSwept,
-	RequestsOverCap,
+	RequestsOverCap, LeaseServed,
 	Connections,
 }
 

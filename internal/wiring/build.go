@@ -119,6 +119,14 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		Validators:    hooks,
 		Reactions:     d.Hooks.Reactions,
 	}
+	if cfg.AuthLeases {
+		// §7.3: leases live beside the commit log, in the same store.
+		ls, ok := d.Store.(store.LeaseStore)
+		if !ok {
+			return nil, fmt.Errorf("app: SYNC_AUTH_LEASES=on needs a store that keeps leases; %T does not", d.Store)
+		}
+		ec.Leases, ec.LeaseTTL = ls, cfg.AuthLeaseTTL
+	}
 	switch cfg.SignedURLs {
 	case config.SignedNative:
 		ec.SignedURLs, ec.SigningKey = engine.SignedURLsNative, cfg.SigningKey

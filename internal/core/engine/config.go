@@ -234,6 +234,14 @@ type Config struct {
 	// store.SchemaStore (tests of other concerns; never in production:
 	// commits still carry the writer version and the fence still holds).
 	NoSchemaGate bool
+	// Leases and LeaseTTL, both set, turn auth leases on (§7.3): each
+	// live-authorized round issues or slides its client's lease for
+	// LeaseTTL and sends it in a LEASE frame, and a round whose resolver
+	// signals an outage (ErrResolverUnavailable) is authorized by a valid
+	// lease instead of failing (leases.go). Both unset: the feature is
+	// off and no LEASE frame is ever written.
+	Leases   store.LeaseStore
+	LeaseTTL time.Duration
 	// OnCommit, when set, is called synchronously after each commit is
 	// durably appended, with the stored commit (§8.2 fanout input for an
 	// in-process realtime hub). It must not block for long and must not
@@ -280,6 +288,10 @@ type Engine struct {
 	spareEpoch spareEpoch
 	// hooks are the installed validators, nil for none (validators.go).
 	hooks atomic.Pointer[validate.Hooks]
+	// leases is Config.Leases when auth leases are on (leases.go), with
+	// the TTL in ms.
+	leases   store.LeaseStore
+	leaseTTL int64
 }
 
 // New validates cfg and returns an Engine.
@@ -300,6 +312,9 @@ func New(cfg Config) (*Engine, error) {
 		// §6.9: a planner without transactional enqueue fails before any
 		// row could change.
 		return nil, errors.New("engine: Config.Reactions needs a store that implements store.ReactionStore")
+	}
+	if (cfg.Leases == nil) != (cfg.LeaseTTL <= 0) {
+		return nil, errors.New("engine: auth leases need both Config.Leases and a positive Config.LeaseTTL")
 	}
 	switch cfg.SignedURLs {
 	case SignedURLsOff:
@@ -335,6 +350,8 @@ func New(cfg Config) (*Engine, error) {
 		log:       cfg.Logger,
 		clients:   newClientCache(4096),
 		blobs:     cfg.Blobs,
+		leases:    cfg.Leases,
+		leaseTTL:  cfg.LeaseTTL.Milliseconds(),
 	}
 	if cfg.BlobPresigner != nil {
 		e.SetBlobPresigner(cfg.BlobPresigner)

@@ -276,6 +276,11 @@ func reportAttrs(attrs []slog.Attr, rep *engine.Report, verbose, failed bool) []
 	attrs = count(attrs, "segmentsReused", int64(rep.SegmentsReused))
 	attrs = count(attrs, "rowsScanned", int64(rep.RowsScanned))
 	attrs = count(attrs, "rowsDelivered", int64(rep.RowsDelivered))
+	if rep.LeaseServed {
+		// §7.3.3: the resolver was unavailable; the client's auth lease
+		// authorized the round (a counter, so it is also a metric).
+		attrs = count(attrs, "leaseServed", 1)
+	}
 	return attrs
 }
 

@@ -300,6 +300,16 @@ class HttpServerInstance implements ServerInstance {
     await this.#control('setResolverFailing', failing);
   }
 
+  // §7.3.3: the resolver signals an outage (not a throw).
+  async setResolverOutage(outage: boolean): Promise<void> {
+    await this.#control('setResolverOutage', outage);
+  }
+
+  // §7.3.4: revoke a lease by id.
+  async revokeLease(leaseId: string): Promise<void> {
+    await this.#control('revokeLease', leaseId);
+  }
+
   async advanceClock(ms: number): Promise<void> {
     await this.#control('advanceClock', ms);
   }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
@@ -129,6 +130,9 @@ type Options struct {
 	OnCommit func(partition string, c *store.Commit)
 	// Reactions is the §6.9 planner passed to the engine.
 	Reactions reactions.Planner
+	// LeaseTTL > 0 turns auth leases on (§7.3), kept by the store, which
+	// must then implement store.LeaseStore.
+	LeaseTTL time.Duration
 }
 
 // New builds a harness over st and segs.
@@ -151,7 +155,15 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 		}
 	}
 	h := &Harness{T: t, Schema: sc, Store: st, Segments: segs, Clock: &Clock{ms: 1_780_000_000_000}, Grants: &Grants{}}
+	var leases store.LeaseStore
+	if o.LeaseTTL > 0 {
+		var ok bool
+		if leases, ok = st.(store.LeaseStore); !ok {
+			t.Fatalf("auth leases: %T is not a store.LeaseStore", st)
+		}
+	}
 	h.Engine, err = engine.New(engine.Config{
+		Leases: leases, LeaseTTL: o.LeaseTTL,
 		Schema: sc, Store: st, Segments: segs, Resolver: h.Grants, Presigner: o.Presigner,
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
 		Checkpoints: o.Checkpoints,
