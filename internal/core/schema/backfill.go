@@ -37,8 +37,11 @@ import (
 //	{"const": literal}     a literal (typed like a default for the target;
 //	                       a JSON string inside concat, lower and upper)
 //	{"concat": [e, ...]}   string concatenation; NULL if any part is NULL
-//	{"lower": e}           Unicode lower case of a string (NULL stays NULL)
-//	{"upper": e}           Unicode upper case of a string
+//	{"lower": e}           lower case of a string (NULL stays NULL)
+//	{"upper": e}           upper case of a string
+//
+// lower and upper map each character by Unicode's simple case mapping
+// (Go's strings.ToLower/ToUpper): "ß" stays "ß", no locale rules.
 //
 // Rules run in order on the row as the previous rules left it. Target
 // columns are plain data: not the primary key, a scope column (§3.1:
