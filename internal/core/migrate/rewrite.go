@@ -3,7 +3,6 @@ package migrate
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
@@ -90,7 +89,7 @@ func (w *rewriter) transform(ctx context.Context, table string, row *store.Row) 
 	if !ok {
 		return nil, fmt.Errorf("table %q is not in the latest schema version %d", table, w.sch.Latest)
 	}
-	vals, layout, err := decodeStored(w.sch, st, row)
+	vals, layout, err := w.sch.DecodeStored(st, row.Payload, row.ColumnVersions)
 	if err != nil {
 		return nil, err
 	}
@@ -147,51 +146,4 @@ func (w *rewriter) transform(ctx context.Context, table string, row *store.Row) 
 		}
 	}
 	return []store.RowWrite{{Table: table, Row: store.Row{RowID: row.RowID, Version: next, ColumnVersions: cv, Scopes: row.Scopes, Payload: payload}}}, nil
-}
-
-// decodeStored decodes a stored payload into the latest layout st. A
-// row written before a schema bump is still in the layout of the
-// version that wrote it (rows are stored in the writer's storage
-// version): it is decoded with the latest codec, else with each older
-// served version's codec of the table, newest first, and its values
-// moved over by column name (columns the old layout lacks are NULL).
-// Stored column versions name the writer's column count, which picks
-// the layout when the row has them.
-func decodeStored(sch *schema.Schema, st *schema.Table, row *store.Row) ([]rowcodec.Value, *schema.Table, error) {
-	cands := []*schema.Table{st}
-	served := sch.Served()
-	slices.Reverse(served)
-	for _, n := range served {
-		if t, ok := sch.Versions[n].Table(st.Name); ok && n != sch.Latest && !slices.Equal(t.Columns, st.Columns) {
-			cands = append(cands, t)
-		}
-	}
-	var firstErr error
-	for _, t := range cands {
-		if row.ColumnVersions != nil && len(row.ColumnVersions) != len(t.Columns) {
-			continue
-		}
-		vals, err := t.Codec.Decode(row.Payload, nil)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		if t == st {
-			return vals, st, nil
-		}
-		out := make([]rowcodec.Value, len(st.Columns))
-		for i, c := range st.Columns {
-			out[i] = rowcodec.Value{Null: true}
-			if j := t.ColumnIndex(c.Name); j >= 0 && t.Columns[j].Type == c.Type {
-				out[i] = vals[j]
-			}
-		}
-		return out, t, nil
-	}
-	if firstErr == nil {
-		firstErr = fmt.Errorf("no served version's layout has %d columns", len(row.ColumnVersions))
-	}
-	return nil, nil, fmt.Errorf("stored row decodes in no served layout of %s (keep the previous version's tables in the schema document): %w", st.Name, firstErr)
 }
