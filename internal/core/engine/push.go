@@ -780,7 +780,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			ev.reject = reject
 			return ev, nil
 		}
-		if err := collectBlobRefs(ev, i, st, stored, nr, sc.present(st, t)); err != nil {
+		if err := e.collectBlobRefs(ev, i, st, stored, nr, sc.present(st, t)); err != nil {
 			return nil, err
 		}
 		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: nr.Payload})
@@ -843,7 +843,7 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 	if resolveErr != nil || !authorizeRow(st, stored.Scopes, allowed) {
 		return fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
 	}
-	sc.stored, err = st.Codec.Decode(stored.Payload, sc.stored[:0])
+	sc.stored, stored, err = e.storedRow(st, stored, sc.stored[:0])
 	if err != nil {
 		return nil, nil, syncerr.Wrap(err, syncerr.OperationExecutionFailed, "stored row %s/%s does not decode", op.Table, op.RowID)
 	}

@@ -12,10 +12,10 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
 
-// backfillV2 is TodoSchema's next version: tasks gain status (filled
+// BackfillSchemaV2 is TodoSchema's next version: tasks gain status (filled
 // with a default where NULL) and title_key (derived from the title),
 // declared as one backfill of the document.
-func backfillV2() string {
+func BackfillSchemaV2() string {
 	doc := strings.Replace(strings.Replace(TodoSchema, `"version": 1`, `"version": 2`, 1),
 		`{"name": "priority", "type": "integer", "nullable": true}`,
 		`{"name": "priority", "type": "integer", "nullable": true},
@@ -64,7 +64,7 @@ func BackfillWrites(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 	before := headSeq(t, st, part)
 
 	// The deploy of schema 2 (still serving version 1 clients).
-	h2 := New(t, st, segs, Options{Schema: backfillV2(), OlderSchemas: []string{TodoSchema}, Checkpoints: []string{"tasks-v2"}})
+	h2 := New(t, st, segs, Options{Schema: BackfillSchemaV2(), OlderSchemas: []string{TodoSchema}, Checkpoints: []string{"tasks-v2"}})
 	h2.Grants.Set(actor, rollingScopes)
 	decls, err := migrate.Declarations(h2.Schema, "", nil)
 	if err != nil {
@@ -78,6 +78,23 @@ func BackfillWrites(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 	if _, err := migrate.Step(ctx, st, plan); err != nil {
 		t.Fatal(err)
 	}
+	// The declaring build serves while its backfill is pending: a new
+	// schema-2 client bootstraps rows still stored in schema 1's layout,
+	// each decoded in that layout and served in the client's.
+	fresh := h2.Client(part, actor, "device-2")
+	fresh.Schema = 2
+	freshRep := fresh.NewReplica("s", "tasks", Scopes("project_id", "p1"))
+	if err := freshRep.Sync(wire.PullHeader{Accept: fresh.Accept}, 8); err != nil {
+		t.Fatalf("schema-2 bootstrap before the backfill: %v", err)
+	}
+	v2tasks := fresh.Codec("tasks")
+	for i, title := range titles {
+		vals, err := v2tasks.Codec.Decode(freshRep.Rows[fmt.Sprintf("t%d", i)].Payload, nil)
+		if err != nil || vals[v2tasks.ColumnIndex("title")].Str != title || !vals[v2tasks.ColumnIndex("status")].Null {
+			t.Fatalf("schema-2 row t%d before the backfill: %+v %v", i, vals, err)
+		}
+	}
+
 	// A run cut off after its first batch leaves the checkpoint
 	// backfilling (pending), having written that batch only.
 	checks := 0
@@ -128,6 +145,16 @@ func BackfillWrites(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 			t.Fatalf("row %s after the backfill: v%d status=%+v title_key=%+v", id, rs.Version, status, key)
 		}
 	}
+	// The client that bootstrapped before the backfill catches up too.
+	if err := freshRep.Sync(wire.PullHeader{Accept: fresh.Accept}, 8); err != nil {
+		t.Fatal(err)
+	}
+	for i := range titles {
+		vals, err := v2tasks.Codec.Decode(freshRep.Rows[fmt.Sprintf("t%d", i)].Payload, nil)
+		if err != nil || vals[v2tasks.ColumnIndex("status")].Str != "open" {
+			t.Fatalf("early schema-2 client's row t%d: %+v %v", i, vals, err)
+		}
+	}
 	// A client still on schema 1 keeps syncing: the same commits,
 	// transcoded to its columns.
 	old := h2.Client(part, actor, "device-old")
@@ -173,7 +200,7 @@ func BackfillConcurrentDrivers(t *testing.T, st SchemaBackend, segs store.Segmen
 			t.Fatalf("push %s: %+v", id, r)
 		}
 	}
-	h2 := New(t, st, segs, Options{Schema: backfillV2(), OlderSchemas: []string{TodoSchema}, Checkpoints: []string{"tasks-v2"}})
+	h2 := New(t, st, segs, Options{Schema: BackfillSchemaV2(), OlderSchemas: []string{TodoSchema}, Checkpoints: []string{"tasks-v2"}})
 	decls, err := migrate.Declarations(h2.Schema, "", nil)
 	if err != nil {
 		t.Fatal(err)
