@@ -212,7 +212,7 @@ func (r *runner) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	own := fmt.Sprintf("backfill/%s/", r.c.Name)
+	own := fmt.Sprintf("backfill/%s/v%d/", r.c.Name, r.c.SchemaVersion)
 	changed := map[string]map[string]bool{}
 	err = r.b.ReadLog(ctx, r.p, r.c.Watermark, h.MaxCommitSeq, func(c *store.Commit) bool {
 		if c.ClientID == BackfillClientID && strings.HasPrefix(c.ClientCommitID, own) {

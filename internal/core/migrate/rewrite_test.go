@@ -217,3 +217,108 @@ func TestDeclarationsRefused(t *testing.T) {
 		t.Fatalf("%+v %v", decls, err)
 	}
 }
+
+// A client write racing the backfill, to a row the scan already
+// rewrote, is caught up before activation: the row ends rewritten from
+// the client's values, and nothing the client wrote is lost.
+func TestBackfillCatchesUpRacingRewrites(t *testing.T) {
+	ctx := context.Background()
+	s := notesSchema(t)
+	b := memstore.New()
+	seedNotes(t, b, s, "p", "a", "b c", "d e f", "g")
+	decls, err := migrate.Declarations(s, "words=notes", migrate.Hooks{"words": wordCount})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate.Step(ctx, b, migrate.Plan{Version: 2, Checkpoints: decls, Partitions: onePart("p"), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	v2, _ := s.Versions[2].Table("notes")
+	checks := 0
+	pr, err := migrate.RunBackfill(ctx, b, "p", decls[0], migrate.BackfillOptions{BatchRows: 2, Now: now, Deadline: func() bool {
+		checks++
+		if checks == 2 { // after the batch that rewrote n0 and n1
+			rows, _ := b.GetRows(ctx, "p", "notes", []string{"n0"})
+			old := rows["n0"]
+			payload, _ := v2.Codec.Append(nil, []rowcodec.Value{{Str: "n0"}, {Str: "o1"}, {Str: "now five words in here"}, {Null: true}})
+			h, _, _ := b.Head(ctx, "p")
+			seq := h.MaxCommitSeq + 1
+			scopes := old.Scopes
+			if err := b.Commit(ctx, "p", &store.CommitRequest{ExpectedMaxSeq: h.MaxCommitSeq, WriterVersion: 2,
+				Commit:  store.Commit{Seq: seq, CreatedAtMs: 2, ActorID: "a", ClientID: "c", ClientCommitID: "late", Changes: []store.Change{{Table: "notes", RowID: "n0", Op: wire.OpUpsert, RowVersion: old.Version + 1, Row: payload, Scopes: scopes}}},
+				Rows:    []store.RowWrite{{Table: "notes", Row: store.Row{RowID: "n0", Version: old.Version + 1, ColumnVersions: []int64{1, 1, 3, 3}, Payload: payload, Scopes: scopes, CommitSeq: seq}}},
+				Outcome: store.Outcome{Applied: true, CommitSeq: seq, RecordedAtMs: 2, ActorID: "a"}}); err != nil {
+				t.Error(err)
+			}
+		}
+		return false
+	}})
+	if err != nil || pr.Activated != 1 {
+		t.Fatalf("backfill: %+v %v", pr, err)
+	}
+	rows, _ := b.GetRows(ctx, "p", "notes", []string{"n0"})
+	vals, err := v2.Codec.Decode(rows["n0"].Payload, nil)
+	if err != nil || vals[2].Str != "now five words in here" || vals[3].Null || vals[3].Int != 5 || rows["n0"].Version != 4 {
+		t.Fatalf("n0 after the catch-up: %+v v%d %v", vals, rows["n0"].Version, err)
+	}
+}
+
+// raceScan is a backend whose first ScanRows runs a client write right
+// after reading: the batch holds rows the write has made stale.
+type raceScan struct {
+	migrate.Backend
+	write func()
+}
+
+func (r *raceScan) ScanRows(ctx context.Context, partition, table, after string, hasAfter bool, fn func(*store.Row) bool) error {
+	err := r.Backend.ScanRows(ctx, partition, table, after, hasAfter, fn)
+	if w := r.write; w != nil {
+		r.write = nil
+		w()
+	}
+	return err
+}
+
+// A client write landing between a batch's reads and its commit makes
+// the batch re-read and re-plan (§2.1: the commit is conditioned
+// on that head): the backfill never writes a value computed from the
+// row before the client's write over it.
+func TestBackfillBatchNeverOverwritesRacingWrite(t *testing.T) {
+	ctx := context.Background()
+	s := notesSchema(t)
+	mem := memstore.New()
+	seedNotes(t, mem, s, "p", "one", "two words")
+	decls, err := migrate.Declarations(s, "words=notes", migrate.Hooks{"words": wordCount})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrate.Step(ctx, mem, migrate.Plan{Version: 2, Checkpoints: decls, Partitions: onePart("p"), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	v2, _ := s.Versions[2].Table("notes")
+	b := &raceScan{Backend: mem}
+	b.write = func() {
+		rows, _ := mem.GetRows(ctx, "p", "notes", []string{"n1"})
+		old := rows["n1"]
+		payload, _ := v2.Codec.Append(nil, []rowcodec.Value{{Str: "n1"}, {Str: "o1"}, {Str: "three words now"}, {Int: 3}})
+		h, _, _ := mem.Head(ctx, "p")
+		seq := h.MaxCommitSeq + 1
+		if err := mem.Commit(ctx, "p", &store.CommitRequest{ExpectedMaxSeq: h.MaxCommitSeq, WriterVersion: 2,
+			Commit:  store.Commit{Seq: seq, CreatedAtMs: 2, ActorID: "a", ClientID: "c", ClientCommitID: "race", Changes: []store.Change{{Table: "notes", RowID: "n1", Op: wire.OpUpsert, RowVersion: 2, Row: payload, Scopes: old.Scopes}}},
+			Rows:    []store.RowWrite{{Table: "notes", Row: store.Row{RowID: "n1", Version: 2, ColumnVersions: []int64{1, 1, 2, 2}, Payload: payload, Scopes: old.Scopes, CommitSeq: seq}}},
+			Outcome: store.Outcome{Applied: true, CommitSeq: seq, RecordedAtMs: 2, ActorID: "a"}}); err != nil {
+			t.Error(err)
+		}
+	}
+	pr, err := migrate.RunBackfill(ctx, b, "p", decls[0], migrate.BackfillOptions{BatchRows: 10, Now: now})
+	if err != nil || pr.Activated != 1 || pr.Rows != 1 {
+		t.Fatalf("backfill: %+v %v (want only n0 rewritten: the client already set n1)", pr, err)
+	}
+	rows, _ := mem.GetRows(ctx, "p", "notes", []string{"n0", "n1"})
+	for id, want := range map[string]string{"n0": "one", "n1": "three words now"} {
+		vals, err := v2.Codec.Decode(rows[id].Payload, nil)
+		if err != nil || vals[2].Str != want || vals[3].Int != int64(len(strings.Fields(want))) || rows[id].Version != 2 {
+			t.Fatalf("%s: %+v v%d %v", id, vals, rows[id].Version, err)
+		}
+	}
+}

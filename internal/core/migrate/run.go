@@ -23,6 +23,10 @@ func ParseDeclarations(s string) ([]Declaration, error) {
 		if !ok || name == "" || tables == "" {
 			return nil, fmt.Errorf("checkpoint %q: want name=table[+table...]", part)
 		}
+		if strings.Contains(name, "/") {
+			// Backfill commits' idempotency keys are "backfill/<name>/…".
+			return nil, fmt.Errorf("checkpoint %q: a name has no '/'", part)
+		}
 		out = append(out, Declaration{Name: name, Sources: strings.Split(tables, "+")})
 	}
 	return out, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode"
 
 	"github.com/skyfold/syncular-lambda/internal/core/canonjson"
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
@@ -206,8 +207,8 @@ func compileBackfills(p *problems, v *Version, raws []rawBackfill) []*Backfill {
 		switch {
 		case rb.Name == "":
 			p.add("", field+".name", "a backfill needs a name (its checkpoint name)")
-		case len(rb.Name) > maxBackfillNameBytes || strings.ContainsAny(rb.Name, ",=+\x00\x1f") || strings.TrimSpace(rb.Name) != rb.Name:
-			p.add("", field+".name", "backfill name %q must be at most %d bytes without ',', '=', '+', control characters or surrounding spaces", rb.Name, maxBackfillNameBytes)
+		case len(rb.Name) > maxBackfillNameBytes || strings.ContainsAny(rb.Name, ",=+/") || strings.IndexFunc(rb.Name, unicode.IsControl) >= 0 || strings.TrimSpace(rb.Name) != rb.Name:
+			p.add("", field+".name", "backfill name %q must be at most %d bytes without ',', '=', '+', '/', control characters or surrounding spaces", rb.Name, maxBackfillNameBytes)
 		default:
 			if first, dup := names[rb.Name]; dup {
 				p.add("", field+".name", "duplicate backfill name %q (also backfills[%d])", rb.Name, first)

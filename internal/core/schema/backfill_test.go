@@ -103,6 +103,7 @@ func TestBackfillsValidated(t *testing.T) {
 	}{
 		{"no name", backfillDoc(bf("", def("status", "x"))), "backfills[0].name"},
 		{"bad name", backfillDoc(bf("a,b", def("status", "x"))), "must be at most"},
+		{"slash in name", backfillDoc(bf("a/b", def("status", "x"))), "must be at most"},
 		{"duplicate name", backfillDoc(bf("a", def("status", "x")), bf("a", def("rank", 1))), "duplicate backfill name"},
 		{"unknown table", docJSON(obj{"version": 1, "tables": []any{tasksTable()}, "backfills": []any{obj{"name": "a", "table": "nope", "set": []any{def("title", "x")}}}}), `table "nope" is not in the latest version`},
 		{"no rules", backfillDoc(bf("a")), "sets at least one column"},
