@@ -143,3 +143,30 @@ func TestBackfillsValidated(t *testing.T) {
 		})
 	}
 }
+
+// The typegen IR shape carries backfills too, next to the previous
+// version's tables (schemaVersions[].tables) whose layout old rows are
+// read in; they are checked against the latest version only.
+func TestBackfillsInIRDocument(t *testing.T) {
+	v1 := tasksTable()
+	v2 := tasksTable()
+	addCol(col("status", "string", true))(v2)
+	doc := docJSON(obj{
+		"irVersion": 1, "schemaVersion": 2,
+		"schemaVersions": []any{obj{"version": 1, "migrations": []any{}, "tables": []any{v1}}, obj{"version": 2, "migrations": []any{}}},
+		"tables":         []any{v2},
+		"backfills":      []any{bf("status-v2", def("status", "open"))},
+	})
+	s, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Backfills) != 1 || s.Backfills[0].Rules[0].Column != "status" || len(s.Versions) != 2 {
+		t.Fatalf("%+v", s)
+	}
+	// A rule naming a column the latest version lacks is refused.
+	bad := strings.Replace(doc, `"column":"status"`, `"column":"nope"`, 1)
+	if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), `no column "nope"`) {
+		t.Fatalf("got %v", err)
+	}
+}
