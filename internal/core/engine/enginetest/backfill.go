@@ -3,10 +3,12 @@ package enginetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
@@ -155,6 +157,43 @@ func BackfillWrites(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 			t.Fatalf("early schema-2 client's row t%d: %+v %v", i, vals, err)
 		}
 	}
+	// Realtime (§8.2): each backfill commit wakes the subscription's scope
+	// key and encodes as a delta a schema-2 socket decodes; so do the
+	// commits from before the bump (rows of the old layout).
+	regs := []engine.Registration{{ID: "s", Table: "tasks", Effective: rollingScopes}}
+	keys := h2.Engine.ScopeKeys(2, regs)
+	deltas := 0
+	err = h2.Engine.ReadLog(ctx, part, 0, after, func(cm *store.Commit) bool {
+		if cm.Seq > before && !slices.ContainsFunc(h2.Engine.CommitScopeKeys(cm), func(k string) bool { return slices.Contains(keys, k) }) {
+			t.Errorf("backfill commit %d wakes no subscribed scope key (%v)", cm.Seq, keys)
+		}
+		b, err := h2.Engine.EncodeDelta(wire.Version2, 2, c.Epoch, regs, cm)
+		if err != nil || b == nil {
+			t.Errorf("delta of commit %d: %v", cm.Seq, err)
+			return false
+		}
+		m, err := wire.Decode(b)
+		if err != nil {
+			t.Errorf("delta of commit %d does not decode: %v", cm.Seq, err)
+			return false
+		}
+		for _, f := range m.Frames {
+			if wc, ok := f.(*wire.Commit); ok {
+				for _, ch := range wc.Changes {
+					vals, err := tasks.Codec.Decode(ch.Row.Value, nil)
+					if err != nil || (cm.Seq > before && vals[tasks.ColumnIndex("status")].Str != "open") {
+						t.Errorf("delta of commit %d, row %s: %+v %v", cm.Seq, ch.RowID, vals, err)
+					}
+					deltas++
+				}
+			}
+		}
+		return true
+	})
+	if err != nil || deltas != 2*len(titles) {
+		t.Fatalf("realtime deltas: %d rows (want %d) %v", deltas, 2*len(titles), err)
+	}
+
 	// A client still on schema 1 keeps syncing: the same commits,
 	// transcoded to its columns.
 	old := h2.Client(part, actor, "device-old")
