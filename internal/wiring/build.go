@@ -91,9 +91,11 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	decls, err := migrate.ParseDeclarations(cfg.Checkpoints)
+	// The build declares (and serves while they backfill) the schema's
+	// backfills and SYNC_CHECKPOINTS: the names the hook declares.
+	decls, err := migrate.Declarations(d.Schema, cfg.Checkpoints, nil)
 	if err != nil {
-		return nil, fmt.Errorf("app: SYNC_CHECKPOINTS: %w", err)
+		return nil, fmt.Errorf("app: %w", err)
 	}
 	ec := engine.Config{
 		Checkpoints: migrate.Names(decls),

@@ -25,7 +25,7 @@ type blobCheck struct {
 // collectBlobRefs records the non-NULL blob_ref values an upsert presents
 // (storage columns). A value equal to the stored row's is not re-checked:
 // it was checked when written and a referenced blob is durable (§5.9.2).
-func collectBlobRefs(ev *evaluation, i int, st *schema.Table, stored, nr *store.Row, present []bool) error {
+func (e *Engine) collectBlobRefs(ev *evaluation, i int, st *schema.Table, stored, nr *store.Row, present []bool) error {
 	if len(st.BlobRefColumns) == 0 {
 		return nil
 	}
@@ -35,7 +35,7 @@ func collectBlobRefs(ev *evaluation, i int, st *schema.Table, stored, nr *store.
 	}
 	var old []rowcodec.Value
 	if stored != nil {
-		if old, err = st.Codec.Decode(stored.Payload, nil); err != nil {
+		if old, _, err = e.storedRow(st, stored, nil); err != nil {
 			return syncerr.Wrap(err, syncerr.OperationExecutionFailed, "stored row does not decode")
 		}
 	}
@@ -235,7 +235,7 @@ func (e *Engine) blobIndexWrites(ctx context.Context, rs *reqState, ev *evaluati
 		if r == nil || r.Deleted {
 			return out, nil
 		}
-		vals, err := t.Codec.Decode(r.Payload, nil)
+		vals, _, err := e.storedRow(t, r, nil)
 		if err != nil {
 			return nil, syncerr.Wrap(err, syncerr.OperationExecutionFailed, "row %s/%s does not decode", t.Name, r.RowID)
 		}

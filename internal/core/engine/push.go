@@ -620,7 +620,7 @@ func (e *Engine) evaluate(ctx context.Context, run *pushRun, withHead bool) (*ev
 		if err := run.validateOp(ctx, ev, &o, nr); err != nil || ev.reject != nil {
 			return ev, err
 		}
-		if err := collectBlobRefs(ev, i, st, o.stored, nr, sc.present(st, t)); err != nil {
+		if err := e.collectBlobRefs(ev, i, st, o.stored, nr, sc.present(st, t)); err != nil {
 			return nil, err
 		}
 		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: nr.Payload})
@@ -723,7 +723,7 @@ func (e *Engine) evalUpsert(o *opEval) (*wire.OpResult, *store.Row, error) {
 	if !o.grant.permits(st, stored.Scopes) {
 		return o.fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
 	}
-	sc.stored, err = st.Codec.Decode(stored.Payload, sc.stored[:0])
+	sc.stored, stored, err = e.storedRow(st, stored, sc.stored[:0])
 	if err != nil {
 		return nil, nil, syncerr.Wrap(err, syncerr.OperationExecutionFailed, "stored row %s/%s does not decode", op.Table, op.RowID)
 	}

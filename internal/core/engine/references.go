@@ -160,7 +160,7 @@ func refValue(t *schema.Table, ref *schema.Reference, vals []rowcodec.Value) (st
 }
 
 func (p *refPass) decode(t *schema.Table, r *store.Row) ([]rowcodec.Value, error) {
-	vals, err := t.Codec.Decode(r.Payload, nil)
+	vals, _, err := p.e.storedRow(t, r, nil)
 	if err != nil {
 		return nil, syncerr.Wrap(err, syncerr.OperationExecutionFailed, "stored row %s/%s does not decode", t.Name, r.RowID)
 	}
