@@ -24,6 +24,11 @@ type App struct {
 	// ReactionHandlers run the reactions, by type, in the reactions
 	// function (and in RunLocal), at least once each.
 	ReactionHandlers map[string]ReactionHandler
+	// Validators check each operation on their table (§6.7), and
+	// CommitValidator whole commits (§6.8). An app that sets either
+	// cannot also deploy declarative rules (validators.json).
+	Validators      map[string]RowValidator
+	CommitValidator CommitValidator
 }
 
 // Function names one Lambda function of the deployed stack.
@@ -64,6 +69,7 @@ func (a *App) hooks() wiring.Hooks {
 	if a.PlanReactions != nil {
 		h.Reactions = plannerAdapter{a.PlanReactions}
 	}
+	h.Validators = a.validators()
 	return h
 }
 

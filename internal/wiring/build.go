@@ -60,6 +60,9 @@ type Hooks struct {
 	Resolver engine.ScopeResolver
 	// Reactions plans §6.9 durable reactions.
 	Reactions reactions.Planner
+	// Validators are the app's Go validators (§6.7, §6.8); declarative
+	// rules (LoadValidators) cannot be deployed beside them.
+	Validators *validate.Hooks
 }
 
 // NewEngine builds the engine every function serves over: the configured
@@ -90,6 +93,12 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 	hooks, err := LoadValidators(cfg, d.Schema)
 	if err != nil {
 		return nil, err
+	}
+	if d.Hooks.Validators != nil {
+		if hooks != nil {
+			return nil, errors.New("app: the app's Go validators and declarative validator rules are both present; keep one")
+		}
+		hooks = d.Hooks.Validators
 	}
 	// The build declares (and serves while they backfill) the schema's
 	// backfills and SYNC_CHECKPOINTS: the names the hook declares.
