@@ -19,7 +19,7 @@ import (
 var PruneJob = Function{Name: "prune", LogicalID: "PruneFunction", Dir: "functions/prune"}
 
 // Jobs are the functions without routes.
-var Jobs = []Function{PruneJob, MigrateHookJob, FanoutJob}
+var Jobs = []Function{PruneJob, MigrateHookJob, FanoutJob, ReactionsJob}
 
 // PruneJobName keys the prune job's saved cursor in the table.
 const PruneJobName = "prune"

@@ -371,3 +371,7 @@ func TestOutcomesSurvivePrune(t *testing.T) {
 		t.Errorf("re-commit of a pruned commit's id: %v, want ErrOutcomeExists", err)
 	}
 }
+
+func TestLeaseStoreContract(t *testing.T) {
+	storetest.RunLeaseStore(t, func(*testing.T) store.LeaseStore { return memstore.New() })
+}
