@@ -81,6 +81,15 @@ func TestDeployKeepsServing(t *testing.T) {
 	for _, typ := range plan.types {
 		run("SchemaBump/"+typ, deployScenario{typ: typ, oldSchema: v1, newSchema: v2, checkpoints: "notes-projection=tasks"})
 	}
+	// A changed layout of an existing table, measured on the longest
+	// shift the template allows.
+	longest := plan.defaultType
+	for _, typ := range plan.types {
+		if len(shiftSchedule(t, typ)) > len(shiftSchedule(t, longest)) {
+			longest = typ
+		}
+	}
+	run("NewColumn/"+longest, deployScenario{typ: longest, oldSchema: v1, newSchema: todoV2Column(t, v1), measureOnly: true})
 	for _, typ := range plan.types {
 		if len(shiftSchedule(t, typ)) > 1 {
 			run("SchemaBumpRolledBack/"+typ, deployScenario{typ: typ, oldSchema: v1, newSchema: v2, checkpoints: "notes-projection=tasks", rollbackAfter: 1})
@@ -150,6 +159,32 @@ func shiftSchedule(t *testing.T, typ string) []int {
 	return nil
 }
 
+// todoV2Column is the todo schema's next version with a nullable column
+// added to tasks: a storage layout version 1 cannot read.
+func todoV2Column(t *testing.T, v1 *schema.Schema) *schema.Schema {
+	t.Helper()
+	var doc map[string]any
+	if err := json.Unmarshal(mustRead(t, schemaPath), &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["version"] = 2
+	for _, tb := range doc["tables"].([]any) {
+		if m := tb.(map[string]any); m["name"] == "tasks" {
+			m["columns"] = append(m["columns"].([]any), map[string]any{"name": "estimate", "type": "integer", "nullable": true})
+		}
+	}
+	b, _ := json.Marshal(doc)
+	s2, err := schema.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := schema.Merge(s2, v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // todoV2 is the todo schema's next version: projects and tasks as they
 // are, plus a notes table; served beside version 1.
 func todoV2(t *testing.T, v1 *schema.Schema) *schema.Schema {
@@ -188,6 +223,13 @@ type deployScenario struct {
 	// many shift steps (a rollback alarm), as CloudFormation then rolls
 	// every alias back.
 	rollbackAfter int
+	// measureOnly reports the refusals instead of holding them to the
+	// budget: a release that changes an existing table's layout fences a
+	// partition from the old build with the new one's first write there,
+	// and a request the old build then refuses is retried until the
+	// traffic weight sends it to the new one (about (1-w)/w retries at
+	// weight w), which the compressed steps under-represent.
+	measureOnly bool
 }
 
 const (
@@ -413,6 +455,7 @@ type deployClient struct {
 	refusals    int // retryable refusals answered
 	refusedSecs int // Retry-After seconds a client waits on them
 	afterRefuse int // refusals once the deploy or rollback was over
+	maxEpisode  int // most refusals in a row of one request
 	failures    []string
 	pushed      []string
 }
@@ -500,6 +543,7 @@ func (c *deployClient) send(ctx context.Context, fn, route string, commit *wire.
 			return commit != nil
 		}
 		c.mu.Lock()
+		c.maxEpisode = max(c.maxEpisode, attempt+1)
 		c.refusals++
 		c.refusedSecs += retryAfter
 		if c.after.Load() {
@@ -629,21 +673,22 @@ func invokeHandler(ctx context.Context, h *lambdahttp.Handler, fn, route, token 
 
 func (r *deployRun) check(t *testing.T, sc deployScenario) {
 	t.Helper()
-	var requests, refusals, maxSecs, afterRefusals int
+	var requests, refusals, maxSecs, afterRefusals, maxEpisode int
 	for _, c := range r.clients {
 		c.mu.Lock()
 		requests += c.requests
 		refusals += c.refusals
 		maxSecs = max(maxSecs, c.refusedSecs)
 		afterRefusals += c.afterRefuse
+		maxEpisode = max(maxEpisode, c.maxEpisode)
 		for _, f := range c.failures {
 			t.Errorf("%s (wire %d, %s): %s", c.id, c.version, c.partition, f)
 		}
 		c.mu.Unlock()
 	}
 	serverErrors, notReady := r.logs.sum("serverErrors"), r.logs.sum("schemaNotReady")
-	t.Logf("%s: %d requests from %d clients on %d partitions; %d retryable refusals, at most %d s of Retry-After for one client; serverErrors %d, schemaNotReady %d; rolled back %t",
-		sc.typ, requests, len(r.clients), deployPartitions, refusals, maxSecs, serverErrors, notReady, r.rolledBack)
+	t.Logf("%s: %d requests from %d clients on %d partitions; %d retryable refusals, at most %d s of Retry-After for one client, at most %d refusals in a row for one request; serverErrors %d, schemaNotReady %d; rolled back %t",
+		sc.typ, requests, len(r.clients), deployPartitions, refusals, maxSecs, maxEpisode, serverErrors, notReady, r.rolledBack)
 	for _, e := range r.hookErrs {
 		t.Errorf("hook: %s", e)
 	}
@@ -651,7 +696,7 @@ func (r *deployRun) check(t *testing.T, sc deployScenario) {
 	if sc.newSchema == sc.oldSchema {
 		budget = 0
 	}
-	if maxSecs > budget {
+	if maxSecs > budget && !sc.measureOnly {
 		t.Errorf("a client was refused for %d s of Retry-After, want at most %d s", maxSecs, budget)
 	}
 	if serverErrors != 0 {
