@@ -162,46 +162,40 @@ func shiftSchedule(t *testing.T, typ string) []int {
 // todoV2Column is the todo schema's next version with a nullable column
 // added to tasks: a storage layout version 1 cannot read.
 func todoV2Column(t *testing.T, v1 *schema.Schema) *schema.Schema {
-	t.Helper()
-	var doc map[string]any
-	if err := json.Unmarshal(mustRead(t, schemaPath), &doc); err != nil {
-		t.Fatal(err)
-	}
-	doc["version"] = 2
-	for _, tb := range doc["tables"].([]any) {
-		if m := tb.(map[string]any); m["name"] == "tasks" {
-			m["columns"] = append(m["columns"].([]any), map[string]any{"name": "estimate", "type": "integer", "nullable": true})
+	return nextTodo(t, v1, func(doc map[string]any) {
+		for _, tb := range doc["tables"].([]any) {
+			if m := tb.(map[string]any); m["name"] == "tasks" {
+				m["columns"] = append(m["columns"].([]any), map[string]any{"name": "estimate", "type": "integer", "nullable": true})
+			}
 		}
-	}
-	b, _ := json.Marshal(doc)
-	s2, err := schema.Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := schema.Merge(s2, v1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	})
 }
 
 // todoV2 is the todo schema's next version: projects and tasks as they
 // are, plus a notes table; served beside version 1.
 func todoV2(t *testing.T, v1 *schema.Schema) *schema.Schema {
+	return nextTodo(t, v1, func(doc map[string]any) {
+		doc["tables"] = append(doc["tables"].([]any), map[string]any{
+			"name": "notes", "primaryKey": "id", "scopes": []any{"project:{project_id}"},
+			"columns": []any{
+				map[string]any{"name": "id", "type": "string", "nullable": false},
+				map[string]any{"name": "project_id", "type": "string", "nullable": false},
+				map[string]any{"name": "body", "type": "string", "nullable": false},
+			},
+		})
+	})
+}
+
+// nextTodo is version 2 of the todo schema document as edit changes it,
+// merged with v1 (a build that serves both).
+func nextTodo(t *testing.T, v1 *schema.Schema, edit func(doc map[string]any)) *schema.Schema {
 	t.Helper()
 	var doc map[string]any
 	if err := json.Unmarshal(mustRead(t, schemaPath), &doc); err != nil {
 		t.Fatal(err)
 	}
 	doc["version"] = 2
-	doc["tables"] = append(doc["tables"].([]any), map[string]any{
-		"name": "notes", "primaryKey": "id", "scopes": []any{"project:{project_id}"},
-		"columns": []any{
-			map[string]any{"name": "id", "type": "string", "nullable": false},
-			map[string]any{"name": "project_id", "type": "string", "nullable": false},
-			map[string]any{"name": "body", "type": "string", "nullable": false},
-		},
-	})
+	edit(doc)
 	b, _ := json.Marshal(doc)
 	s2, err := schema.Parse(b)
 	if err != nil {
