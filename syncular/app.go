@@ -8,6 +8,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/localrun"
+	"github.com/skyfold/syncular-lambda/internal/rttier"
 	"github.com/skyfold/syncular-lambda/internal/wiring"
 )
 
@@ -100,6 +101,14 @@ func (a *App) LambdaMain(fn Function) {
 // the table's stream and by its schedule. It does not return.
 func (a *App) ReactionsMain() {
 	app.ReactionsMain(a.handlers())
+}
+
+// RealtimeMain is the whole main of the app's realtime tier (the ECS
+// service; `make realtime-image REALTIME_MAIN=./path/to/main`), so pushes
+// over the socket run the app's validators and reaction planning as HTTP
+// pushes do. It returns only on a failed start (exit status 1).
+func (a *App) RealtimeMain() {
+	rttier.Main(a.hooks())
 }
 
 // RunLocal runs every function on one local HTTP server over an
