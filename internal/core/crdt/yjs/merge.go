@@ -176,10 +176,9 @@ func resolveClient(out []block, segs []block) []block {
 // but one way: a document that split a surrogate pair holds U+FFFD where
 // another still has the pair's halves (and an update that starts inside a
 // pair has U+FFFD for its low half). For strings the result is built clock
-// by clock from the code units, a surrogate half winning over U+FFFD (the
-// pair is the original content; Yjs re-splits it if an insert falls
-// between the halves), then the smaller code unit for inputs that disagree
-// otherwise, and returned as a new piece; for other content the slice with the smallest encoding wins. The
+// by clock from the smaller code unit, so a surrogate half wins over
+// U+FFFD (the pair is the original content; Yjs re-splits it if an insert
+// falls between the halves), and returned as a new piece; for other content the slice with the smallest encoding wins. The
 // choice depends on the clocks' contents only, so it is the same whatever
 // the order and grouping of the inputs.
 func breakTie(h cover, lo, hi uint64, scratch *[2]writer) (*block, *block) {
@@ -196,8 +195,8 @@ func breakTie(h cover, lo, hi uint64, scratch *[2]writer) (*block, *block) {
 				units = slices.Clone(best.slice(lo, hi).content.units)
 			}
 			other := b.slice(lo, hi).content.units
-			for i := range min(len(units), len(other)) {
-				units[i] = joinUnit(units[i], other[i])
+			for i := range units {
+				units[i] = min(units[i], other[i]) // surrogate halves sort below U+FFFD
 			}
 			continue
 		}
@@ -222,22 +221,6 @@ func breakTie(h cover, lo, hi uint64, scratch *[2]writer) (*block, *block) {
 		return best, &piece
 	}
 	return best, nil
-}
-
-func isSurrogate(u uint16) bool { return u >= 0xd800 && u <= 0xdfff }
-
-// joinUnit is the per-clock choice between two strings' code units.
-func joinUnit(a, b uint16) uint16 {
-	switch {
-	case a == b:
-		return a
-	case a == 0xfffd && isSurrogate(b):
-		return b
-	case b == 0xfffd && isSurrogate(a):
-		return a
-	default:
-		return min(a, b)
-	}
 }
 
 // mergeable reports whether item b continues item a as one item: b starts
