@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -173,6 +174,7 @@ func (inst *instance) buildEngines(sc *schema.Schema, lim engine.Limits, signing
 	cfg := engine.Config{
 		Schema: sc, Store: inst.st.Store(), Segments: inst.st.Segments(), Resolver: inst.grants,
 		Limits: lim, Clock: inst.clock.Load, Blobs: inst.st.Blobs(),
+		CRDTMergers: crdt.Default(),
 	}
 	if inst.signed {
 		cfg.SignedURLs, cfg.SigningKey = engine.SignedURLsNative, signingKey

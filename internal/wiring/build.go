@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"log/slog"
 	"strings"
 	"time"
@@ -93,6 +94,7 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		Clock:         d.Clock,
 		Logger:        logger,
 		OnCommit:      d.OnCommit,
+		CRDTMergers:   crdt.Default(),
 	}
 	switch cfg.SignedURLs {
 	case config.SignedNative:

@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -237,6 +238,11 @@ type Config struct {
 	// in-process realtime hub). It must not block for long and must not
 	// modify c.
 	OnCommit func(partition string, c *store.Commit)
+	// CRDTMergers merges pushed crdt column values into the stored ones
+	// (§5.10.2); crdt.Default() holds yjs-doc. With none, a push carrying
+	// a crdt value fails with sync.crdt_merge_failed; with a registry, New
+	// refuses a schema naming a crdtType it lacks (§5.10.1).
+	CRDTMergers crdt.Registry
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.
@@ -278,6 +284,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Store == nil {
 		return nil, errors.New("engine: Config.Store is required")
+	}
+	if cfg.CRDTMergers != nil {
+		if err := cfg.Schema.CheckCRDTTypes(cfg.CRDTMergers.Has); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
 	}
 	if cfg.Segments == nil {
 		return nil, errors.New("engine: Config.Segments is required")

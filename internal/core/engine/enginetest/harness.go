@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
@@ -126,6 +127,8 @@ type Options struct {
 	BlobPresigner blobs.Presigner
 	// OnCommit is passed to the engine (realtime fanout input).
 	OnCommit func(partition string, c *store.Commit)
+	// CRDTMergers is passed to the engine (§5.10.2); nil has none.
+	CRDTMergers crdt.Registry
 }
 
 // New builds a harness over st and segs.
@@ -153,7 +156,7 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
 		Checkpoints: o.Checkpoints,
 		Blobs:       o.Blobs, BlobPresigner: o.BlobPresigner,
-		OnCommit: o.OnCommit,
+		OnCommit: o.OnCommit, CRDTMergers: o.CRDTMergers,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
