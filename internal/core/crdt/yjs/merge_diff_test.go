@@ -18,7 +18,9 @@ import (
 )
 
 // diffHistories is how many random edit histories the differential test
-// checks; -short (the race pass) checks fewer, make test's plain pass all.
+// checks; -short and the race pass (merging has no concurrency to race)
+// check fewer, and scripts/test.sh runs the full count without the race
+// detector.
 const (
 	diffHistories      = 10000
 	diffHistoriesShort = 1000
@@ -139,7 +141,7 @@ func mergeFold(updates [][]byte) ([]byte, error) {
 // the same document and state vector as Yjs's own merge.
 func TestYjsMergerMatchesYjs(t *testing.T) {
 	n := diffHistories
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		n = diffHistoriesShort
 	}
 	genFile, hs := generate(t, n, diffSeed)
