@@ -1049,6 +1049,11 @@ func (e *Engine) mergeCRDT(i int, st *schema.Table, vals []rowcodec.Value, prese
 			}
 			continue
 		}
+		// A value larger than a row could never be stored; refusing it
+		// before the merge bounds the merger's memory by the row limit.
+		if n := len(vals[j].Bytes); n > e.limits.MaxRowBytes {
+			return opError(i, syncerr.ConstraintViolation, fmt.Sprintf("crdt value is %d bytes; one row may hold at most %d", n, e.limits.MaxRowBytes))
+		}
 		m, ok := e.cfg.CRDTMergers.Lookup(st.Meta[j].CRDTType)
 		if !ok {
 			return opError(i, syncerr.CrdtMergeFailed, fmt.Sprintf("no CRDT merger is registered for crdtType %q (§5.10.2)", st.Meta[j].CRDTType))

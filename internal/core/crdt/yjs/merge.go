@@ -32,21 +32,13 @@ import (
 // updates it returns the empty update. A single update is re-encoded (and
 // so validated).
 func Merge(updates ...[]byte) ([]byte, error) {
-	var blocks []block
-	var deletes []deleteRange
+	var in update
 	for i, data := range updates {
-		u, err := decode(data)
-		if err != nil {
+		if err := decode(data, &in); err != nil {
 			return nil, fmt.Errorf("update %d of %d: %w", i+1, len(updates), err)
 		}
-		for _, b := range u.blocks {
-			if b.kind != kindSkip {
-				blocks = append(blocks, b)
-			}
-		}
-		deletes = append(deletes, u.deletes...)
 	}
-	out := update{blocks: mergeStructs(blocks), deletes: mergeDeletes(deletes)}
+	out := update{blocks: mergeStructs(in.blocks), deletes: mergeDeletes(in.deletes)}
 	return out.encode(), nil
 }
 
@@ -81,19 +73,23 @@ func preferred(a, b *block) bool {
 // mergeStructs resolves the structs of all updates into one contiguous
 // run per client (descending clients, ascending clocks, Skips in holes).
 func mergeStructs(blocks []block) []block {
-	slices.SortFunc(blocks, func(a, b block) int {
+	order := make([]*block, len(blocks))
+	for i := range blocks {
+		order[i] = &blocks[i]
+	}
+	slices.SortFunc(order, func(a, b *block) int {
 		if c := cmp.Compare(b.client, a.client); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.clock, b.clock)
 	})
 	out := make([]block, 0, len(blocks))
-	for i := 0; i < len(blocks); {
+	for i := 0; i < len(order); {
 		j := i
-		for j < len(blocks) && blocks[j].client == blocks[i].client {
+		for j < len(order) && order[j].client == order[i].client {
 			j++
 		}
-		out = resolveClient(out, blocks[i:j])
+		out = resolveClient(out, order[i:j])
 		i = j
 	}
 	return out
@@ -118,11 +114,19 @@ func (h *cover) Pop() any {
 // (sorted by clock). It sweeps the elementary intervals between all struct
 // boundaries, takes each interval from the preferred covering struct, and
 // joins consecutive intervals taken from the same struct.
-func resolveClient(out []block, segs []block) []block {
+func resolveClient(out []block, segs []*block) []block {
 	first := len(out)
+	if disjoint(segs) {
+		// The common case (a stored document and a new update): nothing
+		// to choose between.
+		for _, b := range segs {
+			out = appendPiece(out, *b)
+		}
+		return coalesce(out, first)
+	}
 	points := make([]uint64, 0, 2*len(segs))
-	for i := range segs {
-		points = append(points, segs[i].clock, segs[i].end())
+	for _, b := range segs {
+		points = append(points, b.clock, b.end())
 	}
 	slices.Sort(points)
 	points = slices.Compact(points)
@@ -135,7 +139,7 @@ func resolveClient(out []block, segs []block) []block {
 	for k := 0; k+1 < len(points); k++ {
 		lo, hi := points[k], points[k+1]
 		for next < len(segs) && segs[next].clock <= lo {
-			heap.Push(&h, &segs[next])
+			heap.Push(&h, segs[next])
 			next++
 		}
 		for h.Len() > 0 && h[0].end() <= lo {
@@ -169,6 +173,16 @@ func resolveClient(out []block, segs []block) []block {
 		out = appendPiece(out, cur.slice(curLo, curHi))
 	}
 	return coalesce(out, first)
+}
+
+// disjoint reports whether no two of segs (sorted by clock) share a clock.
+func disjoint(segs []*block) bool {
+	for i := 1; i < len(segs); i++ {
+		if segs[i].clock < segs[i-1].end() {
+			return false
+		}
+	}
+	return true
 }
 
 // breakTie picks, among the structs of the top rank covering [lo, hi),

@@ -210,31 +210,52 @@ func TestYjsMergerMatchesYjs(t *testing.T) {
 
 // BenchmarkMergeVsYjs merges the same random histories in Go and with
 // Y.mergeUpdates under node, and reports both as nanoseconds per input
-// update (go-ns/update, js-ns/update).
+// update (go-ns/update, js-ns/update); then the engine's case, a stored
+// document (Yjs's merge of a history) merged with one pushed update (the
+// history's last), as nanoseconds per push (go-ns/push, js-ns/push).
 func BenchmarkMergeVsYjs(b *testing.B) {
 	file, hs := generate(b, 1000, diffSeed+1)
 	inputs := make([][][]byte, len(hs))
+	var pushes [][2][]byte
 	updates := 0
 	for i, h := range hs {
 		inputs[i] = h.decoded(b)
 		updates += len(inputs[i])
+		if n := len(inputs[i]); n > 0 {
+			m, err := hex.DecodeString(h.Merged)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pushes = append(pushes, [2][]byte{m, inputs[i][n-1]})
+		}
 	}
 	var js struct {
 		NsPerUpdate float64 `json:"nsPerUpdate"`
+		NsPerPush   float64 `json:"nsPerPush"`
 	}
 	if err := json.Unmarshal(runNode(b, "bench", file, "3"), &js); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	var pushTime time.Duration
 	for range b.N {
 		for _, us := range inputs {
 			if _, err := Merge(us...); err != nil {
 				b.Fatal(err)
 			}
 		}
+		start := time.Now()
+		for _, p := range pushes {
+			if _, err := Merge(p[0], p[1]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		pushTime += time.Since(start)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*updates), "go-ns/update")
+	b.ReportMetric(float64((b.Elapsed()-pushTime).Nanoseconds())/float64(b.N*updates), "go-ns/update")
 	b.ReportMetric(js.NsPerUpdate, "js-ns/update")
-	b.Logf("%d histories, %d updates", len(hs), updates)
+	b.ReportMetric(float64(pushTime.Nanoseconds())/float64(b.N*len(pushes)), "go-ns/push")
+	b.ReportMetric(js.NsPerPush, "js-ns/push")
+	b.Logf("%d histories, %d updates, %d pushes", len(hs), updates, len(pushes))
 }

@@ -143,3 +143,31 @@ func FuzzYjsMerge(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkMergeManyStructs merges the densest input a row can hold: an
+// update of about 392 KB (the engine's row limit) made of two-byte
+// structs, with itself. B/op is the merger's worst-case memory per push.
+func BenchmarkMergeManyStructs(b *testing.B) {
+	const structs = 392 << 10 / 2
+	w := &writer{}
+	w.varUint(1)
+	w.varUint(structs)
+	w.varUint(3)
+	w.varUint(0)
+	for i := range structs {
+		if i%2 == 0 {
+			w.raw([]byte{refGC, 1})
+		} else {
+			w.raw([]byte{infoSkip, 1})
+		}
+	}
+	w.varUint(0)
+	update := w.buf
+	b.SetBytes(int64(2 * len(update)))
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := Merge(update, update); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -106,46 +106,47 @@ type update struct {
 // deleteRange is one entry of a delete set.
 type deleteRange struct{ client, clock, length uint64 }
 
-// decode parses a Yjs update in the version-1 encoding: the struct
-// section (per client: a struct count, the client, its first clock, then
-// the structs) and the delete set. Bytes after the delete set are ignored,
-// as Yjs ignores them.
-func decode(data []byte) (*update, error) {
+// decode parses a Yjs update in the version-1 encoding, appending its
+// Items and GCs to u.blocks (Skips only mark holes and are dropped) and
+// its delete ranges to u.deletes: the struct section (per client: a struct
+// count, the client, its first clock, then the structs), then the delete
+// set. Bytes after the delete set are ignored, as Yjs ignores them.
+func decode(data []byte, u *update) error {
 	r := &reader{buf: data}
-	u := &update{}
 	clients, err := r.count("client")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for range clients {
 		n, err := r.count("struct")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		client, err := r.varUint()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		clock, err := r.varUint()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		u.blocks = slices.Grow(u.blocks, n)
 		for range n {
 			start := r.pos
 			b, err := readBlock(r, client, clock)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			b.src = data[start:r.pos]
 			clock = b.end()
-			u.blocks = append(u.blocks, b)
+			if b.kind != kindSkip {
+				b.src = data[start:r.pos]
+				u.blocks = append(u.blocks, b)
+			}
 		}
 	}
-	if u.deletes, err = readDeleteSet(r); err != nil {
-		return nil, err
-	}
-	return u, nil
+	ds, err := readDeleteSet(r)
+	u.deletes = append(u.deletes, ds...)
+	return err
 }
 
 func readDeleteSet(r *reader) ([]deleteRange, error) {
