@@ -53,6 +53,9 @@ type Config struct {
 	Bucket    string
 	// SchemaPath is the schema document; DefaultSchemaPath when unset.
 	SchemaPath string
+	// ValidatorsPath is the declarative validators document (§6.7,
+	// §6.8); when unset, DefaultValidatorsPath if that file exists.
+	ValidatorsPath string
 	// Checkpoints (SYNC_CHECKPOINTS) are the backfill checkpoints this
 	// build declares, "name=table+table,..." (internal/core/migrate): it
 	// serves partitions while they backfill, and syncular-admin migrate
@@ -134,6 +137,7 @@ var Vars = []Var{
 	{"SYNC_TABLE_NAME", "(required)", "DynamoDB table holding the commit log, rows, client records, segment publications and scope grants."},
 	{"SYNC_BUCKET", "(required)", "S3 bucket holding bootstrap segments (`segments/<id>`)."},
 	{"SYNC_SCHEMA_PATH", "`schema.json` next to the `bootstrap` binary", "Schema document (driver shape or `syncular.ir.json`). The SAM build copies it into each function package."},
+	{"SYNC_VALIDATORS_PATH", "`validators.json` next to the `bootstrap` binary, when present", "Declarative write validators (SPEC §6.7 per table, §6.8 per commit): a JSON document of rules (docs/OPERATIONS.md, \"Validators\"). A set path that cannot be read or compiled fails startup. Without one: `validators.json` beside the binary if present, else the same members (`validators`, `commitValidators`) in the schema file, else none; rules in both a document and the schema file fail startup. The SAM build copies `VALIDATORS` (a Makefile variable) into each function package."},
 	{"SYNC_CHECKPOINTS", "none", "Backfill checkpoints this build declares, `name=table+table,...` (rolling schema upgrades, docs/OPERATIONS.md): the build serves partitions while they backfill; `syncular-admin migrate` and the pre-traffic hook declare and run them."},
 	{"SYNC_MOUNT", "empty", "Route prefix, e.g. `/api` serves `/api/sync`. Empty serves `/sync`, `/push`, `/pull`, `/segments/{id}`."},
 	{"SYNC_PUBLIC_URL", "none", "`https://host[/base]` that native signed segment URLs point at; required with `SYNC_SIGNED_URLS=native`. Never derived from the request's `Host` header."},
@@ -193,12 +197,13 @@ func FromEnv() (*Config, error) { return Load(os.Getenv) }
 func Load(getenv func(string) string) (*Config, error) {
 	l := &loader{getenv: getenv}
 	c := &Config{
-		TableName:   l.str("SYNC_TABLE_NAME", ""),
-		Bucket:      l.str("SYNC_BUCKET", ""),
-		SchemaPath:  l.str("SYNC_SCHEMA_PATH", ""),
-		Checkpoints: l.str("SYNC_CHECKPOINTS", ""),
-		Mount:       l.mount("SYNC_MOUNT"),
-		PublicURL:   l.publicURL("SYNC_PUBLIC_URL"),
+		TableName:      l.str("SYNC_TABLE_NAME", ""),
+		Bucket:         l.str("SYNC_BUCKET", ""),
+		SchemaPath:     l.str("SYNC_SCHEMA_PATH", ""),
+		ValidatorsPath: l.str("SYNC_VALIDATORS_PATH", ""),
+		Checkpoints:    l.str("SYNC_CHECKPOINTS", ""),
+		Mount:          l.mount("SYNC_MOUNT"),
+		PublicURL:      l.publicURL("SYNC_PUBLIC_URL"),
 
 		AuthMode:         l.oneOf("SYNC_AUTH_MODE", AuthJWTAuthorizer, AuthJWTAuthorizer, AuthHS256),
 		ActorClaim:       l.str("SYNC_ACTOR_CLAIM", "sub"),
@@ -306,6 +311,25 @@ func (c *Config) SchemaFile() string {
 		return c.SchemaPath
 	}
 	return DefaultSchemaPath()
+}
+
+// DefaultValidatorsPath is validators.json beside the running
+// executable, where the SAM build puts VALIDATORS.
+func DefaultValidatorsPath() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "validators.json"
+	}
+	return filepath.Join(filepath.Dir(exe), "validators.json")
+}
+
+// ValidatorsFile returns the validators document to read and whether it
+// must exist (a path was set explicitly).
+func (c *Config) ValidatorsFile() (path string, required bool) {
+	if c.ValidatorsPath != "" {
+		return c.ValidatorsPath, true
+	}
+	return DefaultValidatorsPath(), false
 }
 
 // Error lists every configuration problem.

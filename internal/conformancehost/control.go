@@ -48,16 +48,16 @@ var methods = map[string]method{
 	"uploadBlobGrant":           (*instance).uploadBlobGrant,
 	"putBlobUrl":                (*instance).putBlobURL,
 	"setBlobPresign":            (*instance).setBlobPresign,
+	"installValidators":         (*instance).installValidators,
+	"installCommitValidator":    (*instance).installCommitValidator,
 }
 
 // unsupportedMethods are ServerInstance methods the engine cannot back.
 // (connectRealtime is not a control method: the driver opens a WebSocket
 // on the instance's /realtime route itself.)
 var unsupportedMethods = map[string]string{
-	"installValidators":      "write validators (§6.7)",
-	"installCommitValidator": "commit validators (§6.8)",
-	"setResolverOutage":      "auth leases (§7.3)",
-	"revokeLease":            "auth leases (§7.3)",
+	"setResolverOutage": "auth leases (§7.3)",
+	"revokeLease":       "auth leases (§7.3)",
 }
 
 // supportedMethods lists the implemented control methods, sorted.

@@ -680,8 +680,15 @@ func TestControlErrors(t *testing.T) {
 	// connectRealtime is the driver's own WebSocket, not a control call.
 	st, b = e.control(id, "connectRealtime", "a", "c")
 	expect(st, b, http.StatusNotFound, "conformance.unknown_method")
-	st, b = e.control(id, "installValidators", []any{})
+	st, b = e.control(id, "setResolverOutage", true)
 	expect(st, b, http.StatusNotImplemented, "conformance.unsupported")
+	// Validator rules are checked when installed (§6.7, §6.8).
+	st, b = e.control(id, "installValidators", []any{map[string]any{"table": "tasks", "rule": map[string]any{"kind": "regex", "column": "title", "code": "app.x"}}})
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
+	st, b = e.control(id, "installValidators", []any{map[string]any{"table": "tasks", "rule": map[string]any{"kind": "maxLength", "column": "title", "max": 3, "code": "sync.mine"}}})
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
+	st, b = e.control(id, "installCommitValidator", map[string]any{"kind": "requireSiblingWhen", "table": "ghosts", "column": "done", "equals": true, "siblingRowIdSuffix": "-a", "code": "app.x"})
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
 	st, b = e.control(id, "frobnicate")
 	expect(st, b, http.StatusNotFound, "conformance.unknown_method")
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,12 +15,14 @@ import (
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 	"github.com/skyfold/syncular-lambda/internal/wsrealtime"
 )
 
@@ -86,6 +87,10 @@ type instance struct {
 	stop    context.CancelFunc // ends the hub's Run
 	signed  bool
 	ttlSecs int64
+	// rowRules and commitRules are the installed declarative validators
+	// (validators.go).
+	rowRules    []validate.TableRule
+	commitRules []validate.CommitRule
 }
 
 func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Logger, prod *Prod) (_ *instance, cerr *controlError) {

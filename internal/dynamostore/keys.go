@@ -21,6 +21,9 @@ import (
 //	log index       P#<p>#I#<table>#<variable>#<value>  <seq:020d> (logindex.go)
 //	client record   P#<p>#C                             C<clientId>
 //	reference index P#<p>#X#<table>#<column>#<parentId> R<childRowId>
+//	reaction        P#<p>#RX                            L|T<seq:020d>#<index:03d> (reactions.go)
+//	reaction cursor P#<p>                               RXC
+//	reactions due   RXQ#<0..15>                         M<p>
 //	segment         SEG#<sha256 hex>                    OBJ | PUB#<part>#<epoch>#<digest>#<context> (hashes)
 //	segment lookup  P#<p>#SF                            <key hash>#<sha256 hex>#<context hash>
 //

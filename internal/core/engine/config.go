@@ -12,15 +12,17 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
+	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 )
 
 // ScopeMap is variable → allowed or effective values (§3.2).
@@ -238,6 +240,13 @@ type Config struct {
 	// in-process realtime hub). It must not block for long and must not
 	// modify c.
 	OnCommit func(partition string, c *store.Commit)
+	// Validators are the host's write-validation hooks (§6.7 per table,
+	// §6.8 per commit); nil validates nothing. SetValidators replaces
+	// them at run time.
+	Validators *validate.Hooks
+	// Reactions, when set, plans the §6.9 durable reactions of every
+	// accepted commit; Store must then implement store.ReactionStore.
+	Reactions reactions.Planner
 	// CRDTMergers merges pushed crdt column values into the stored ones
 	// (§5.10.2); crdt.Default() holds yjs-doc. With none, a push carrying
 	// a crdt value fails with sync.crdt_merge_failed; with a registry, New
@@ -275,6 +284,8 @@ type Engine struct {
 	queueMemo queueMemo
 	// spareEpoch: a minted epoch that no partition took (sync.go).
 	spareEpoch spareEpoch
+	// hooks are the installed validators, nil for none (validators.go).
+	hooks atomic.Pointer[validate.Hooks]
 }
 
 // New validates cfg and returns an Engine.
@@ -295,6 +306,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Resolver == nil {
 		return nil, errors.New("engine: Config.Resolver is required")
+	}
+	if _, ok := cfg.Store.(store.ReactionStore); cfg.Reactions != nil && !ok {
+		// §6.9: a planner without transactional enqueue fails before any
+		// row could change.
+		return nil, errors.New("engine: Config.Reactions needs a store that implements store.ReactionStore")
 	}
 	switch cfg.SignedURLs {
 	case SignedURLsOff:
@@ -333,6 +349,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.BlobPresigner != nil {
 		e.SetBlobPresigner(cfg.BlobPresigner)
+	}
+	if err := e.SetValidators(cfg.Validators); err != nil {
+		return nil, err
 	}
 	if c, ok := cfg.Store.(store.CheapScopedLog); ok {
 		e.cheapScopedLog = c.CheapScopedLog()

@@ -7,6 +7,7 @@ import type {
   BlobDownloadResult,
   BlobUploadGrantResult,
   BytesResult,
+  CommitValidatorInstallSpec,
   DriverError,
   DriverScopeMap,
   RealtimeConnectResult,
@@ -17,6 +18,7 @@ import type {
   ServerDriver,
   ServerInstance,
   ServerRowState,
+  ValidatorInstallSpec,
 } from '../src/driver';
 
 const SYNC_CONTENT_TYPE = 'application/vnd.syncular.sync.v2';
@@ -86,6 +88,8 @@ class HttpServerInstance implements ServerInstance {
       'uploadBlobGrant',
       'putBlobUrl',
       'setBlobPresign',
+      'installValidators',
+      'installCommitValidator',
     ] as const;
     for (const name of optional) {
       if (!methods.includes(name)) {
@@ -278,6 +282,18 @@ class HttpServerInstance implements ServerInstance {
     allowed: DriverScopeMap,
   ): Promise<void> {
     await this.#control('setAllowedScopes', actorId, allowed);
+  }
+
+  async installValidators(
+    specs: readonly ValidatorInstallSpec[],
+  ): Promise<void> {
+    await this.#control('installValidators', specs);
+  }
+
+  async installCommitValidator(
+    spec?: CommitValidatorInstallSpec,
+  ): Promise<void> {
+    await this.#control('installCommitValidator', spec ?? null);
   }
 
   async setResolverFailing(failing: boolean): Promise<void> {

@@ -14,6 +14,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
 	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -127,6 +128,8 @@ type Options struct {
 	BlobPresigner blobs.Presigner
 	// OnCommit is passed to the engine (realtime fanout input).
 	OnCommit func(partition string, c *store.Commit)
+	// Reactions is the §6.9 planner passed to the engine.
+	Reactions reactions.Planner
 	// CRDTMergers is passed to the engine (§5.10.2); nil has none.
 	CRDTMergers crdt.Registry
 }
@@ -156,7 +159,7 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
 		Checkpoints: o.Checkpoints,
 		Blobs:       o.Blobs, BlobPresigner: o.BlobPresigner,
-		OnCommit: o.OnCommit, CRDTMergers: o.CRDTMergers,
+		OnCommit: o.OnCommit, Reactions: o.Reactions, CRDTMergers: o.CRDTMergers,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)

@@ -1,4 +1,4 @@
-package main
+package localrun
 
 import (
 	"bytes"
@@ -177,7 +177,7 @@ func TestRequestCapAnswer(t *testing.T) {
 	if line == nil {
 		t.Fatalf("no request line with status 413 in:\n%s", strings.Join(logs.lines(), "\n"))
 	}
-	if line["clientId"] != clientID || line["requestsOverCap"] != float64(1) || line["outcome"] != "sync.too_many_operations" ||
+	if line["clientId"] != clientID || line["requestsOverCap"] != float64(1) || line["errorCode"] != "sync.too_many_operations" ||
 		line["actor"] != "dev-user" || line["bodyBytes"] != float64(len(body)) {
 		t.Errorf("request line %v", line)
 	}

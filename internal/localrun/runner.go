@@ -1,4 +1,4 @@
-package main
+package localrun
 
 import (
 	"bytes"
@@ -58,6 +58,8 @@ type options struct {
 	create         bool
 	corsOrigins    []string
 	jsonEvents     bool
+	// ext is the app's own code (Extensions).
+	ext Extensions
 }
 
 // corsAllows reports whether origin may call the runner ("*" allows all).
@@ -197,6 +199,12 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 	// the stream's hints drive the hub as they drive the deployed tier.
 	if stream == nil {
 		deps.OnCommit = func(p string, c *store.Commit) { rn.hub.Hint(p, c.Seq) }
+	}
+	deps.Hooks = o.ext.Hooks
+	if o.ext.Hooks.Reactions != nil {
+		if deps.OnCommit, err = rn.startReactions(ctx, deps, o.ext.ReactionHandlers, deps.OnCommit); err != nil {
+			return nil, err
+		}
 	}
 	rtDeps := deps
 	rtDeps.Logger = logger.With("function", "realtime")

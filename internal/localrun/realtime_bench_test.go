@@ -1,4 +1,4 @@
-package main
+package localrun
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // delta. p50/p95 are over every (commit, subscriber) latency, measured
 // from just before the push request.
 //
-//	go test -run '^$' -bench RealtimeFanout -benchtime 20x ./cmd/syncular-local
+//	go test -run '^$' -bench RealtimeFanout -benchtime 20x ./internal/localrun
 func BenchmarkRealtimeFanout(b *testing.B) {
 	for _, n := range []int{1, 100, 1000} {
 		b.Run(fmt.Sprintf("subscribers=%d", n), func(b *testing.B) { benchFanout(b, n) })
