@@ -9,7 +9,9 @@
 // Where updates overlap (the same client clocks appear in more than one),
 // each clock is taken from the most informed struct covering it: a GC
 // (content collected) before deleted content before live content, then the
-// longest struct. Consecutive items that Yjs would join (same origin chain
+// longest struct. Content the merged delete set covers is replaced by
+// deleted content of the same length (except nested types), as a Y.Doc
+// collects it. Consecutive items that Yjs would join (same origin chain
 // and right origin, concatenable content) are joined into one, whatever
 // splits the inputs had. The result depends only on the clocks' contents,
 // never on the order or grouping of the inputs, so Merge is commutative,
@@ -38,7 +40,8 @@ func Merge(updates ...[]byte) ([]byte, error) {
 			return nil, fmt.Errorf("update %d of %d: %w", i+1, len(updates), err)
 		}
 	}
-	out := update{blocks: mergeStructs(in.blocks), deletes: mergeDeletes(in.deletes)}
+	deletes := mergeDeletes(in.deletes)
+	out := update{blocks: mergeStructs(in.blocks, deletes), deletes: deletes}
 	return out.encode(), nil
 }
 
@@ -72,7 +75,7 @@ func preferred(a, b *block) bool {
 
 // mergeStructs resolves the structs of all updates into one contiguous
 // run per client (descending clients, ascending clocks, Skips in holes).
-func mergeStructs(blocks []block) []block {
+func mergeStructs(blocks []block, deletes []deleteRange) []block {
 	order := make([]*block, len(blocks))
 	for i := range blocks {
 		order[i] = &blocks[i]
@@ -89,10 +92,59 @@ func mergeStructs(blocks []block) []block {
 		for j < len(order) && order[j].client == order[i].client {
 			j++
 		}
+		client := order[i].client
+		for len(deletes) > 0 && deletes[0].client > client {
+			deletes = deletes[1:]
+		}
+		k := 0
+		for k < len(deletes) && deletes[k].client == client {
+			k++
+		}
+		first := len(out)
 		out = resolveClient(out, order[i:j])
+		out = coalesce(dropDeleted(out, first, deletes[:k]), first)
 		i = j
 	}
 	return out
+}
+
+// dropDeleted replaces the content of every item clock in out[first:] that
+// the delete set covers by deleted content of the same length, as a Y.Doc
+// collects deleted content: the document is the same, the bytes fewer.
+// Type items keep their content (their children name them as parent).
+func dropDeleted(out []block, first int, ranges []deleteRange) []block {
+	if len(ranges) == 0 {
+		return out
+	}
+	var tail []block
+	for i := first; i < len(out); i++ {
+		b := out[i]
+		if b.kind != kindItem || b.content.ref == refDeleted || b.content.ref == refType {
+			tail = append(tail, b)
+			continue
+		}
+		for len(ranges) > 0 && ranges[0].clock+ranges[0].length <= b.clock {
+			ranges = ranges[1:]
+		}
+		at := b.clock
+		for _, d := range ranges {
+			if d.clock >= b.end() {
+				break
+			}
+			lo, hi := max(d.clock, at), min(d.clock+d.length, b.end())
+			if lo > at {
+				tail = append(tail, b.slice(at, lo))
+			}
+			gone := b.slice(lo, hi)
+			gone.content = content{ref: refDeleted}
+			tail = append(tail, gone)
+			at = hi
+		}
+		if at < b.end() {
+			tail = append(tail, b.slice(at, b.end()))
+		}
+	}
+	return append(out[:first], tail...)
 }
 
 // cover is a max-heap of the structs covering the current clock, the

@@ -61,15 +61,15 @@ func TestMergeJoinsSplitJSONContent(t *testing.T) {
 func TestMergeFillsHolesAndUnionsDeletes(t *testing.T) {
 	// Client 7 has clocks 0 and 3 in different updates; the merge keeps
 	// both with a Skip of 2 between, and unions the overlapping deletes.
-	a := enc(1, 1, 7, 0, byte(refAny), 1, "t", 1, byte(anyNull), 1, 7, 1, 0, 1)
-	b := enc(1, 1, 7, 3, byte(refAny), 1, "t", 1, byte(anyTrue), 1, 7, 1, 1, 2)
+	a := enc(1, 1, 7, 0, byte(refAny), 1, "t", 1, byte(anyNull), 1, 7, 1, 10, 1)
+	b := enc(1, 1, 7, 3, byte(refAny), 1, "t", 1, byte(anyTrue), 1, 7, 1, 11, 2)
 	want := enc(
 		1,
 		3, 7, 0,
 		byte(refAny), 1, "t", 1, byte(anyNull),
 		byte(infoSkip), 2,
 		byte(refAny), 1, "t", 1, byte(anyTrue),
-		1, 7, 1, 0, 3, // deletes [0,1) and [1,3) join into [0,3)
+		1, 7, 1, 10, 3, // deletes [10,11) and [11,13) join into [10,13)
 	)
 	for _, in := range [][][]byte{{a, b}, {b, a}} {
 		got, err := Merge(in...)
@@ -79,6 +79,28 @@ func TestMergeFillsHolesAndUnionsDeletes(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("Merge = %x, want %x", got, want)
 		}
+	}
+}
+
+func TestMergeDropsDeletedContent(t *testing.T) {
+	// Client 7 inserted "abc" into the root text "t" and deleted the "b":
+	// the merge keeps "a" and "c" and holds the deleted clock as deleted
+	// content, the right parts naming their left neighbours as origins.
+	in := enc(1, 1, 7, 0, byte(refString), 1, "t", "abc", 1, 7, 1, 1, 1)
+	want := enc(
+		1,
+		3, 7, 0,
+		byte(refString), 1, "t", "a",
+		byte(refDeleted|flagOrigin), 7, 0, 1,
+		byte(refString|flagOrigin), 7, 1, "c",
+		1, 7, 1, 1, 1,
+	)
+	got, err := Merge(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("Merge = %x, want %x", got, want)
 	}
 }
 
