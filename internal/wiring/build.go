@@ -14,6 +14,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/migrate"
@@ -129,6 +130,7 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		OnCommit:      d.OnCommit,
 		Validators:    hooks,
 		Reactions:     d.Hooks.Reactions,
+		CRDTMergers:   crdt.Default(),
 	}
 	if cfg.AuthLeases {
 		// §7.3: leases live beside the commit log, in the same store.
