@@ -240,7 +240,7 @@ func newPruner(logger *slog.Logger) (*Pruner, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{})
+	st := dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL})
 	eng, err := PruneEngine(cfg, clients, st)
 	if err != nil {
 		return nil, err

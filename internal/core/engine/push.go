@@ -253,8 +253,7 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 			// retried from it starved until "lost 64 races".
 			continue
 		case errors.Is(err, store.ErrOutcomeExists):
-			res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
-			return res, err
+			return e.replayExisting(ctx, rs, pc.ClientCommitID)
 		case errors.Is(err, store.ErrOutcomeUnreadable):
 			// The idempotency key could not be checked: report, apply nothing.
 			return cacheMiss(pc.ClientCommitID), nil
@@ -301,7 +300,7 @@ func (e *Engine) recordRejection(ctx context.Context, rs *reqState, pc *wire.Pus
 		rs.setDetails(ev.details)
 		return res, false, nil
 	case errors.Is(err, store.ErrOutcomeExists):
-		res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
+		res, err := e.replayExisting(ctx, rs, pc.ClientCommitID)
 		return res, false, err
 	case errors.Is(err, store.ErrOutcomeUnreadable):
 		// The idempotency key could not be checked: report, record nothing.
@@ -353,10 +352,23 @@ func commitBackoff(ctx context.Context, attempt int) error {
 	return sleep(ctx, time.Duration(rand.Int64N(int64(d)))+1)
 }
 
+// replayExisting answers a key the store just reported as having an
+// outcome (ErrOutcomeExists). Should the outcome be gone when read (its
+// idempotency window ended in between), nothing was applied by this
+// request: the answer is the retryable cache miss (§6.3), and the
+// client's retry records the key afresh.
+func (e *Engine) replayExisting(ctx context.Context, rs *reqState, clientCommitID string) (*wire.PushResult, error) {
+	res, done, err := e.replay(ctx, rs, clientCommitID)
+	if err == nil && !done {
+		return cacheMiss(clientCommitID), nil
+	}
+	return res, err
+}
+
 // replay returns the persisted result for an idempotency key: applied
 // replays as cached, rejected as itself (§2.3, §6.3).
 func (e *Engine) replay(ctx context.Context, rs *reqState, clientCommitID string) (*wire.PushResult, bool, error) {
-	o, err := e.store.GetOutcome(ctx, rs.auth.Partition, rs.clientID, clientCommitID)
+	o, err := e.store.GetOutcome(ctx, rs.auth.Partition, rs.clientID, clientCommitID, rs.now)
 	if errors.Is(err, store.ErrOutcomeUnreadable) {
 		return cacheMiss(clientCommitID), true, nil
 	}
