@@ -87,6 +87,10 @@ type Pruner struct {
 	// saves (default 20).
 	SaveEvery int
 	Now       func() time.Time
+	// Retention overrides the §4.6 floors for drivers that simulate time
+	// or measure (engine.RetentionOverride); nil, the production value,
+	// keeps the normative defaults.
+	Retention *engine.RetentionOverride
 }
 
 // errPruneFailures makes the invocation fail (Lambda's Errors metric and
@@ -251,7 +255,7 @@ func (r *pruneRun) shard(ctx context.Context, i int) {
 
 // prune runs Engine.Prune on one partition and counts the outcome.
 func (r *pruneRun) prune(ctx context.Context, part string) {
-	rep, err := r.p.Engine.Prune(ctx, part, nil)
+	rep, err := r.p.Engine.Prune(ctx, part, r.p.Retention)
 	if err != nil {
 		r.p.Logger.ErrorContext(ctx, "prune failed", "partition", part, "error", err.Error())
 	} else if rep.Removed > 0 {
