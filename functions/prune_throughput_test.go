@@ -3,8 +3,6 @@ package functions
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -17,11 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/skyfold/syncular-lambda/internal/app"
-	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
-	"github.com/skyfold/syncular-lambda/internal/memstore"
 	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
 
@@ -75,16 +71,7 @@ func TestPruneThroughput(t *testing.T) {
 		seeded := time.Since(seedStart)
 		before := countItems(t, c, table)
 		pst := dynamostore.New(slow, table, dynamostore.Options{OutcomeTTL: store.DefaultOutcomeWindow})
-		eng, err := engine.New(engine.Config{
-			Schema: todo(t), Store: pst, Segments: memstore.NewSegments(),
-			Resolver: engine.ResolverFunc(func(context.Context, string, string, string) (engine.ScopeMap, error) { return nil, nil }),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		keep := int64(1)
-		p := &app.Pruner{Engine: eng, Store: pst, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-			Retention: &engine.RetentionOverride{MinRetainedCommits: &keep}}
+		p := keepNewestPruner(t, pst)
 		runCtx, used := dynamostore.WithCapacity(ctx)
 		start := time.Now()
 		res, err := p.Run(runCtx, app.PruneEvent{Parallel: parallel})
