@@ -57,7 +57,7 @@ fuzz:
 ## (e.g. BENCHTIME=1x for a quick check that every benchmark still runs)
 BENCHTIME ?= 1s
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/... ./cmd/syncular-local/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/...
 
 ## cost: issue 23's price of each operation on AWS (us-east-1 list prices,
 ## internal/costmodel/prices.go) from exact counts through the functions'
@@ -125,10 +125,15 @@ build:
 # package gets the bootstrap binary and the schema it serves (SCHEMA,
 # default the bundled example; SYNC_SCHEMA_PATH defaults to schema.json
 # next to bootstrap).
+# VALIDATORS, when set, is a declarative validators document (§6.7,
+# §6.8; docs/OPERATIONS.md "Validators") copied beside it as
+# validators.json, which SYNC_VALIDATORS_PATH defaults to.
 SCHEMA ?= examples/todo/schema.json
+VALIDATORS ?=
 define lambda_build
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(1)
 	cp $(SCHEMA) $(ARTIFACTS_DIR)/schema.json
+	$(if $(VALIDATORS),cp $(VALIDATORS) $(ARTIFACTS_DIR)/validators.json)
 endef
 build-PushFunction:
 	$(call lambda_build,push)
@@ -146,15 +151,16 @@ build-FanoutFunction:
 	$(call lambda_build,fanout)
 
 ## realtime-image: the realtime tier's image without Docker: a static
-## linux/$(REALTIME_ARCH) binary (arm64 for Fargate ARM64) and SCHEMA in
-## an image tarball, bin/syncular-realtime.tar (docs/REALTIME.md)
+## linux/$(REALTIME_ARCH) binary (arm64 for Fargate ARM64), SCHEMA and
+## VALIDATORS (when set) in an image tarball, bin/syncular-realtime.tar
+## (docs/REALTIME.md)
 REALTIME_ARCH ?= arm64
 REALTIME_IMAGE_TAR ?= bin/syncular-realtime.tar
 realtime-image:
 	mkdir -p bin
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(REALTIME_ARCH) $(GO) build -trimpath -ldflags "-s -w" -o bin/linux-$(REALTIME_ARCH)/syncular-realtime ./cmd/syncular-realtime
 	$(GO) run ./cmd/syncular-realtime/imagetool -binary bin/linux-$(REALTIME_ARCH)/syncular-realtime -schema $(SCHEMA) \
-		-arch $(REALTIME_ARCH) -out $(REALTIME_IMAGE_TAR)
+		$(if $(VALIDATORS),-validators $(VALIDATORS)) -arch $(REALTIME_ARCH) -out $(REALTIME_IMAGE_TAR)
 
 ## realtime-image-push: push the tarball to IMAGE (an ECR URI with a tag);
 ## credentials from REGISTRY_USERNAME/REGISTRY_PASSWORD, e.g.

@@ -122,7 +122,7 @@ func TestTemplateAlarmsUseCatalogue(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"ours/serverErrors", "ours/requests", "ours/rateLimited", "ours/softTimeouts", "ours/pruneFailures", "ours/requestsOverCap",
+		"ours/serverErrors", "ours/ms", "ours/rateLimited", "ours/softTimeouts", "ours/pruneFailures", "ours/requestsOverCap",
 		"AWS/ApiGateway/5xx", "AWS/Lambda/Throttles", "AWS/Lambda/Errors", "AWS/Lambda/ConcurrentExecutions",
 		"AWS/DynamoDB/ThrottledRequests", "AWS/DynamoDB/SystemErrors",
 	} {

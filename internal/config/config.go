@@ -54,6 +54,9 @@ type Config struct {
 	Bucket    string
 	// SchemaPath is the schema document; DefaultSchemaPath when unset.
 	SchemaPath string
+	// ValidatorsPath is the declarative validators document (§6.7,
+	// §6.8); when unset, DefaultValidatorsPath if that file exists.
+	ValidatorsPath string
 	// Checkpoints (SYNC_CHECKPOINTS) are the backfill checkpoints this
 	// build declares, "name=table+table,..." (internal/core/migrate): it
 	// serves partitions while they backfill, and syncular-admin migrate
@@ -83,6 +86,10 @@ type Config struct {
 	SignedURLTTL  time.Duration
 	SigningKey    []byte
 	SigningKeyRef string
+
+	// AuthLeases turns §7.3 auth leases on, each sliding AuthLeaseTTL.
+	AuthLeases   bool
+	AuthLeaseTTL time.Duration
 
 	MaxOperations         int
 	ResponseBudgetBytes   int
@@ -138,6 +145,7 @@ var Vars = []Var{
 	{"SYNC_TABLE_NAME", "(required)", "DynamoDB table holding the commit log, rows, client records, segment publications and scope grants."},
 	{"SYNC_BUCKET", "(required)", "S3 bucket holding bootstrap segments (`segments/<id>`)."},
 	{"SYNC_SCHEMA_PATH", "`schema.json` next to the `bootstrap` binary", "Schema document (driver shape or `syncular.ir.json`). The SAM build copies it into each function package."},
+	{"SYNC_VALIDATORS_PATH", "`validators.json` next to the `bootstrap` binary, when present", "Declarative write validators (SPEC §6.7 per table, §6.8 per commit): a JSON document of rules (docs/OPERATIONS.md, \"Validators\"). A set path that cannot be read or compiled fails startup. Without one: `validators.json` beside the binary if present, else the same members (`validators`, `commitValidators`) in the schema file, else none; rules in both a document and the schema file fail startup. The SAM build copies `VALIDATORS` (a Makefile variable) into each function package."},
 	{"SYNC_CHECKPOINTS", "none", "Backfill checkpoints this build declares, `name=table+table,...` (rolling schema upgrades, docs/OPERATIONS.md): the build serves partitions while they backfill; `syncular-admin migrate` and the pre-traffic hook declare and run them."},
 	{"SYNC_MOUNT", "empty", "Route prefix, e.g. `/api` serves `/api/sync`. Empty serves `/sync`, `/push`, `/pull`, `/segments/{id}`."},
 	{"SYNC_PUBLIC_URL", "none", "`https://host[/base]` that native signed segment URLs point at; required with `SYNC_SIGNED_URLS=native`. Never derived from the request's `Host` header."},
@@ -155,6 +163,8 @@ var Vars = []Var{
 	{"SYNC_SIGNED_URL_TTL", "`5m`", "Lifetime of signed URLs (Go duration, at most `15m`)."},
 	{"SYNC_SIGNING_KEY", "empty", "native mode: the HMAC key itself (local runs only; at least 32 bytes)."},
 	{"SYNC_SIGNING_KEY_REF", "empty", "native mode: SSM SecureString name/ARN or Secrets Manager ARN holding the HMAC key, read once at init."},
+	{"SYNC_AUTH_LEASES", "`off`", "`on`: auth leases (SPEC §7.3). Every authorized round issues or slides its client's lease (kept in the table, pk `P#<partition>#LS`) and returns it in a LEASE frame; while the scope resolver is unavailable (table mode: the grant read fails) a round is served from a valid lease instead of failing, and a client without one gets `sync.auth_lease_required`. Revoke one with `syncular-admin revoke-lease`. `off`: no leases, an unavailable resolver fails the round retryably."},
+	{"SYNC_AUTH_LEASE_TTL", "`15m`", "Sliding lifetime of an auth lease (Go duration, 1m to 720h): how long a client keeps syncing on it through a resolver outage after its last authorized round."},
 	{"SYNC_MAX_OPERATIONS", "`500`", "Operations allowed across the PUSH_COMMIT frames of one request."},
 	{"SYNC_RESPONSE_BUDGET_BYTES", "`4194304`", "Raw bytes where a response stops adding push results, commits and inline pages (at most 4444160: Lambda's 6 MB response includes base64)."},
 	{"SYNC_INLINE_SEGMENT_MAX_BYTES", "`262144`", "Largest rows segment sent inline in a pull response."},
@@ -198,12 +208,13 @@ func FromEnv() (*Config, error) { return Load(os.Getenv) }
 func Load(getenv func(string) string) (*Config, error) {
 	l := &loader{getenv: getenv}
 	c := &Config{
-		TableName:   l.str("SYNC_TABLE_NAME", ""),
-		Bucket:      l.str("SYNC_BUCKET", ""),
-		SchemaPath:  l.str("SYNC_SCHEMA_PATH", ""),
-		Checkpoints: l.str("SYNC_CHECKPOINTS", ""),
-		Mount:       l.mount("SYNC_MOUNT"),
-		PublicURL:   l.publicURL("SYNC_PUBLIC_URL"),
+		TableName:      l.str("SYNC_TABLE_NAME", ""),
+		Bucket:         l.str("SYNC_BUCKET", ""),
+		SchemaPath:     l.str("SYNC_SCHEMA_PATH", ""),
+		ValidatorsPath: l.str("SYNC_VALIDATORS_PATH", ""),
+		Checkpoints:    l.str("SYNC_CHECKPOINTS", ""),
+		Mount:          l.mount("SYNC_MOUNT"),
+		PublicURL:      l.publicURL("SYNC_PUBLIC_URL"),
 
 		AuthMode:         l.oneOf("SYNC_AUTH_MODE", AuthJWTAuthorizer, AuthJWTAuthorizer, AuthHS256),
 		ActorClaim:       l.str("SYNC_ACTOR_CLAIM", "sub"),
@@ -221,6 +232,9 @@ func Load(getenv func(string) string) (*Config, error) {
 		SignedURLTTL:  l.duration("SYNC_SIGNED_URL_TTL", 5*time.Minute, time.Second, MaxSignedURLTTL),
 		SigningKey:    []byte(l.str("SYNC_SIGNING_KEY", "")),
 		SigningKeyRef: l.str("SYNC_SIGNING_KEY_REF", ""),
+
+		AuthLeases:   l.oneOf("SYNC_AUTH_LEASES", "off", "off", "on") == "on",
+		AuthLeaseTTL: l.duration("SYNC_AUTH_LEASE_TTL", 15*time.Minute, time.Minute, 720*time.Hour),
 
 		MaxOperations:         l.integer("SYNC_MAX_OPERATIONS", 500, 1, 100_000),
 		ResponseBudgetBytes:   l.integer("SYNC_RESPONSE_BUDGET_BYTES", limits.DefaultResponseBudgetBytes, 64<<10, MaxResponseBudget),
@@ -312,6 +326,25 @@ func (c *Config) SchemaFile() string {
 		return c.SchemaPath
 	}
 	return DefaultSchemaPath()
+}
+
+// DefaultValidatorsPath is validators.json beside the running
+// executable, where the SAM build puts VALIDATORS.
+func DefaultValidatorsPath() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "validators.json"
+	}
+	return filepath.Join(filepath.Dir(exe), "validators.json")
+}
+
+// ValidatorsFile returns the validators document to read and whether it
+// must exist (a path was set explicitly).
+func (c *Config) ValidatorsFile() (path string, required bool) {
+	if c.ValidatorsPath != "" {
+		return c.ValidatorsPath, true
+	}
+	return DefaultValidatorsPath(), false
 }
 
 // Error lists every configuration problem.

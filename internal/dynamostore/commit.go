@@ -265,7 +265,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			return err
 		}
 	}
-	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs)
+	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions)
 	chunks, err := logItems(partition, &req.Commit, body)
 	if err != nil {
 		return err

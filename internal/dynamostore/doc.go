@@ -321,4 +321,73 @@
 // of each call on throttling, transaction conflicts and 5xx, after which
 // the error is sync.rate_limited (never a raw AWS error to the client).
 // WithCapacity collects round trips and capacity per context.
+//
+// # Read consistency
+//
+// Every read of this package is strongly consistent: getItem, query and
+// batchGet (ops.go) set ConsistentRead, and no call site overrides it. An
+// eventually consistent read costs half (0.5 RRU per 4 KB) but may miss
+// any write of the last second or so; each read below is consistent
+// because a stale answer there is not harmless.
+//
+//   - Partition head: readHead (store.go; Head for pulls, TouchPartition
+//     for pushes) and the push path's batched head read (schema.go,
+//     "read partition head"). The head is maxSeq, the log epoch and the
+//     writer fence. A pull serves cursor < commitSeq <= maxSeq and takes a
+//     cursor past maxSeq for one it does not know, answering a bootstrap
+//     (§4.7, engine/pull.go): a client that has just seen commitSeq N from
+//     an up-to-date replica would be re-bootstrapped by a stale one. A
+//     stale epoch would answer a reset (§2.1) to a client the rotation
+//     already re-bound; a stale fence lets a push through its check only
+//     to lose the transaction's condition. This is the one read of a
+//     quiet pull (1 RRU, $0.125 per million; half that if eventual):
+//     making it eventual needs the engine to answer a cursor past a
+//     stale maxSeq as "nothing new yet", which today it must not, since
+//     such a cursor may really come from an earlier epoch.
+//   - Rows by key in the push path (schema.go, the same BatchGetItem as
+//     the head): their versions are the base of §2.2 optimistic
+//     concurrency; a stale version would reject a valid commit as a
+//     conflict.
+//   - Outcomes: GetOutcome (store.go) is the §2.3 idempotency record; a
+//     stale miss would apply a replayed commit twice.
+//   - Client records: GetClient and the "list client records" Queries of
+//     RotateEpoch and ListClients (store.go). The record binds a client
+//     to an epoch and holds its acknowledged cursor; the pruning horizon
+//     is the least of them, so a stale cursor could prune a commit a
+//     client still needs, and a stale binding answers a needless reset.
+//   - The commit log and its indexes: "read commit log", "read pruned
+//     log items" (read.go), "read log index" and "read indexed commits"
+//     (logindex.go). A pull reads the log up to the maxSeq it read from
+//     the head; an item the read missed would be skipped for good by the
+//     cursor it returns (§4.5 gapless delivery).
+//   - Rows for a bootstrap: "read rows", "scan rows" (read.go) and "scan
+//     scoped rows" (scopeindex.go): a page is the snapshot as of its
+//     commitSeq (§5.2); a missed row is lost to that client, whose cursor
+//     then starts after it.
+//   - The §6.11 reference index, listChildren (refs.go): a cascade or a
+//     restrict check that misses a child just written leaves an orphan
+//     or deletes a referenced parent.
+//   - Commit tickets, WaitingTickets (queue.go): the queue's leases; a
+//     stale list skips or waits on the wrong ticket.
+//   - Schema marker and checkpoints: SchemaMarker and the per-partition
+//     checkpoint (schema.go), and the backfill's row reads (backfill.go):
+//     a migration step that reads a stale marker or checkpoint may fence
+//     too little or redo a step (markerCache in schema.go bounds the one
+//     place a cached marker is used).
+//   - Operator paths: the partition registry Query (partitions.go),
+//     JobCursor (the job's saved cursor) and ListPartitions' Scan. A
+//     migration must fence every partition, including one created a
+//     moment ago; a stale job cursor redoes or skips a stretch.
+//   - "read commit times" (read.go), the prune job's read of the
+//     commits past the horizon, could be eventual (a stale answer only
+//     prunes less this run) and is kept consistent: it runs on a
+//     schedule, not per request, and costs a few units a run.
+//
+// Outside this package the same rule holds: the grant read of table
+// scopes mode (auth/resolvers.go) is consistent so a deleted grant
+// revokes on the next pull; the segment publication and object reads
+// (s3segments) are consistent so a page is never rebuilt or served from
+// a record a concurrent build already replaced; the realtime instance
+// registry (rtfanout) is consistent so a new instance receives fanout at
+// once.
 package dynamostore

@@ -256,7 +256,7 @@ func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int6
 			stop = true
 			return
 		}
-		cur.Changes = lb.changes
+		cur.Changes, cur.Reactions = lb.changes, lb.reactions
 		if !fn(cur, lb, nil) {
 			stop = true
 		}

@@ -61,8 +61,12 @@ type Store struct {
 
 	mu         sync.RWMutex // guards partitions (the map, not its values) and marker
 	partitions map[string]*partState
+	// rxDue marks the partitions that may have live §6.9 reactions.
+	rxDue rxDue
 	// marker is the stored schema marker (schema.go).
 	marker int64
+	// leases are the §7.3 auth leases (leases.go), under their own lock.
+	leases leaseTable
 }
 
 var _ store.Store = (*Store)(nil)
@@ -114,6 +118,8 @@ type partState struct {
 	fence       int64
 	gateToken   int64
 	checkpoints map[string]*store.Checkpoint
+	// §6.9 reactions (reactions.go), under their own lock.
+	rx rxState
 }
 
 type tombRef struct {
@@ -441,6 +447,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	copy(dst, entry)
 	p.log = append(p.log, sp)
 	p.indexCommit(req.Commit.Changes, seq)
+	p.rx.logPlanned(seq, req.Commit.Reactions)
 	p.addOutcomeLocked(h, k, outRef{
 		chunk:  sp.chunk,
 		keyOff: sp.off + uint32(l.keyOff), keyLen: uint32(l.keyEnd - l.keyOff),
@@ -670,7 +677,14 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 
 // ReadLog implements store.Store.
 func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) error {
-	return s.walkLog(ctx, partition, afterSeq, throughSeq, func(e string) bool { return fn(decodeCommit(e)) })
+	p := s.lookup(partition)
+	return s.walkLog(ctx, partition, afterSeq, throughSeq, func(e string) bool {
+		c := decodeCommit(e)
+		if p != nil {
+			c.Reactions = p.rx.planned(c.Seq)
+		}
+		return fn(c)
+	})
 }
 
 // CommitTimes implements store.Store: it reads only the entries' fixed
@@ -851,6 +865,7 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 	p.logFirst += n
 	p.releaseLogLocked()
 	p.pruneIndexLocked(h)
+	p.rx.dropPlanned(h)
 	k := 0
 	for k < len(p.tombs) && p.tombs[k].seq <= h {
 		ref := p.tombs[k]

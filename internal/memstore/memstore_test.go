@@ -372,6 +372,10 @@ func TestOutcomesSurvivePrune(t *testing.T) {
 	}
 }
 
+func TestLeaseStoreContract(t *testing.T) {
+	storetest.RunLeaseStore(t, func(*testing.T) store.LeaseStore { return memstore.New() })
+}
+
 // TestOutcomesExpire runs the idempotency-window contract with the
 // default window and with a short one.
 func TestOutcomesExpire(t *testing.T) {

@@ -176,6 +176,9 @@ type Commit struct {
 	// it). Stores record CommitRequest.WriterVersion here; the field of
 	// CommitRequest.Commit is ignored.
 	WriterVersion int64
+	// Reactions are the §6.9 records planned for the commit, logged with
+	// it (nil for most commits).
+	Reactions []PlannedReaction
 }
 
 // Outcome is a persisted push result (§2.3, §6.3). Result holds the

@@ -1,0 +1,85 @@
+// Package customapp is an example app that builds its own function set
+// with hooks of its own, through the public package syncular: a durable
+// reaction that tells a webhook about every new task. Its functions
+// deploy with the project's template (FUNCTIONS_DIR, docs/APPS.md) and
+// run locally with `go run ./examples/customapp/cmd/local`.
+package customapp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/skyfold/syncular-lambda/syncular"
+)
+
+// App is the example's server: every function's main calls it.
+func App() *syncular.App {
+	return &syncular.App{
+		PlanReactions: planTaskCreated,
+		ReactionHandlers: map[string]syncular.ReactionHandler{
+			"task.created": notifyWebhook(os.Getenv("NOTIFY_WEBHOOK_URL")),
+		},
+	}
+}
+
+// planTaskCreated asks for one "task.created" reaction per task a commit
+// inserts or updates (the handler decides what is new to it).
+func planTaskCreated(_ context.Context, c *syncular.Commit) ([]syncular.Reaction, error) {
+	var out []syncular.Reaction
+	for _, ch := range c.Changes {
+		if ch.Table != "tasks" || ch.Deleted {
+			continue
+		}
+		var row struct {
+			ProjectID string `json:"project_id"`
+			Title     string `json:"title"`
+		}
+		if err := json.Unmarshal(ch.Row, &row); err != nil {
+			return nil, err
+		}
+		payload, err := json.Marshal(map[string]string{"task": ch.RowID, "project": row.ProjectID, "title": row.Title, "by": c.ActorID})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, syncular.Reaction{Key: "task:" + ch.RowID, Type: "task.created", Version: 1, Payload: payload})
+	}
+	return out, nil
+}
+
+// notifyWebhook POSTs each reaction's payload to url with its
+// idempotency key, so a redelivery collapses to one effect there.
+func notifyWebhook(url string) syncular.ReactionHandler {
+	client := &http.Client{Timeout: 10 * time.Second}
+	return func(ctx context.Context, d *syncular.Delivery) error {
+		if d.Version != 1 {
+			return syncular.Permanent("task.unknown_version", nil)
+		}
+		if url == "" {
+			return syncular.Permanent("task.no_webhook", errors.New("NOTIFY_WEBHOOK_URL is not set"))
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(d.Payload))
+		if err != nil {
+			return syncular.Permanent("task.bad_webhook", err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", d.IdempotencyKey)
+		resp, err := client.Do(req)
+		if err != nil {
+			return syncular.Retryable("task.webhook_unreachable", err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+			return syncular.Retryable("task.webhook_busy", fmt.Errorf("HTTP %d", resp.StatusCode))
+		}
+		if resp.StatusCode >= 300 {
+			return syncular.Permanent("task.webhook_refused", fmt.Errorf("HTTP %d", resp.StatusCode))
+		}
+		return nil
+	}
+}
