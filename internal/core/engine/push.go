@@ -131,7 +131,14 @@ func (e *Engine) recordRejection(ctx context.Context, rs *reqState, pc *wire.Pus
 func (e *Engine) keyTaken(ctx context.Context, rs *reqState, clientCommitID string, err error) (*wire.PushResult, bool, error) {
 	switch {
 	case errors.Is(err, store.ErrOutcomeExists):
-		res, _, err := e.replay(ctx, rs, clientCommitID)
+		res, done, err := e.replay(ctx, rs, clientCommitID)
+		if err == nil && !done {
+			// The outcome is gone when read: its idempotency window ended
+			// (TTL deleted it) since the store's check. Nothing was applied
+			// by this request; the retryable cache miss (§6.3) makes the
+			// client's retry record the key afresh.
+			return cacheMiss(clientCommitID), true, nil
+		}
 		return res, true, err
 	case errors.Is(err, store.ErrOutcomeUnreadable):
 		return cacheMiss(clientCommitID), true, nil
@@ -184,7 +191,7 @@ func commitBackoff(ctx context.Context, attempt int) error {
 // replay returns the persisted result for an idempotency key: applied
 // replays as cached, rejected as itself (§2.3, §6.3).
 func (e *Engine) replay(ctx context.Context, rs *reqState, clientCommitID string) (*wire.PushResult, bool, error) {
-	o, err := e.store.GetOutcome(ctx, rs.auth.Partition, rs.clientID, clientCommitID)
+	o, err := e.store.GetOutcome(ctx, rs.auth.Partition, rs.clientID, clientCommitID, rs.now)
 	if errors.Is(err, store.ErrOutcomeUnreadable) {
 		return cacheMiss(clientCommitID), true, nil
 	}
