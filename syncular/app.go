@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/skyfold/syncular-lambda/internal/app"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/localrun"
@@ -30,7 +31,16 @@ type App struct {
 	// cannot also deploy declarative rules (validators.json).
 	Validators      map[string]RowValidator
 	CommitValidator CommitValidator
+	// Mergers merge crdt columns of the crdtType they are registered
+	// under (§5.10.2), beside the built-in "yjs-doc".
+	Mergers map[string]Merger
 }
+
+// Merger merges a pushed CRDT value into the stored one (stored is nil
+// for a new row or a NULL column) and returns the column's new value. It
+// must be commutative, associative and idempotent; an error rejects the
+// operation with sync.crdt_merge_failed and nothing is written.
+type Merger func(stored, incoming []byte) ([]byte, error)
 
 // Function names one Lambda function of the deployed stack.
 type Function int
@@ -71,6 +81,12 @@ func (a *App) hooks() wiring.Hooks {
 		h.Reactions = plannerAdapter{a.PlanReactions}
 	}
 	h.Validators = a.validators()
+	if len(a.Mergers) > 0 {
+		h.Mergers = crdt.Registry{}
+		for name, m := range a.Mergers {
+			h.Mergers[name] = crdt.MergeFunc(m)
+		}
+	}
 	return h
 }
 
