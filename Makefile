@@ -163,9 +163,12 @@ build-ReactionsFunction:
 ## (docs/REALTIME.md)
 REALTIME_ARCH ?= arm64
 REALTIME_IMAGE_TAR ?= bin/syncular-realtime.tar
+# REALTIME_MAIN is the tier's main package: an app's own
+# (syncular.App.RealtimeMain) runs its hooks on socket pushes too.
+REALTIME_MAIN ?= ./cmd/syncular-realtime
 realtime-image:
 	mkdir -p bin
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(REALTIME_ARCH) $(GO) build -trimpath -ldflags "-s -w" -o bin/linux-$(REALTIME_ARCH)/syncular-realtime ./cmd/syncular-realtime
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(REALTIME_ARCH) $(GO) build -trimpath -ldflags "-s -w" -o bin/linux-$(REALTIME_ARCH)/syncular-realtime $(REALTIME_MAIN)
 	$(GO) run ./cmd/syncular-realtime/imagetool -binary bin/linux-$(REALTIME_ARCH)/syncular-realtime -schema $(SCHEMA) \
 		$(if $(VALIDATORS),-validators $(VALIDATORS)) -arch $(REALTIME_ARCH) -out $(REALTIME_IMAGE_TAR)
 

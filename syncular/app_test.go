@@ -85,3 +85,27 @@ func TestAppScopeResolver(t *testing.T) {
 		t.Fatalf("%v %v %+v", m, err, got)
 	}
 }
+
+// An app's merger joins the built-in one; yjs-doc stays the built-in.
+func TestAppMergers(t *testing.T) {
+	a := &App{Mergers: map[string]Merger{
+		"max-bytes": func(stored, incoming []byte) ([]byte, error) {
+			if len(stored) > len(incoming) {
+				return stored, nil
+			}
+			return incoming, nil
+		},
+		"yjs-doc": func([]byte, []byte) ([]byte, error) { return nil, errors.New("replaced") },
+	}}
+	h := a.hooks()
+	m, ok := h.Mergers.Lookup("max-bytes")
+	if !ok {
+		t.Fatal("app merger missing")
+	}
+	if out, err := m.Merge([]byte("ab"), []byte("c")); err != nil || string(out) != "ab" {
+		t.Fatalf("merge %q %v", out, err)
+	}
+	if len(h.Mergers) != 2 {
+		t.Fatalf("registry %v", h.Mergers)
+	}
+}
