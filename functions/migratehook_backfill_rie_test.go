@@ -17,7 +17,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
 
-// The pre-traffic hook takes its backfill from the schema document it
+// The post-traffic hook takes its backfill from the schema document it
 // is deployed with: under the Lambda emulator against DynamoDB Local, a
 // manual invocation declares the document's backfill, rewrites the rows
 // it names as server commits and activates it.

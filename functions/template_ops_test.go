@@ -130,7 +130,7 @@ func TestTemplateAlarmsUseCatalogue(t *testing.T) {
 			t.Errorf("no alarm on %s", want)
 		}
 	}
-	// Throttles: one alarm per function. Not the pre-traffic hook: its
+	// Throttles: one alarm per function. Not the post-traffic hook: its
 	// reserved concurrency of 1 throttles the deployment groups' parallel
 	// invocations by design (Lambda retries them).
 	for _, f := range append(slices.Clone(app.Functions), app.Jobs...) {
@@ -330,18 +330,24 @@ func TestTemplateOperations(t *testing.T) {
 	}
 }
 
-// The pre-traffic hook (rolling schema upgrades): every sync function's
-// deployment waits on MigrateHookFunction before traffic shifts; the hook
-// itself is not traffic-shifted, carries the name prefix the CodeDeploy
-// role SAM creates may invoke, runs one at a time, and may only use the
-// table and report a lifecycle status to this stack's deployment groups.
+// The deploy hook (rolling schema upgrades, issue 20): one hook per
+// deploy, the post-traffic hook of the push function's deployment group,
+// and no hook on any other group (a pre-traffic hook would hold traffic
+// back and run once per group); the hook itself is not traffic-shifted,
+// carries the name prefix the CodeDeploy role SAM creates may invoke,
+// runs one at a time, and may only use the table and report a lifecycle
+// status to this stack's deployment groups.
 func TestTemplateMigrateHook(t *testing.T) {
 	root := loadYAML(t)
 	hook := app.MigrateHookJob.LogicalID
 	for _, f := range app.Functions {
-		pre := get(root, "Resources", f.LogicalID, "Properties", "DeploymentPreference", "Hooks", "PreTraffic")
-		if !refTo(pre, hook) {
-			t.Errorf("%s: DeploymentPreference.Hooks.PreTraffic must be !Ref %s", f.LogicalID, hook)
+		hooks := get(root, "Resources", f.LogicalID, "Properties", "DeploymentPreference", "Hooks")
+		if f.LogicalID == "PushFunction" {
+			if !refTo(get(hooks, "PostTraffic"), hook) || len(keys(hooks)) != 1 {
+				t.Errorf("%s: DeploymentPreference.Hooks must be exactly PostTraffic: !Ref %s", f.LogicalID, hook)
+			}
+		} else if hooks != nil {
+			t.Errorf("%s: DeploymentPreference.Hooks %v: only PushFunction's group runs the hook", f.LogicalID, keys(hooks))
 		}
 	}
 	p := get(root, "Resources", hook, "Properties")
@@ -358,7 +364,7 @@ func TestTemplateMigrateHook(t *testing.T) {
 		t.Errorf("%s: %q plus a stack UUID exceeds Lambda's 64-character name limit", hook, fixed)
 	}
 	if scalar(get(p, "ReservedConcurrentExecutions")) != "1" {
-		t.Errorf("%s: ReservedConcurrentExecutions 1 (the three deployment groups' hooks run one at a time)", hook)
+		t.Errorf("%s: ReservedConcurrentExecutions 1 (a retried or manual invocation runs after the running one)", hook)
 	}
 	if to := scalar(get(p, "Timeout")); to != "900" {
 		t.Errorf("%s: Timeout %s, want 900 (the backfill runs within it)", hook, to)

@@ -78,14 +78,16 @@ commands:
 
   migrate [-backfill] [-batch N] [-timeout D] [-parallel N]
         Rolling schema upgrade to the schema's latest version
-        (SYNC_SCHEMA_PATH): raise the stored schema marker, raise the
-        writer fence of every registered partition (the set the
-        pre-traffic hook walks; -parallel partitions at once, default 32), declare the checkpoints of
-        SYNC_CHECKPOINTS (name=table+table,...) and, with -backfill, run or
-        resume their backfills and activate them. Idempotent: re-run to
-        resume. Prints per partition and checkpoint: state, watermark,
-        observed rows. Roll forward only: once the marker moved, builds of
-        older versions answer sync.schema_not_ready (docs/OPERATIONS.md).
+        (SYNC_SCHEMA_PATH): raise the stored schema marker, declare the
+        checkpoints of SYNC_CHECKPOINTS (name=table+table,...) on every
+        registered partition (the set the post-traffic hook walks; each
+        declaration raises that partition's writer fence; -parallel
+        partitions at once, default 32) and, with -backfill, run or
+        resume their backfills and activate them. Without checkpoints it
+        only moves the marker. Idempotent: re-run to resume. Prints per
+        partition and checkpoint: state, watermark, observed rows. Roll
+        forward only: builds older than a partition's fence answer
+        sync.schema_not_ready there (docs/OPERATIONS.md).
 
   revoke-lease -partition P -lease ID
         Revoke an auth lease (SPEC §7.3.4, SYNC_AUTH_LEASES=on): rounds the

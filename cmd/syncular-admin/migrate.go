@@ -31,7 +31,7 @@ func (a *admin) migrate(ctx context.Context, f migrateFlags, checkpoints string)
 		return exitUsage
 	}
 	rep, err := migrate.Run(ctx, a.store, migrate.Plan{
-		// The partition registry, as the pre-traffic hook walks it: both
+		// The partition registry, as the post-traffic hook walks it: both
 		// fence the same set (register-partitions adds tables' older
 		// partitions first). Queries, never a Scan.
 		Version: int64(sch.Latest), Checkpoints: decls, Partitions: a.store.EachRegisteredPartition,

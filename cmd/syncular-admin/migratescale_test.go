@@ -67,7 +67,7 @@ func (c *opCounter) take() (map[string]int, int) {
 }
 
 // TestMigrateWalksTheRegistry: syncular-admin migrate fences exactly the
-// registered partitions (the set the pre-traffic hook fences), with no
+// registered partitions (the set the post-traffic hook fences), with no
 // Scan of the table, and does so with several partitions in flight.
 func TestMigrateWalksTheRegistry(t *testing.T) {
 	f := newFixture(t)
@@ -127,7 +127,7 @@ func TestMigrateWalksTheRegistry(t *testing.T) {
 
 // TestMigrateScale measures the migration over many registered partitions
 // (MIGRATE_SCALE_PARTITIONS, e.g. 10000; skipped when unset): wall time
-// and DynamoDB round trips per partition of the pre-traffic hook and of
+// and DynamoDB round trips per partition of the post-traffic hook and of
 // syncular-admin migrate, for a code-only deploy and a checkpoint release,
 // sequentially (parallel 1, the walk before) and at MIGRATE_SCALE_PARALLEL
 // (default 32). It asserts what the runs did, never how fast.
@@ -175,7 +175,7 @@ func TestMigrateScale(t *testing.T) {
 			h := &app.MigrateHook{Store: st, Version: version, Checkpoints: decls, Parallel: parallel,
 				Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}
 			res, err := h.Run(ctx, app.HookEvent{})
-			if err != nil || res.Status != "Succeeded" || res.Fenced != n {
+			if err != nil || res.Status != "Succeeded" || len(decls) > 0 && res.Fenced != n {
 				t.Fatalf("hook: %+v, %v", res, err)
 			}
 			return res

@@ -1,4 +1,4 @@
-// Command migratehook is the CodeDeploy pre-traffic hook of the sync
+// Command migratehook is the CodeDeploy post-traffic hook of the sync
 // functions (app.MigrateHook): it runs the rolling-upgrade migration step
 // and reports the lifecycle status. Build with -tags lambda.norpc for the
 // provided.al2023 runtime.

@@ -16,9 +16,10 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 )
 
-// MigrateHookJob is the CodeDeploy pre-traffic hook of the sync functions
-// (template.yaml MigrateHookFunction): it runs the rolling-upgrade
-// migration step before CodeDeploy shifts traffic to a new version.
+// MigrateHookJob is the CodeDeploy post-traffic hook of the push
+// function (template.yaml MigrateHookFunction): once traffic has shifted
+// to the new version it reports the deploy and then runs the
+// rolling-upgrade migration step and the backfills.
 var MigrateHookJob = Function{Name: "migratehook", LogicalID: "MigrateHookFunction", Dir: "functions/migratehook"}
 
 // HookEvent is what CodeDeploy sends a lifecycle hook of a Lambda
@@ -36,7 +37,8 @@ type HookEvent struct {
 // HookResult is what one invocation did.
 type HookResult struct {
 	// Status is the lifecycle status reported (or, for a manual run, the
-	// one that would be): Succeeded or Failed.
+	// one that would be): Succeeded, or Failed when the table's schema
+	// marker is newer than this build (a downgrade) or unreadable.
 	Status     string `json:"status"`
 	Reported   bool   `json:"reported"`
 	Marker     int64  `json:"marker"`
@@ -53,26 +55,33 @@ type HookReporter interface {
 	PutLifecycleEventHookExecutionStatus(ctx context.Context, in *codedeploy.PutLifecycleEventHookExecutionStatusInput, opts ...func(*codedeploy.Options)) (*codedeploy.PutLifecycleEventHookExecutionStatusOutput, error)
 }
 
-// MigrateHook runs migrate.Run (marker, writer fences over the partition
-// registry, SYNC_CHECKPOINTS declarations, then the backfills bounded by
-// the invocation's remaining time) and reports the lifecycle status.
+// MigrateHook is the one lifecycle hook of a deploy (issue 20): the
+// PostTraffic hook of the push function's deployment group. Nothing has
+// to happen before the new version takes traffic (partitions are fenced
+// lazily by its own writes, package migrate), so it runs after the shift
+// and holds nothing back:
 //
-// Succeeded only when the step completed and every declared checkpoint is
-// activated on every partition; Failed otherwise, including a backfill
-// that ran out of time. The new version would serve while its own
-// checkpoints backfill, but nothing would then finish them: a Failed hook
-// makes the deploy loud, every step is idempotent and resumable, and the
-// next run (syncular-admin migrate -backfill, or the redeploy's hook)
-// continues from the stored cursors. docs/OPERATIONS.md "Deploying with
-// the pre-traffic hook" has the consequences for the old version.
+//  1. it reads the schema marker and reports the lifecycle status at
+//     once: Succeeded, or Failed when the marker is newer than this
+//     build (a downgrade past a migration: CodeDeploy rolls back to the
+//     newer version) or cannot be read;
+//  2. after a Succeeded report it runs migrate.Run in the invocation's
+//     remaining time: marker bump, SYNC_CHECKPOINTS declarations over the
+//     partition registry, then the backfills and activations. The new
+//     version serves meanwhile (it declared those checkpoints). A run
+//     that does not finish logs incomplete at error level; the next run
+//     (a redeploy's hook, a manual invocation with {}, or syncular-admin
+//     migrate -backfill) resumes from the stored cursors.
+//
+// Reporting before the backfill is what keeps a rollback serving: a
+// deploy is never rolled back after declarations fenced partitions.
 type MigrateHook struct {
 	Store       *dynamostore.Store
 	Reporter    HookReporter
 	Version     int64
 	Checkpoints []migrate.Declaration
 	Logger      *slog.Logger
-	// Margin is kept free before the invocation deadline for the report
-	// (default 15 s).
+	// Margin is kept free before the invocation deadline (default 15 s).
 	Margin    time.Duration
 	BatchRows int
 	// Parallel is how many partitions are migrated at once (0:
@@ -92,13 +101,43 @@ func (h *MigrateHook) Run(ctx context.Context, ev HookEvent) (HookResult, error)
 		end := dl.Add(-margin)
 		timeout = max(time.Until(end), time.Millisecond)
 		// The migration's own calls stop at end too, so a hung request
-		// cannot eat the time the report needs.
+		// cannot run into the invocation's deadline.
 		var cancel context.CancelFunc
 		work, cancel = context.WithDeadline(ctx, end)
 		defer cancel()
 	}
 	if b := time.Duration(ev.BudgetMs) * time.Millisecond; b > 0 && (timeout == 0 || b < timeout) {
 		timeout = b
+	}
+	manual := ev.DeploymentID == "" && ev.LifecycleEventHookExecutionID == ""
+	if !manual && (ev.DeploymentID == "" || ev.LifecycleEventHookExecutionID == "") {
+		return HookResult{}, errors.New("migrate hook: event needs both DeploymentId and LifecycleEventHookExecutionId")
+	}
+	res := HookResult{Status: string(cdtypes.LifecycleEventStatusSucceeded)}
+	m, err := h.Store.SchemaMarker(work)
+	switch {
+	case err != nil:
+		res.Error = fmt.Sprintf("read schema marker: %v", err)
+	case m > h.Version:
+		res.Error = fmt.Sprintf("stored schema marker %d is newer than this build's %d: roll forward only", m, h.Version)
+	}
+	res.Marker = m
+	if res.Error != "" {
+		res.Status = string(cdtypes.LifecycleEventStatusFailed)
+	}
+	if !manual {
+		if err := h.report(ctx, ev, cdtypes.LifecycleEventStatus(res.Status), margin); err != nil {
+			h.log(ctx, ev, res)
+			// An error result makes Lambda retry the asynchronous
+			// invocation: the migration is idempotent and the report is
+			// tried again.
+			return res, err
+		}
+		res.Reported = true
+	}
+	if res.Error != "" {
+		h.log(ctx, ev, res)
+		return res, nil
 	}
 	pr, err := migrate.Run(work, h.Store, migrate.Plan{
 		Version:     h.Version,
@@ -109,34 +148,18 @@ func (h *MigrateHook) Run(ctx context.Context, ev HookEvent) (HookResult, error)
 		Now:        func() int64 { return time.Now().UnixMilli() },
 		Parallel:   h.Parallel,
 	}, migrate.RunOptions{Backfill: true, BatchRows: h.BatchRows, Timeout: timeout}, nil)
-	res := HookResult{
-		Marker: pr.Marker, Partitions: pr.Partitions, Fenced: pr.Fenced,
-		Activated: pr.Activated, Incomplete: pr.Incomplete, TimedOut: pr.TimedOutNow,
-	}
-	status := cdtypes.LifecycleEventStatusSucceeded
-	switch {
-	case err != nil:
+	res.Marker, res.Partitions, res.Fenced = pr.Marker, pr.Partitions, pr.Fenced
+	res.Activated, res.Incomplete, res.TimedOut = pr.Activated, pr.Incomplete, pr.TimedOutNow
+	if err != nil {
 		res.Error = err.Error()
-		status = cdtypes.LifecycleEventStatusFailed
-	case pr.Incomplete > 0 || pr.TimedOutNow || pr.Fenced != pr.Partitions:
-		status = cdtypes.LifecycleEventStatusFailed
 	}
-	res.Status = string(status)
-	level := slog.LevelInfo
-	if status != cdtypes.LifecycleEventStatusSucceeded {
-		level = slog.LevelError
-	}
-	h.Logger.LogAttrs(ctx, level, "migrate hook",
-		slog.String("deploymentId", ev.DeploymentID), slog.String("status", res.Status),
-		slog.Int64("marker", res.Marker), slog.Int("partitions", res.Partitions), slog.Int("fenced", res.Fenced),
-		slog.Int("activated", res.Activated), slog.Int("incomplete", res.Incomplete), slog.Bool("timedOut", res.TimedOut),
-		slog.String("error", res.Error))
-	if ev.DeploymentID == "" && ev.LifecycleEventHookExecutionID == "" {
-		return res, nil
-	}
-	if ev.DeploymentID == "" || ev.LifecycleEventHookExecutionID == "" {
-		return res, errors.New("migrate hook: event needs both DeploymentId and LifecycleEventHookExecutionId")
-	}
+	h.log(ctx, ev, res)
+	return res, nil
+}
+
+// report sends the lifecycle status, with time of its own when the
+// invocation's context is nearly spent.
+func (h *MigrateHook) report(ctx context.Context, ev HookEvent, status cdtypes.LifecycleEventStatus, margin time.Duration) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(margin-time.Second, time.Second))
 	defer cancel()
 	if _, err := h.Reporter.PutLifecycleEventHookExecutionStatus(rctx, &codedeploy.PutLifecycleEventHookExecutionStatusInput{
@@ -144,12 +167,23 @@ func (h *MigrateHook) Run(ctx context.Context, ev HookEvent) (HookResult, error)
 		LifecycleEventHookExecutionId: aws.String(ev.LifecycleEventHookExecutionID),
 		Status:                        status,
 	}); err != nil {
-		// An error result makes Lambda retry the asynchronous invocation:
-		// the migration is idempotent and the report is tried again.
-		return res, fmt.Errorf("migrate hook: report %s to CodeDeploy: %w", status, err)
+		return fmt.Errorf("migrate hook: report %s to CodeDeploy: %w", status, err)
 	}
-	res.Reported = true
-	return res, nil
+	return nil
+}
+
+// log writes the run's line: error level when it failed or left
+// checkpoints unfinished (finish them: docs/OPERATIONS.md).
+func (h *MigrateHook) log(ctx context.Context, ev HookEvent, res HookResult) {
+	level := slog.LevelInfo
+	if res.Error != "" || res.Incomplete > 0 || res.TimedOut || res.Fenced != res.Partitions {
+		level = slog.LevelError
+	}
+	h.Logger.LogAttrs(ctx, level, "migrate hook",
+		slog.String("deploymentId", ev.DeploymentID), slog.String("status", res.Status), slog.Bool("reported", res.Reported),
+		slog.Int64("marker", res.Marker), slog.Int("partitions", res.Partitions), slog.Int("fenced", res.Fenced),
+		slog.Int("activated", res.Activated), slog.Int("incomplete", res.Incomplete), slog.Bool("timedOut", res.TimedOut),
+		slog.String("error", res.Error))
 }
 
 // MigrateHookMain is the whole main of the hook function.

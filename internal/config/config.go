@@ -60,7 +60,7 @@ type Config struct {
 	// Checkpoints (SYNC_CHECKPOINTS) are the backfill checkpoints this
 	// build declares, "name=table+table,..." (internal/core/migrate): it
 	// serves partitions while they backfill, and syncular-admin migrate
-	// and the pre-traffic hook declare and run them.
+	// and the post-traffic hook declare and run them.
 	Checkpoints string
 	// Mount is the route prefix without a trailing slash ("" = routes at /sync).
 	Mount string
@@ -146,7 +146,7 @@ var Vars = []Var{
 	{"SYNC_BUCKET", "(required)", "S3 bucket holding bootstrap segments (`segments/<id>`)."},
 	{"SYNC_SCHEMA_PATH", "`schema.json` next to the `bootstrap` binary", "Schema document (driver shape or `syncular.ir.json`). The SAM build copies it into each function package."},
 	{"SYNC_VALIDATORS_PATH", "`validators.json` next to the `bootstrap` binary, when present", "Declarative write validators (SPEC §6.7 per table, §6.8 per commit): a JSON document of rules (docs/OPERATIONS.md, \"Validators\"). A set path that cannot be read or compiled fails startup. Without one: `validators.json` beside the binary if present, else the same members (`validators`, `commitValidators`) in the schema file, else none; rules in both a document and the schema file fail startup. The SAM build copies `VALIDATORS` (a Makefile variable) into each function package."},
-	{"SYNC_CHECKPOINTS", "none", "Backfill checkpoints this build declares, `name=table+table,...` (rolling schema upgrades, docs/OPERATIONS.md): the build serves partitions while they backfill; `syncular-admin migrate` and the pre-traffic hook declare and run them."},
+	{"SYNC_CHECKPOINTS", "none", "Backfill checkpoints this build declares, `name=table+table,...` (rolling schema upgrades, docs/OPERATIONS.md): the build serves partitions while they backfill; `syncular-admin migrate` and the post-traffic hook declare and run them."},
 	{"SYNC_MOUNT", "empty", "Route prefix, e.g. `/api` serves `/api/sync`. Empty serves `/sync`, `/push`, `/pull`, `/segments/{id}`."},
 	{"SYNC_PUBLIC_URL", "none", "`https://host[/base]` that native signed segment URLs point at; required with `SYNC_SIGNED_URLS=native`. Never derived from the request's `Host` header."},
 	{"SYNC_AUTH_MODE", "`jwt-authorizer`", "`jwt-authorizer`: trust the claims of API Gateway's JWT authorizer. `hs256`: verify an HS256 bearer token in-process."},

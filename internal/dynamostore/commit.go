@@ -373,6 +373,13 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		update += ", tn = :t, tt = :at, tg = :gap"
 		vals[":tp"], vals[":t"], vals[":at"], vals[":gap"] = N(req.Ticket-1), N(req.Ticket), N(req.TurnAtUs), N(req.TurnGapUs)
 	}
+	if req.RaiseFence > 0 && req.CheckGate {
+		// Lazy fencing (store.CommitRequest.RaiseFence): the gate token
+		// the condition pins is the one read with the fence below it.
+		update += ", rwv = :rf ADD gt :one" // ADD last: the SET list ends here
+		cond += " AND (attribute_not_exists(rwv) OR rwv < :rf)"
+		vals[":rf"], vals[":one"] = N(req.RaiseFence), N(1)
+	}
 	items[0] = txItem{size: 100, w: types.TransactWriteItem{Update: &types.Update{
 		TableName:                           s.table,
 		Key:                                 Key(headPK(partition), headSK),
@@ -495,7 +502,7 @@ func gateFailure(g *store.Gate, req *store.CommitRequest) error {
 	if req.WriterVersion < fence {
 		return store.ErrWriterFenced
 	}
-	if req.CheckGate && token != req.GateToken {
+	if req.CheckGate && token != req.GateToken || req.RaiseFence > 0 && fence >= req.RaiseFence {
 		return store.ErrGateMoved
 	}
 	return nil

@@ -290,14 +290,22 @@
 // (which capped the service at one item's ≈ 3,000 consistent reads/s).
 // Creating a partition still reads the marker from the table (once per
 // partition) and pins it with a ConditionCheck in the creating
-// transaction. Why a stale copy is safe: no write depends on the
-// marker, only on its partition's fence (rwv), which the commit's own
-// condition checks; migration raises rwv on every registered partition
-// after the bump and a new partition starts at the marker, so a writer
-// of an old build never commits past a fence raised for its partition.
-// The copy only delays, by at most one TTL, the marker's own refusal of
-// a partition the migration has not fenced yet (markerCache in schema.go
-// has the full argument).
+// transaction. Why a stale copy is safe: the marker refuses nothing by
+// itself (issue 20: deploys keep serving); what stops a build is its
+// partition's fence (rwv), read with the head and checked by the
+// commit's own condition. The fence rises lazily, per partition: a
+// commit of a newer build that writes a table layout an older build
+// cannot read sets rwv (and moves gt) in its own head update
+// (store.CommitRequest.RaiseFence, one more SET in an update the commit
+// makes anyway: no action, read or unit), and a checkpoint declaration
+// raises it in its transaction, together with the schema marker when the
+// Store's copy of the marker is below the declared version (so no
+// declaration is ever visible without the marker at its version; the
+// migration step bumps the marker first, so its declarations add no
+// action on the shared item). A checkpoint activates in one
+// transaction with the head's pending-set removal conditioned on the
+// head still at the watermark the runner caught up to (AdvanceCheckpoint
+// with Activate: the head condition is the lock).
 //
 // # Operator paths
 //
@@ -307,10 +315,11 @@
 // put before the head's, so creating a partition costs one more round
 // trip and ~1 WCU once; a request to an existing partition writes
 // nothing more). ListRegisteredPartitions Queries them, resumable from a
-// cursor; syncular-admin -all and the migration step (the pre-traffic
+// cursor; syncular-admin -all and the migration step (the post-traffic
 // hook and syncular-admin migrate, through EachRegisteredPartition, so
-// both fence the same set) use it. Scheduled pruning walks the 16 shards
-// in parallel with ListRegistryShard, one resumable cursor per shard.
+// both declare on the same set) use it. Scheduled pruning walks the 16
+// shards in parallel with ListRegistryShard, one resumable cursor per
+// shard.
 // ListPartitions is the one Scan: it reads the whole table and serves
 // only syncular-admin register-partitions, the one-off backfill of
 // partitions created before the registry existed.

@@ -163,7 +163,7 @@ func (s *Store) RegisterPartition(ctx context.Context, partition string) error {
 // EachRegisteredPartition calls fn with every registered partition
 // until fn returns false: ListRegisteredPartitions from the start,
 // without the cursors. It is the partition walk of the migration step
-// (the pre-traffic hook and syncular-admin migrate walk the same set):
+// (the post-traffic hook and syncular-admin migrate walk the same set):
 // Queries of the registry, never a Scan.
 func (s *Store) EachRegisteredPartition(ctx context.Context, fn func(partition string) bool) error {
 	return s.ListRegisteredPartitions(ctx, "", func(p, _ string) bool { return fn(p) })

@@ -104,8 +104,9 @@ const DefaultMarkerTTL = 5 * time.Second
 //
 //   - No write depends on the marker. A commit or rejected outcome is
 //     stopped by its partition's writer fence (rwv), a head attribute
-//     checked by the write's own condition (commitCondition). Migration
-//     bumps the marker and then raises rwv on every registered partition;
+//     checked by the write's own condition (commitCondition). The fence
+//     rises per partition with the newer build's first write it needs
+//     (store.CommitRequest.RaiseFence) or a checkpoint declaration;
 //     a partition created after the bump starts at the marker, which
 //     creation reads fresh and pins with a ConditionCheck in the creating
 //     transaction. So a writer of an old build never commits past a fence
@@ -115,12 +116,10 @@ const DefaultMarkerTTL = 5 * time.Second
 //     after the response is built: once a partition is fenced or
 //     declares a checkpoint, every build refuses or serves it exactly as
 //     before.
-//   - What the copy delays is only the marker's own refusal of a
-//     partition the migration has not fenced yet: an old build may serve
-//     such a partition for at most one TTL after the bump, with no write
-//     after its fence lands. Before issue 20 the same build served it
-//     until the request that read the bump, and an in-flight commit could
-//     land in it until the fence did; the window is one TTL longer.
+//   - The marker refuses nothing by itself (engine gateRefusal): what
+//     the copy delays is only the fence a partition created by this
+//     Store starts at, by at most one TTL after a bump, and creation
+//     reads the marker fresh anyway.
 //
 // Age is measured on the monotonic clock and, as well, on the wall clock
 // (whichever says the copy is older wins), so an instance whose
@@ -329,9 +328,10 @@ func (s *Store) GetCheckpoint(ctx context.Context, partition, name string) (*sto
 }
 
 // DeclareCheckpoint implements store.SchemaStore: one transaction puts
-// the checkpoint (if absent), adds it to the head's pending set and
-// raises the fence; the head condition pins what was read, so a
-// concurrent change retries.
+// the checkpoint (if absent), adds it to the head's pending set, raises
+// the fence and, unless the marker is known to be there already, raises
+// the schema marker to the version; the head condition pins what was
+// read, so a concurrent change retries.
 func (s *Store) DeclareCheckpoint(ctx context.Context, partition, name string, version int64, sources []string, nowMs int64) (*store.Checkpoint, error) {
 	if err := checkPartition(partition); err != nil {
 		return nil, err
@@ -374,15 +374,36 @@ func (s *Store) DeclareCheckpoint(ctx context.Context, partition, name string, v
 		} else {
 			cond += "rwv >= :v"
 		}
-		err = s.transact(ctx, "declare checkpoint", []txItem{
+		acts := []txItem{
 			{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}}},
 			{size: 200, w: types.TransactWriteItem{Update: &types.Update{
 				TableName: s.table, Key: Key(headPK(partition), headSK),
 				UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
 			}}},
-		})
+		}
+		if s.marker.v.Load() < version {
+			// Declared with the marker bump (issue 20): the marker reaches
+			// the version in the same transaction. The marker only rises,
+			// so once a copy shows it there, no action is needed (and none
+			// shared by every partition's declaration conflicts).
+			acts = append(acts, txItem{size: 100, w: types.TransactWriteItem{Update: &types.Update{
+				TableName: s.table, Key: Key(markerPK, markerSK),
+				UpdateExpression:          aws.String("SET v = :v"),
+				ConditionExpression:       aws.String("attribute_not_exists(v) OR v <= :v"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":v": N(version)},
+			}}})
+		}
+		err = s.transact(ctx, "declare checkpoint", acts)
 		if codes, _ := cancelReasons(err); codes != nil {
-			continue // raced a declare or a fence change: read again
+			if len(codes) > 2 && codes[2] == "ConditionalCheckFailed" {
+				if _, err := s.SchemaMarker(ctx); err != nil { // newer than version: no action next time
+					return nil, err
+				}
+			}
+			continue // raced a declare, a fence change or the marker: read again
+		}
+		if len(acts) > 2 {
+			s.marker.seen(version)
 		}
 		if err != nil {
 			return nil, wrap("declare checkpoint", err)
@@ -446,6 +467,9 @@ func (s *Store) AdvanceCheckpoint(ctx context.Context, partition string, a store
 		return false, err
 	}
 	u := s.advanceUpdate(partition, &a, nowMs)
+	if a.Activate {
+		return s.advanceActivate(ctx, partition, &a, u)
+	}
 	_, err := s.updateItem(ctx, "advance checkpoint", &dynamodb.UpdateItemInput{
 		Key: u.Key, UpdateExpression: u.UpdateExpression, ConditionExpression: u.ConditionExpression,
 		ExpressionAttributeValues: u.ExpressionAttributeValues,
@@ -454,6 +478,35 @@ func (s *Store) AdvanceCheckpoint(ctx context.Context, partition string, a store
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// advanceActivate is an advance that activates (store.CheckpointAdvance.
+// Activate): one transaction of the checkpoint's advance, now also
+// setting the activated state, and the head's pending-set removal,
+// conditioned on the head still at the watermark (no commit since the
+// caller caught up), the fence at the checkpoint's version and the
+// horizon at or below the watermark. Either condition failing is false.
+func (s *Store) advanceActivate(ctx context.Context, partition string, a *store.CheckpointAdvance, u *types.Update) (bool, error) {
+	u.UpdateExpression = aws.String(strings.Replace(aws.ToString(u.UpdateExpression), "SET ", "SET st = :act, ", 1))
+	err := s.transact(ctx, "activate checkpoint", []txItem{
+		{size: 200, w: types.TransactWriteItem{Update: u}},
+		{size: 200, w: types.TransactWriteItem{Update: &types.Update{
+			TableName: s.table, Key: Key(headPK(partition), headSK),
+			UpdateExpression:    aws.String("DELETE pcs :p ADD gt :one"),
+			ConditionExpression: aws.String("mx = :wm AND hz <= :wm AND rwv >= :sv"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":p": &types.AttributeValueMemberSS{Value: []string{pendingEntry(a.SchemaVersion, a.Name)}}, ":one": N(1),
+				":wm": N(a.Watermark), ":sv": N(a.SchemaVersion),
+			},
+		}}},
+	})
+	if codes, _ := cancelReasons(err); codes != nil {
+		return false, nil // superseded, activated, or the head moved
+	}
+	if err != nil {
+		return false, wrap("activate checkpoint", err)
+	}
+	return true, nil
 }
 
 // ActivateCheckpoint implements store.SchemaStore: read the checkpoint

@@ -351,11 +351,13 @@ func (s *Store) RotateEpoch(ctx context.Context, partition, newEpoch string, now
 	const op = "rotate epoch"
 	err := s.transact(ctx, op, []txItem{
 		{size: 100, w: types.TransactWriteItem{Update: &types.Update{
-			TableName:                 s.table,
-			Key:                       Key(headPK(partition), headSK),
-			UpdateExpression:          aws.String("SET ep = :ep, er = :t"),
+			TableName: s.table,
+			Key:       Key(headPK(partition), headSK),
+			// gt: the serve gate's token is bound to the log epoch, so a
+			// commit or response begun in the old epoch is re-checked.
+			UpdateExpression:          aws.String("SET ep = :ep, er = :t ADD gt :one"),
 			ConditionExpression:       aws.String("attribute_exists(pk)"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":ep": S(newEpoch), ":t": BOOL(true)},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":ep": S(newEpoch), ":t": BOOL(true), ":one": N(1)},
 		}}},
 		{size: 100, w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: event}}},
 	})

@@ -272,6 +272,7 @@ func (s *Store) RotateEpoch(ctx context.Context, partition, newEpoch string, now
 	p.mu.Lock()
 	p.head.LogEpoch = newEpoch
 	p.head.EpochRequired = true
+	p.gateToken++ // the serve gate's token is bound to the log epoch
 	p.clientsMu.Lock()
 	p.clients = make(map[string]*store.Client)
 	p.clientsMu.Unlock()
@@ -397,6 +398,11 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		if adv = p.checkAdvanceLocked(req.Advance); adv == nil {
 			return store.ErrCheckpointSuperseded
 		}
+	}
+	if req.RaiseFence > p.fence {
+		// Lazy fencing: the first write an older build cannot read.
+		p.fence = req.RaiseFence
+		p.gateToken++
 	}
 	for i := range req.Rows {
 		w := &req.Rows[i]

@@ -112,6 +112,10 @@ func (s *Store) DeclareCheckpoint(ctx context.Context, partition, name string, v
 	if p == nil {
 		return nil, ErrUnknownPartition
 	}
+	// The marker first: no one sees the declaration without it.
+	if _, err := s.BumpSchemaMarker(ctx, version); err != nil {
+		return nil, err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := p.checkpoints[name]
@@ -206,6 +210,13 @@ func (s *Store) AdvanceCheckpoint(ctx context.Context, partition string, a store
 	c := p.checkAdvanceLocked(&a)
 	if c == nil {
 		return false, nil
+	}
+	if a.Activate {
+		if p.head.MaxCommitSeq != a.Watermark || p.fence < a.SchemaVersion || p.head.HorizonSeq > a.Watermark {
+			return false, nil
+		}
+		c.State = store.CheckpointActivated
+		p.gateToken++
 	}
 	applyAdvance(c, &a, nowMs)
 	return true, nil

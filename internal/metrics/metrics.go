@@ -88,6 +88,7 @@ type Metric struct {
 var (
 	ServerErrors     = Metric{"serverErrors", Count, byFunction, "Requests answered with a 5xx status."}
 	RateLimited      = Metric{"rateLimited", Count, byFunction, "Requests that ended with sync.rate_limited (HTTP 429 or in-band)."}
+	SchemaNotReady   = Metric{"schemaNotReady", Count, byFunction, "Requests refused with sync.schema_not_ready (HTTP 503, retryable) during a rolling schema upgrade; not serverErrors."}
 	SoftTimeouts     = Metric{"softTimeouts", Count, byFunction, "Requests stopped by the soft deadline before the function timeout."}
 	Duration         = Metric{"ms", None, byFunction, "Milliseconds serving the request (engine and storage); its SampleCount is the number of requests."}
 	CommitsApplied   = Metric{"applied", None, byFunction, "Pushed commits newly applied."}
@@ -118,7 +119,7 @@ const FunctionGateway = "gateway"
 
 // Catalogue lists every metric the code emits.
 var Catalogue = []Metric{
-	ServerErrors, RateLimited, SoftTimeouts, Duration,
+	ServerErrors, RateLimited, SchemaNotReady, SoftTimeouts, Duration,
 	CommitsApplied, CommitRacesLost, CommitsSent, RowsScanned, RowsDelivered,
 	SegmentsBuilt, SegmentsReused,
 	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete, BlobsSwept,
@@ -359,16 +360,17 @@ func sameDims(a, b [][]string) bool {
 
 // RequestLine derives the per-request counters from a request line's
 // fields (status, errorCode, deadlineExceeded) and adds the EMF
-// directive: serverErrors, rateLimited and softTimeouts 1 on the lines
-// they count and absent otherwise. A metric absent from a line adds
-// nothing to its Sum, so sums stay exact (the template reads these
+// directive: serverErrors, schemaNotReady, rateLimited and softTimeouts
+// 1 on the lines they count and absent otherwise (a sync.schema_not_ready
+// 503 is schemaNotReady, not serverErrors). A metric absent from a line
+// adds nothing to its Sum, so sums stay exact (the template reads these
 // counters by Sum only); a minute without a server error has no
 // serverErrors datapoint, which the error-rate alarms treat as not
 // breaching (TreatMissingData), as they would a zero. The number of
 // requests is the SampleCount of ms, which every request line carries.
 func (e *EMF) RequestLine(attrs []slog.Attr) []slog.Attr {
 	var status int64
-	var rateLimited, deadline bool
+	var rateLimited, notReady, deadline bool
 	for _, a := range attrs {
 		v := a.Value.Resolve()
 		switch a.Key {
@@ -378,11 +380,18 @@ func (e *EMF) RequestLine(attrs []slog.Attr) []slog.Attr {
 			}
 		case ErrorCodeField, DimOutcome:
 			rateLimited = rateLimited || v.String() == string(syncerr.RateLimited)
+			notReady = notReady || v.String() == string(syncerr.SchemaNotReady)
 		case "deadlineExceeded":
 			deadline = v.Kind() == slog.KindBool && v.Bool()
 		}
 	}
-	if status >= 500 {
+	switch {
+	case notReady:
+		// An intended, retryable refusal of a rolling upgrade (the
+		// serve gate): counted on its own, never on the metric the
+		// deployment's rollback alarms watch.
+		attrs = append(attrs, slog.Int(SchemaNotReady.Name, 1))
+	case status >= 500:
 		attrs = append(attrs, slog.Int(ServerErrors.Name, 1))
 	}
 	if rateLimited {

@@ -83,6 +83,25 @@ func TestRequestLineCounters(t *testing.T) {
 	}
 }
 
+// TestSchemaNotReadyIsNotAServerError: a rolling upgrade's intended,
+// retryable refusal (HTTP 503 sync.schema_not_ready) counts on
+// schemaNotReady, never on serverErrors, which the deployment's rollback
+// alarms read.
+func TestSchemaNotReadyIsNotAServerError(t *testing.T) {
+	e := &EMF{Namespace: "N", Fixed: map[string]string{DimFunction: "push"}}
+	doc, err := Parse(logLine(t, e, slog.Int("status", 503), slog.String("route", "sync"),
+		slog.String("outcome", "sync.schema_not_ready")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := doc.Number("schemaNotReady"); n != 1 {
+		t.Errorf("schemaNotReady = %v, want 1", n)
+	}
+	if _, ok := doc.Number("serverErrors"); ok {
+		t.Error("a schema_not_ready refusal counted as a server error")
+	}
+}
+
 // A line without its dimension field declares no metric (CloudWatch
 // rejects a directive naming an absent dimension).
 func TestMissingDimensionDeclaresNothing(t *testing.T) {

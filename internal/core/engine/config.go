@@ -282,6 +282,9 @@ type Engine struct {
 	// the gate is off; declared holds Config.Checkpoints.
 	gates    store.SchemaStore
 	declared map[string]bool
+	// readerFloors: per storage table, the oldest build version that
+	// reads its rows (gate.go).
+	readerFloors map[string]int64
 	// cheapScopedLog: the store's ReadLogScoped is read for every
 	// incremental window (store.CheapScopedLog).
 	cheapScopedLog bool
@@ -379,6 +382,7 @@ func New(cfg Config) (*Engine, error) {
 	if ss, ok := cfg.Store.(store.SchemaStore); ok && !cfg.NoSchemaGate {
 		e.gates = ss
 	}
+	e.readerFloors = readerFloors(cfg.Schema)
 	e.declared = make(map[string]bool, len(cfg.Checkpoints))
 	for _, n := range cfg.Checkpoints {
 		e.declared[n] = true

@@ -7,22 +7,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 )
 
 // Serve gate for rolling schema upgrades (store/schema.go). While a
 // deploy shifts traffic, two builds share one table; the gate keeps a
-// build from serving a table migrated past its schema or a partition
-// whose backfill checkpoint it did not declare, and answers
-// sync.schema_not_ready instead (§10.2 of the wire-3 spec: internal,
-// retryable, HTTP 503; clients retry the request unchanged). The
-// partition's gate state is read on every request, never cached; the
-// table-wide marker may be a store's bounded-age copy (dynamostore's
-// markerCache: no item is read by every request of every tenant), which
-// is safe because step 2's fence, not the marker, stops a write:
+// build from serving a partition holding data written past its schema
+// or a partition whose backfill checkpoint it did not declare, and
+// answers sync.schema_not_ready instead (§10.2 of the wire-3 spec:
+// internal, retryable, HTTP 503 with Retry-After; clients retry the
+// request unchanged). The partition's gate state is read on every
+// request, never cached; the table-wide marker (a store's bounded-age
+// copy) refuses nothing by itself (gateRefusal): the partition's fence
+// is what stops a build, checked at three points:
 //
 //  1. at entry, from the head TouchPartition returns (the marker, when
 //     read, rides on the same BatchGetItem): no extra read;
@@ -49,13 +51,25 @@ func notReady(details map[string]any) error {
 }
 
 // gateRefusal is nil when g lets this build serve the partition.
+//
+// Deploys keep serving (issue 20): what refuses an older build is its
+// partition's writer fence, never the table-wide marker alone. The fence
+// rises per partition, lazily, with the first commit of a newer build
+// that writes a table layout this build cannot read (readerFloor), or
+// with a checkpoint declaration, which runs after traffic has shifted.
+// So while CodeDeploy shifts traffic both builds serve every partition
+// neither has fenced, and after a rollback the older build serves again
+// everything the newer one did not write in a layout of its own. The
+// marker is bumped only after the shift and is the fence a partition
+// created afterwards starts at (docs/OPERATIONS.md "Rolling schema
+// upgrades").
 func (e *Engine) gateRefusal(partition string, g *store.Gate) error {
 	if g == nil {
 		return nil
 	}
 	run := e.runningSchema()
-	if stored := max(g.StoredSchema, g.WriterFence); stored > run {
-		return notReady(map[string]any{"storedSchemaVersion": stored, "runningSchemaVersion": run})
+	if g.WriterFence > run {
+		return notReady(map[string]any{"storedSchemaVersion": g.WriterFence, "runningSchemaVersion": run})
 	}
 	for _, p := range g.Pending {
 		// A checkpoint of this version that this build did not declare
@@ -86,6 +100,11 @@ func (e *Engine) gateForCommit(rs *reqState, head store.Head, req *store.CommitR
 	if e.gates == nil {
 		return nil
 	}
+	if head.LogEpoch != rs.head.LogEpoch {
+		// The log epoch rotated since the entry check (the gate token
+		// moved with it): the request's epoch validation no longer holds.
+		return notReady(map[string]any{"runningSchemaVersion": e.runningSchema()})
+	}
 	g := head.Gate
 	if g != nil && rs.head.Gate != nil {
 		c := *g
@@ -99,7 +118,70 @@ func (e *Engine) gateForCommit(rs *reqState, head store.Head, req *store.CommitR
 	if g != nil {
 		req.GateToken = g.Token
 	}
+	// Schema versions start at 1: a fence of 1 would stop no build.
+	if floor := e.readerFloor(req.Rows); floor > max(fenceOf(g), 1) {
+		req.RaiseFence = floor
+	}
 	return nil
+}
+
+func fenceOf(g *store.Gate) int64 {
+	if g == nil {
+		return 0
+	}
+	return g.WriterFence
+}
+
+// readerFloors maps every table of the storage (latest) version to the
+// lowest served version whose build stores it in the same layout: the
+// same columns in the same order with the same types and nullability,
+// and the same scope patterns. A build of that version or later reads
+// the rows this build writes; an older one cannot, so the first such
+// commit fences it out of the partition (store.CommitRequest.RaiseFence).
+// A table new in the latest version, or changed in it, has the latest
+// version as its floor; versions the schema document does not carry are
+// assumed to differ.
+func readerFloors(s *schema.Schema) map[string]int64 {
+	latest := s.Versions[s.Latest]
+	served := s.Served()
+	out := make(map[string]int64, len(latest.Tables))
+	for _, t := range latest.Tables {
+		floor := int64(s.Latest)
+		for i := len(served) - 2; i >= 0; i-- { // served[len-1] is Latest
+			if served[i] != int32(floor)-1 {
+				break // a version in between is not carried: unknown layout
+			}
+			old, ok := s.Versions[served[i]].Table(t.Name)
+			if !ok || !sameLayout(old, t) {
+				break
+			}
+			floor = int64(served[i])
+		}
+		out[t.Name] = floor
+	}
+	return out
+}
+
+func sameLayout(a, b *schema.Table) bool {
+	if !slices.Equal(a.Columns, b.Columns) || len(a.Scopes) != len(b.Scopes) {
+		return false
+	}
+	for i := range a.Scopes {
+		if a.Scopes[i].Pattern != b.Scopes[i].Pattern || a.Scopes[i].Column != b.Scopes[i].Column {
+			return false
+		}
+	}
+	return true
+}
+
+// readerFloor is the lowest build version that reads every row of a
+// commit's writes (0 for none).
+func (e *Engine) readerFloor(rows []store.RowWrite) int64 {
+	var floor int64
+	for i := range rows {
+		floor = max(floor, e.readerFloors[rows[i].Table])
+	}
+	return floor
 }
 
 // gateForRejection is gateForCommit for a rejected outcome: a rejection
@@ -145,8 +227,8 @@ func (e *Engine) gateAfterResponse(ctx context.Context, partition string, entry 
 	if entry != nil {
 		before = *entry
 	}
-	if g.StoredSchema != before.StoredSchema || g.Token != before.Token {
-		return notReady(map[string]any{"storedSchemaVersion": g.StoredSchema, "runningSchemaVersion": e.runningSchema()})
+	if g.Token != before.Token {
+		return notReady(map[string]any{"storedSchemaVersion": g.WriterFence, "runningSchemaVersion": e.runningSchema()})
 	}
 	return nil
 }

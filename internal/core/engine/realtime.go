@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -385,12 +386,25 @@ func (e *Engine) CommitScopeKeys(c *store.Commit) []string {
 	return out
 }
 
+// ErrDeltaFromNewerBuild is EncodeDelta's answer for a commit whose
+// writer ran a newer storage schema than this build: no delta; the
+// realtime hub wakes the session up to pull instead.
+var ErrDeltaFromNewerBuild = errors.New("engine: commit written by a newer build; the session must pull")
+
 // EncodeDelta encodes commit c as one standalone SSP2 response for a
 // connection (§8.2): RESP_HEADER, then per registration the commit touches
 // SUB_START(active) / COMMIT / SUB_END(nextCursor = c.Seq), then END, in
 // the connection's wire version with rows in its schema version's codec
-// (§2.4). It returns nil when no registration matches.
+// (§2.4). It returns nil when no registration matches, and
+// ErrDeltaFromNewerBuild for a commit of a newer build (serve gate).
 func (e *Engine) EncodeDelta(version uint16, schemaVersion int32, logEpoch string, regs []Registration, c *store.Commit) ([]byte, error) {
+	if e.gates != nil && c.WriterVersion > e.runningSchema() {
+		// The serve gate for realtime (issue 20): a commit a newer build
+		// wrote may carry rows in a layout this build cannot read. The
+		// session gets a catch-up wake-up instead, and its pull meets
+		// the gate (refused on a partition fenced past this build).
+		return nil, ErrDeltaFromNewerBuild
+	}
 	v, ok := e.schema.Versions[schemaVersion]
 	if !ok {
 		return nil, nil

@@ -613,6 +613,10 @@ func compressor(w io.Writer, enc string) (io.Writer, func() error) {
 	return w, func() error { return nil }
 }
 
+// schemaNotReadyRetryAfter is the Retry-After (seconds) of a
+// sync.schema_not_ready answer.
+const schemaNotReadyRetryAfter = "1"
+
 // errorResponse renders an error in the §10.1 JSON shape with its status.
 func errorResponse(err error) *Response {
 	se := syncerr.As(err)
@@ -624,6 +628,11 @@ func errorResponse(err error) *Response {
 	hdr.Set("Content-Type", "application/json")
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Syncular-Error", string(se.Code))
+	if se.Code == syncerr.SchemaNotReady {
+		// A rolling upgrade's refusal (§10.2: retryable, retryLater):
+		// the other build answers within a traffic-shift step.
+		hdr.Set("Retry-After", schemaNotReadyRetryAfter)
+	}
 	return &Response{Status: se.HTTPStatus(), Header: hdr, Body: body}
 }
 

@@ -27,7 +27,7 @@ type BackfillOptions struct {
 	// (TimedOutNow) and a later run resumes from the stored cursor.
 	Deadline func() bool
 	Now      func() int64
-	// MaxCatchUps bounds the activate → catch up rounds.
+	// MaxCatchUps bounds the catch up → activate attempts (default 64).
 	MaxCatchUps int
 }
 
@@ -72,7 +72,7 @@ func Backfill(ctx context.Context, b Backend, partition, name string, fn Transfo
 	}
 	o.BatchRows = min(o.BatchRows, MaxBatchRows)
 	if o.MaxCatchUps <= 0 {
-		o.MaxCatchUps = 8
+		o.MaxCatchUps = 64
 	}
 	if o.Deadline == nil {
 		o.Deadline = func() bool { return false }
@@ -89,26 +89,97 @@ func Backfill(ctx context.Context, b Backend, partition, name string, fn Transfo
 	if err := r.scan(ctx); err != nil || pr.Superseded || pr.TimedOutNow {
 		return pr, err
 	}
-	for range o.MaxCatchUps {
-		out, err := b.ActivateCheckpoint(ctx, partition, name, c.OwnerEpoch, o.Now())
-		if err != nil {
-			return pr, err
-		}
-		pr.Outcomes[partition+"\x1f"+name] = out
-		switch out {
-		case store.Activated:
-			pr.Activated++
-			return pr, nil
-		case store.Unverifiable:
-			pr.Incomplete++
-			return pr, fmt.Errorf("checkpoint %s of %q: the log above its watermark %d was pruned; re-run the backfill from scratch (declare a new name)", name, partition, c.Watermark)
-		}
-		if err := r.catchUp(ctx); err != nil || pr.Superseded || pr.TimedOutNow {
-			return pr, err
-		}
+	out, err := r.activate(ctx)
+	if err != nil || pr.Superseded || pr.TimedOutNow {
+		return pr, err
+	}
+	pr.Outcomes[partition+"\x1f"+name] = out
+	switch out {
+	case store.Activated:
+		pr.Activated++
+		return pr, nil
+	case store.Unverifiable:
+		pr.Incomplete++
+		return pr, fmt.Errorf("checkpoint %s of %q: the log above its watermark %d was pruned; re-run the backfill from scratch (declare a new name)", name, partition, c.Watermark)
 	}
 	pr.Incomplete++
 	return pr, nil
+}
+
+// activate activates the checkpoint at the partition's head in one
+// conditional write (store.CheckpointAdvance.Activate) once no other
+// commit above the watermark changed a source table, catching up first
+// when one did. The head condition is the lock: a source commit landing
+// meanwhile costs one more round (at most MaxCatchUps), so a busy
+// partition does not starve the activation the way a separate
+// check-then-activate could (issue 20).
+func (r *runner) activate(ctx context.Context) (store.ActivationOutcome, error) {
+	for range r.o.MaxCatchUps {
+		h, _, err := r.b.Head(ctx, r.p)
+		if err != nil {
+			return "", err
+		}
+		if h.HorizonSeq > r.c.Watermark {
+			return store.Unverifiable, nil
+		}
+		if h.Gate == nil || h.Gate.WriterFence < r.c.SchemaVersion {
+			return "", store.ErrFenceMissing
+		}
+		changed, err := r.sourceChanged(ctx, h.MaxCommitSeq)
+		if err != nil {
+			return "", err
+		}
+		if changed {
+			if err := r.catchUp(ctx); err != nil || r.pr.Superseded || r.pr.TimedOutNow {
+				return store.Stale, err
+			}
+			continue
+		}
+		adv := store.CheckpointAdvance{Name: r.c.Name, Epoch: r.c.OwnerEpoch, Watermark: h.MaxCommitSeq, Cursor: cursorDone,
+			Activate: true, SchemaVersion: r.c.SchemaVersion}
+		ok, err := r.b.AdvanceCheckpoint(ctx, r.p, adv, r.o.Now())
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return store.Activated, nil
+		}
+		c, err := r.b.GetCheckpoint(ctx, r.p, r.c.Name)
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case c != nil && c.State == store.CheckpointActivated:
+			return store.Activated, nil
+		case c == nil || c.OwnerEpoch != r.c.OwnerEpoch:
+			r.pr.Superseded = true
+			return store.Stale, nil
+		}
+	}
+	return store.Stale, nil
+}
+
+// sourceChanged reports whether a commit above the watermark, up to
+// head, other than this backfill's own, changed a source table.
+func (r *runner) sourceChanged(ctx context.Context, head int64) (bool, error) {
+	if head <= r.c.Watermark {
+		return false, nil
+	}
+	own := fmt.Sprintf("backfill/%s/v%d/", r.c.Name, r.c.SchemaVersion)
+	changed := false
+	err := r.b.ReadLog(ctx, r.p, r.c.Watermark, head, func(c *store.Commit) bool {
+		if c.ClientID == BackfillClientID && strings.HasPrefix(c.ClientCommitID, own) {
+			return true
+		}
+		for _, ch := range c.Changes {
+			if slices.Contains(r.c.Sources, ch.Table) {
+				changed = true
+				return false
+			}
+		}
+		return true
+	})
+	return changed, err
 }
 
 type runner struct {

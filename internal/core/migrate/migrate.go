@@ -1,12 +1,17 @@
 // Package migrate is the operator side of rolling schema upgrades
-// (store/schema.go): the migration step a deploy runs before shifting
-// traffic (bump the schema marker, raise every partition's writer fence,
-// declare backfill checkpoints) and the backfill runner that fills a
-// checkpoint's projection in resumable batches and activates it.
+// (store/schema.go): the migration step a deploy runs once traffic has
+// shifted to the new build (bump the schema marker, declare backfill
+// checkpoints) and the backfill runner that fills a checkpoint's
+// projection in resumable batches and activates it.
 //
-// Roll forward only: once the marker moved to N+1 a build of N refuses
-// to serve (sync.schema_not_ready) and cannot commit, so a rollback past
-// the migration is an outage; fix forward with N+2.
+// Nothing here holds traffic back (issue 20). Partitions are fenced
+// lazily: the new build's first commit that writes a table layout an
+// older build cannot read raises that partition's writer fence in the
+// same transaction (engine readerFloor), and a checkpoint declaration
+// raises its partition's fence with the declaration. A step without
+// checkpoints is therefore O(1) in partitions (one marker update), and
+// an older build serves every partition nothing newer was written to,
+// during the traffic shift and after a rollback.
 package migrate
 
 import (
@@ -38,7 +43,8 @@ type Declaration struct {
 type Plan struct {
 	Version     int64
 	Checkpoints []Declaration
-	// Partitions lists every partition (the store's operator scan).
+	// Partitions lists every partition (the partition registry); only
+	// walked when the plan declares checkpoints.
 	Partitions func(ctx context.Context, fn func(partition string) bool) error
 	// Now is the clock of checkpoint timestamps.
 	Now func() int64
@@ -51,7 +57,7 @@ type Plan struct {
 type Progress struct {
 	Marker      int64
 	Partitions  int
-	Fenced      int
+	Fenced      int // partitions with every checkpoint declared (fenced with it)
 	Declared    int
 	Batches     int
 	Rows        int64
@@ -62,10 +68,12 @@ type Progress struct {
 	TimedOutNow bool                               // stopped at the deadline; resume later
 }
 
-// Step bumps the marker to p.Version, then raises the writer fence of
-// every partition to it and declares p's checkpoints there. Every part is
-// idempotent: a step interrupted anywhere is finished by running it
-// again.
+// Step bumps the marker to p.Version and declares p's checkpoints on
+// every partition (each declaration raises that partition's writer fence
+// in the same transaction). Without checkpoints it touches no partition:
+// the marker is then one update, whatever the number of partitions.
+// Every part is idempotent: a step interrupted anywhere is finished by
+// running it again.
 func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 	var pr Progress
 	m, err := b.BumpSchemaMarker(ctx, p.Version)
@@ -76,16 +84,19 @@ func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 	if m > p.Version {
 		return pr, fmt.Errorf("stored schema marker %d is newer than %d: roll forward only", m, p.Version)
 	}
+	if len(p.Checkpoints) == 0 {
+		return pr, nil
+	}
 	var (
 		mu   sync.Mutex
 		errs []error
 	)
 	err = eachPartition(ctx, p.Partitions, p.Parallel, func(part string) bool {
-		fenced, declared, err := stepPartition(ctx, b, p, part)
+		declared, err := stepPartition(ctx, b, p, part)
 		mu.Lock()
 		defer mu.Unlock()
 		pr.Partitions++
-		if fenced {
+		if declared == len(p.Checkpoints) {
 			pr.Fenced++
 		}
 		pr.Declared += declared
@@ -98,18 +109,16 @@ func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 	return pr, errors.Join(append(errs, err)...)
 }
 
-// stepPartition raises one partition's writer fence to p.Version, then
-// declares p's checkpoints there (the fence first: a checkpoint is only
-// declared on a partition the old build can no longer write).
-func stepPartition(ctx context.Context, b Backend, p Plan, part string) (fenced bool, declared int, err error) {
-	if err := b.RaiseWriterFence(ctx, part, p.Version); err != nil {
-		return false, 0, fmt.Errorf("raise writer fence of %q: %w", part, err)
-	}
+// stepPartition declares p's checkpoints on one partition; each
+// declaration raises the partition's writer fence to p.Version in its own
+// transaction, so a checkpoint is only declared on a partition the old
+// build can no longer write.
+func stepPartition(ctx context.Context, b Backend, p Plan, part string) (declared int, err error) {
 	for _, d := range p.Checkpoints {
 		if _, err := b.DeclareCheckpoint(ctx, part, d.Name, p.Version, d.Sources, p.Now()); err != nil {
-			return true, declared, fmt.Errorf("declare checkpoint %s on %q: %w", d.Name, part, err)
+			return declared, fmt.Errorf("declare checkpoint %s on %q: %w", d.Name, part, err)
 		}
 		declared++
 	}
-	return true, declared, nil
+	return declared, nil
 }

@@ -9,7 +9,7 @@ import (
 // DefaultParallel is how many partitions Step and Run work on at once
 // when the caller sets no Parallel: each partition's step is a few
 // sequential round trips, so the walk is bound by latency, not by
-// capacity (docs/OPERATIONS.md "Deploying with the pre-traffic hook").
+// capacity (docs/OPERATIONS.md "Runbook: deploying schema N+1").
 const DefaultParallel = 32
 
 // eachPartition runs work on every partition list yields, up to parallel

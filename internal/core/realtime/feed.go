@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -289,6 +290,9 @@ func (h *Hub) factsLocked(s *Session) SessionFacts {
 // registration matches, empty when encoding failed.
 func (h *Hub) encodeDelta(p string, s *Session, c *store.Commit) []byte {
 	d, err := h.e.EncodeDelta(s.version, s.schemaVersion, s.epoch, s.regs, c)
+	if errors.Is(err, engine.ErrDeltaFromNewerBuild) {
+		return []byte{} // a wake-up: the session's pull meets the serve gate
+	}
 	if err != nil {
 		h.log.Error("realtime: encode delta", "partition", p, "seq", c.Seq, "error", err.Error())
 		return []byte{}

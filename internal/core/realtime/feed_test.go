@@ -522,3 +522,35 @@ func hotScope(b *testing.B, n, commits int) (*realtime.Hub, []*store.Commit) {
 	_ = h.Store.ReadLog(context.Background(), "part", head.MaxCommitSeq, head.MaxCommitSeq+int64(commits), func(c *store.Commit) bool { out = append(out, c); return true })
 	return hub, out
 }
+
+// TestNewerBuildCommitWakesInsteadOfDelta (issue 20: the realtime tier
+// behind the serve gate): a hub whose build runs schema version 1 never
+// encodes a delta of a commit a version-2 build wrote (its rows may be in
+// a layout version 1 cannot read); the session gets a catch-up wake-up
+// and its pull meets the gate. Its own build's commits still go out as
+// deltas.
+func TestNewerBuildCommitWakesInsteadOfDelta(t *testing.T) {
+	e, _ := hintEnv(t, realtime.Options{ReconcileInterval: time.Hour})
+	writer := e.synced(t, wire.Version3, "actor-a", "writer", "p1")
+	e.synced(t, wire.Version3, "actor-b", "reader", "p1")
+	_, c := e.connect(t, "actor-b", "reader")
+	s1 := e.push(t, writer, "t1", "p1")
+	c.wait(t, "the same build's delta", func() bool { return len(c.deltas(t)) == 1 })
+
+	newer := enginetest.New(t, e.h.Store, e.h.Segments, enginetest.Options{Schema: enginetest.TodoSchemaV2, OlderSchemas: []string{enginetest.TodoSchema}})
+	newer.Grants.Set("actor-a", engine.ScopeMap{"project_id": {"p1"}})
+	nw := newer.ClientV3("part", "actor-a", "writer-v2")
+	nw.Schema = 1
+	r := nw.Push("t2", enginetest.Upsert("tasks", "t2", nw.Task("t2", "p1", "from the newer build", false), -1))
+	if r.Status != wire.PushApplied {
+		t.Fatalf("newer build's push: %+v", r)
+	}
+	e.hub.Hint("part", r.CommitSeq.Value)
+	c.wait(t, "a wake-up for the newer build's commit", func() bool { return len(c.wakes(t)) == 1 })
+	if ids, _ := deltaIDs(t, c); strings.Join(ids, ",") != "t1" {
+		t.Fatalf("deltas %v: the newer build's commit went out as a delta (after %d)", ids, s1)
+	}
+	if w := c.wakes(t); w[0] != realtime.ReasonCatchupRequired {
+		t.Fatalf("wake-up reason %q", w[0])
+	}
+}

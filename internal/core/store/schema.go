@@ -44,8 +44,10 @@ type Gate struct {
 	WriterFence int64
 	// Pending lists the partition's checkpoints that are not activated.
 	Pending []PendingCheckpoint
-	// Token changes whenever the partition's fence or pending set
-	// changes (0 until the first change).
+	// Token changes whenever the partition's fence, pending set or log
+	// epoch changes (0 until the first change): a commit or response
+	// begun before an epoch rotation is re-checked like one begun before
+	// a migration step.
 	Token int64
 }
 
@@ -92,6 +94,17 @@ type CheckpointAdvance struct {
 	Cursor    string
 	// Observed is added to ObservedRows.
 	Observed int64
+	// Activate (AdvanceCheckpoint only, not inside a commit) also
+	// activates the checkpoint, in the same atomic write, and only while
+	// the partition's head is still at Watermark: the caller caught up
+	// with every commit up to it, and the head condition is the lock that
+	// keeps a source write from landing in between (issue 20: activation
+	// does not keep losing on a busy partition; a lost race costs one
+	// catch-up of the commits since). It also requires the writer fence
+	// at or above SchemaVersion and the pruning horizon at or below
+	// Watermark. false when any of that does not hold.
+	Activate      bool
+	SchemaVersion int64
 }
 
 // ActivationOutcome is the result of ActivateCheckpoint.
@@ -132,7 +145,9 @@ type SchemaStore interface {
 	// DeclareCheckpoint atomically creates the checkpoint as declared if
 	// it does not exist (an existing one is left as it is), adds it to the
 	// partition's pending set unless activated, and raises the writer
-	// fence to version. It returns the stored checkpoint.
+	// fence to version. The schema marker is at or above version once it
+	// returns, never after the declaration is visible (raised with it,
+	// unless it was there already). It returns the stored checkpoint.
 	DeclareCheckpoint(ctx context.Context, partition, name string, version int64, sources []string, nowMs int64) (*Checkpoint, error)
 	// GetCheckpoint returns a checkpoint, nil when absent.
 	GetCheckpoint(ctx context.Context, partition, name string) (*Checkpoint, error)

@@ -230,6 +230,15 @@ type CommitRequest struct {
 	// re-checked before anything lands.
 	CheckGate bool
 	GateToken int64
+	// RaiseFence, when above the partition's writer fence, raises the
+	// fence to it in the same atomic commit (and moves the gate token):
+	// the lowest storage schema version that can read what the commit
+	// writes. A build whose layout of a written table is newer than an
+	// older build's fences that older build out of the partition with
+	// its first such write, not before (lazy per-partition fencing,
+	// docs/OPERATIONS.md "Rolling schema upgrades"). Only valid with
+	// CheckGate: the token pins the fence the writer read.
+	RaiseFence int64
 	// Advance, when set, moves a backfill checkpoint in the same atomic
 	// commit; when the owner epoch no longer matches the commit fails
 	// with ErrCheckpointSuperseded and writes nothing.

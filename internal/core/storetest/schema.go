@@ -29,11 +29,14 @@ func RunSchemaStore(t *testing.T, newStore func(t *testing.T) SchemaBackend) {
 		{"Fence/RefusesOlderWriter", testFenceRefuses},
 		{"Fence/RacingWriterFenced", testFenceRace},
 		{"Fence/NewPartitionStartsAtMarker", testFenceNewPartition},
+		{"Fence/RaisedByCommit", testFenceRaisedByCommit},
 		{"Gate/TokenFencesCommit", testGateToken},
+		{"Gate/TokenBoundToLogEpoch", testGateTokenEpoch},
 		{"Gate/HeadMovedCarriesGate", testHeadMovedGate},
 		{"Fence/RefusesOlderRejection", testFenceRejection},
 		{"Gate/TokenFencesRejection", testGateTokenRejection},
 		{"Checkpoint/DeclareClaimAdvance", testCheckpointLifecycle},
+		{"Checkpoint/DeclaredWithTheMarker", testDeclareRaisesMarker},
 		{"Checkpoint/SupersededOwnerWritesNothing", testCheckpointSuperseded},
 		{"Checkpoint/ActivationOutcomes", testCheckpointActivation},
 		{"Checkpoint/Unverifiable", testCheckpointUnverifiable},
@@ -240,6 +243,84 @@ func testFenceNewPartition(t *testing.T, e *schemaT) {
 	}
 	if err := e.s.Commit(e.ctx, e.p, e.versioned(3, upsert("t", "a", 1, "x"))); !errors.Is(err, store.ErrWriterFenced) {
 		t.Fatalf("version-3 commit on a partition created at marker 4: %v", err)
+	}
+}
+
+// testFenceRaisedByCommit: lazy per-partition fencing. A commit that
+// carries RaiseFence lifts the partition's fence in its own atomic write
+// and moves the gate token, so an older writer that passed its gate
+// before is stopped at its commit; a raise on a stale token writes
+// nothing.
+func testFenceRaisedByCommit(t *testing.T, e *schemaT) {
+	e.touch()
+	tok := e.gate().Token
+	oldReq := e.versioned(1, upsert("t", "old", 1, "x"))
+	oldReq.CheckGate, oldReq.GateToken = true, tok
+	stale := e.versioned(2, upsert("t", "stale", 1, "y"))
+	stale.CheckGate, stale.GateToken, stale.RaiseFence = true, tok+7, 2
+	if err := e.s.Commit(e.ctx, e.p, stale); !errors.Is(err, store.ErrGateMoved) {
+		t.Fatalf("raise on a stale gate token: %v, want ErrGateMoved", err)
+	}
+	if g := e.gate(); g.WriterFence != 0 || e.head().MaxCommitSeq != 0 {
+		t.Fatalf("a refused raise changed the partition: gate %+v", g)
+	}
+	req := e.versioned(2, upsert("t", "a", 1, "new"))
+	req.CheckGate, req.GateToken, req.RaiseFence = true, tok, 2
+	e.commit(req)
+	g := e.gate()
+	if g.WriterFence != 2 || g.Token == tok {
+		t.Fatalf("after the raising commit: gate %+v, want fence 2 and a new token", g)
+	}
+	if err := e.s.Commit(e.ctx, e.p, oldReq); !errors.Is(err, store.ErrWriterFenced) && !errors.Is(err, store.ErrGateMoved) {
+		t.Fatalf("older writer after the raise: %v, want fenced", err)
+	}
+	older := e.versioned(1, upsert("t", "b", 1, "old"))
+	if err := e.s.Commit(e.ctx, e.p, older); !errors.Is(err, store.ErrWriterFenced) {
+		t.Fatalf("version-1 commit after the raise: %v, want ErrWriterFenced", err)
+	}
+	if h := e.head(); h.MaxCommitSeq != 1 || len(e.rows("t", "old", "b")) != 0 {
+		t.Fatalf("fenced writers landed: head %d", h.MaxCommitSeq)
+	}
+}
+
+// testGateTokenEpoch: rotating the log epoch moves the gate token, so a
+// commit checked against the token read before the rotation writes
+// nothing (issue 20: the gate token is bound to the log epoch).
+func testGateTokenEpoch(t *testing.T, e *schemaT) {
+	e.touch()
+	tok := e.gate().Token
+	req := e.versioned(1, upsert("t", "a", 1, "x"))
+	req.CheckGate, req.GateToken = true, tok
+	if err := e.s.RotateEpoch(e.ctx, e.p, "epoch-rotated", baseMs); err != nil {
+		t.Fatal(err)
+	}
+	if g := e.gate(); g.Token == tok {
+		t.Fatalf("gate token %d unchanged by an epoch rotation", g.Token)
+	}
+	if err := e.s.Commit(e.ctx, e.p, req); !errors.Is(err, store.ErrGateMoved) {
+		t.Fatalf("commit on the token of the previous epoch: %v, want ErrGateMoved", err)
+	}
+	if h := e.head(); h.MaxCommitSeq != 0 {
+		t.Fatal("a commit begun in the previous epoch landed")
+	}
+}
+
+// testDeclareRaisesMarker (issue 20: declaring a checkpoint is atomic
+// with the marker bump): a declaration at version 3 leaves the marker at
+// 3 however it was before; one below a newer marker leaves the marker.
+func testDeclareRaisesMarker(t *testing.T, e *schemaT) {
+	e.touch()
+	e.declare("proj", 3, "t")
+	if m, err := e.ss.SchemaMarker(e.ctx); err != nil || m != 3 {
+		t.Fatalf("marker after a version-3 declaration: %d, %v; want 3", m, err)
+	}
+	e.bump(5)
+	e.declare("older", 4, "t")
+	if m, _ := e.ss.SchemaMarker(e.ctx); m != 5 {
+		t.Fatalf("a declaration lowered the marker to %d", m)
+	}
+	if c := e.checkpoint("older"); c.SchemaVersion != 4 {
+		t.Fatalf("checkpoint %+v", c)
 	}
 }
 

@@ -3,6 +3,7 @@ package enginetest
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -26,7 +27,8 @@ func RollingUpgrade(t *testing.T, newStore func(t testing.TB) SchemaBackend, seg
 		name string
 		run  func(t *testing.T, st SchemaBackend, segs store.SegmentStore)
 	}{
-		{"MarkerNewerRefuses", rollingMarkerNewer},
+		{"MarkerAloneServesFenceRefuses", rollingMarkerNewer},
+		{"LazyFenceOnNewLayoutWrite", rollingLazyFence},
 		{"UndeclaredCheckpointRefusesUntilActivated", rollingCheckpointGate},
 		{"WriterRacingMigrationFenced", rollingRacingWriter},
 		{"RejectionRacingMigrationFenced", rollingRacingRejection},
@@ -35,6 +37,7 @@ func RollingUpgrade(t *testing.T, newStore func(t testing.TB) SchemaBackend, seg
 		}},
 		{"RefusedAfterResponseBuiltStreamingHost", func(t *testing.T, st SchemaBackend, segs store.SegmentStore) { rollingAfterResponse(t, st, segs, true) }},
 		{"GateReadsOnlyWhenDataServed", rollingGateReads},
+		{"RefusedWhenEpochRotatesMidResponse", rollingEpochMidResponse},
 	} {
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, newStore(t), segs()) })
 	}
@@ -79,6 +82,9 @@ func headSeq(t *testing.T, st store.Store, p string) int64 {
 	return h.MaxCommitSeq
 }
 
+// rollingMarkerNewer: the table-wide marker alone refuses nothing (it
+// moves after a deploy's traffic shift, and a rolled-back build must
+// serve again); the partition's writer fence above the build refuses it.
 func rollingMarkerNewer(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 	h := rollingHarness(t, st, segs)
 	c := h.ClientV3("tenant", "actor-a", "client-a")
@@ -87,17 +93,72 @@ func rollingMarkerNewer(t *testing.T, st SchemaBackend, segs store.SegmentStore)
 	if _, err := st.BumpSchemaMarker(context.Background(), 2); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.pull(0); err != nil {
+		t.Fatalf("pull with only the marker past the build: %v", err)
+	}
+	applied(t, c.Push("c2", Upsert("tasks", "t2", c.Task("t2", "p1", "two", false), -1)))
+	if err := st.RaiseWriterFence(context.Background(), "tenant", 2); err != nil {
+		t.Fatal(err)
+	}
 	_, err := c.pull(0)
-	wantNotReady(t, err, "pull after the marker moved past the build")
-	_, err = c.Send(c.Request([]wire.PushCommit{{ClientCommitID: "c2", Operations: []wire.Operation{Upsert("tasks", "t2", c.Task("t2", "p1", "two", false), -1)}}}, nil, nil))
-	wantNotReady(t, err, "push after the marker moved past the build")
-	if got := headSeq(t, st, "tenant"); got != 1 {
+	wantNotReady(t, err, "pull after the partition's fence moved past the build")
+	_, err = c.Send(c.Request([]wire.PushCommit{{ClientCommitID: "c3", Operations: []wire.Operation{Upsert("tasks", "t3", c.Task("t3", "p1", "three", false), -1)}}}, nil, nil))
+	wantNotReady(t, err, "push after the partition's fence moved past the build")
+	if got := headSeq(t, st, "tenant"); got != 2 {
 		t.Fatalf("a refused push moved the head to %d", got)
 	}
 	// A wire-2 client gets the retryable code its catalog knows.
 	_, err = v2.pull(0)
 	if ErrCode(err) != syncerr.ForWire(syncerr.SchemaNotReady, wire.Version2) {
 		t.Fatalf("wire-2 refusal code %q", ErrCode(err))
+	}
+}
+
+// TodoSchemaV2 is TodoSchema's next version: the same projects and tasks
+// layouts and a new notes table.
+var TodoSchemaV2 = strings.Replace(strings.Replace(TodoSchema, `"version": 1`, `"version": 2`, 1), "\n  ]\n}", `,
+    {"name": "notes", "primaryKey": "id", "scopes": ["project:{project_id}"],
+     "columns": [{"name": "id", "type": "string", "nullable": false},
+                 {"name": "project_id", "type": "string", "nullable": false},
+                 {"name": "body", "type": "string", "nullable": false}]}
+  ]
+}`, 1)
+
+// rollingLazyFence: a version-2 build writing tables whose layout version
+// 1 shares leaves the partition to both builds; its first write of a
+// table new in version 2 fences version 1 out of that partition only, in
+// the same commit.
+func rollingLazyFence(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	ctx := context.Background()
+	old := rollingHarness(t, st, segs)
+	nw := New(t, st, segs, Options{Schema: TodoSchemaV2, OlderSchemas: []string{TodoSchema}})
+	nw.Grants.Set("actor-a", rollingScopes)
+	for _, p := range []string{"shared", "noted"} {
+		c := nw.ClientV3(p, "actor-a", "client-new")
+		c.Schema = 1 // an app release still on version 1
+		applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+		o := *c
+		o.H, o.ID = old, "client-old"
+		if _, err := o.pull(0); err != nil {
+			t.Fatalf("%s: the old build refused a partition the new one wrote in a shared layout: %v", p, err)
+		}
+		applied(t, o.Push("c2", Upsert("tasks", "t2", o.Task("t2", "p1", "two", false), -1)))
+	}
+	o := old.ClientV3("noted", "actor-a", "client-old2")
+	c := nw.ClientV3("noted", "actor-a", "client-new2")
+	note := c.Row("notes", Cols{"id": S("n1"), "project_id": S("p1"), "body": S("hello")})
+	applied(t, c.Push("n1", Upsert("notes", "n1", note, -1)))
+	if g, err := st.ReadGate(ctx, "noted"); err != nil || g.WriterFence != 2 {
+		t.Fatalf("gate after the first notes write: %+v, %v; want fence 2", g, err)
+	}
+	if g, err := st.ReadGate(ctx, "shared"); err != nil || g.WriterFence != 0 {
+		t.Fatalf("the untouched partition was fenced: %+v, %v", g, err)
+	}
+	_, err := o.pull(0)
+	wantNotReady(t, err, "old build on the partition holding a version-2 table")
+	so := old.ClientV3("shared", "actor-a", "client-old3")
+	if _, err := so.pull(0); err != nil {
+		t.Fatalf("old build on the partition without version-2 data: %v", err)
 	}
 }
 
@@ -241,8 +302,8 @@ func rollingRacingWriter(t *testing.T, st SchemaBackend, segs store.SegmentStore
 	}
 }
 
-// markerOnRead bumps the marker while the pull reads the log: the
-// response is built from data a migration may have moved.
+// markerOnRead raises the partition's fence while the pull reads the
+// log: the response is built from data a newer build may have moved.
 type markerOnRead struct {
 	SchemaBackend
 	arm   atomic.Bool
@@ -251,7 +312,7 @@ type markerOnRead struct {
 
 func (m *markerOnRead) ReadLog(ctx context.Context, p string, after, through int64, fn func(*store.Commit) bool) error {
 	if m.arm.CompareAndSwap(true, false) {
-		if _, err := m.BumpSchemaMarker(ctx, 2); err != nil {
+		if err := m.RaiseWriterFence(ctx, p, 2); err != nil {
 			return err
 		}
 	}
@@ -296,4 +357,34 @@ func rollingGateReads(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 	if n := m.gates.Load(); n != 1 {
 		t.Fatalf("a pull that served a commit read the gate %d times, want 1", n)
 	}
+}
+
+// epochOnRead rotates the partition's log epoch while the pull reads the
+// log (a restore's rotation landing mid-request).
+type epochOnRead struct {
+	SchemaBackend
+	arm atomic.Bool
+}
+
+func (m *epochOnRead) ReadLog(ctx context.Context, p string, after, through int64, fn func(*store.Commit) bool) error {
+	if m.arm.CompareAndSwap(true, false) {
+		if err := m.RotateEpoch(ctx, p, "rotated-epoch", 1); err != nil {
+			return err
+		}
+	}
+	return m.SchemaBackend.ReadLog(ctx, p, after, through, fn)
+}
+
+// rollingEpochMidResponse (issue 20: the gate token is bound to the log
+// epoch): a response built while the epoch rotated is replaced by a
+// retryable refusal, never sent with data of the previous epoch; the
+// retry meets the new epoch.
+func rollingEpochMidResponse(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	m := &epochOnRead{SchemaBackend: st}
+	h := rollingHarness(t, m, segs)
+	c := h.ClientV3("tenant", "actor-a", "client-a")
+	applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+	m.arm.Store(true)
+	_, err := c.pull(0)
+	wantNotReady(t, err, "pull whose log epoch rotated under it")
 }

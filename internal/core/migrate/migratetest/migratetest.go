@@ -19,9 +19,11 @@ func Run(t *testing.T, newBackend func(t *testing.T) migrate.Backend) {
 		fn   func(*testing.T, migrate.Backend)
 	}{
 		{"StepIdempotent", stepIdempotent},
+		{"StepWithoutCheckpointsTouchesNoPartition", stepWithoutCheckpoints},
 		{"ResumedAfterTimeout", resumedAfterTimeout},
 		{"SupersededOwnerWritesNothing", supersededOwner},
 		{"CatchesUpRacingWrites", catchesUp},
+		{"ActivatesOnABusyPartition", activatesOnBusyPartition},
 	} {
 		t.Run(sc.name, func(t *testing.T) { sc.fn(t, newBackend(t)) })
 	}
@@ -127,6 +129,27 @@ func stepIdempotent(t *testing.T, b migrate.Backend) {
 	}
 }
 
+// stepWithoutCheckpoints: a release that declares no checkpoint moves
+// the marker and nothing else (O(1) in partitions: the registry is not
+// even listed), so a build of the previous version keeps committing;
+// partitions are fenced lazily by the new build's own writes.
+func stepWithoutCheckpoints(t *testing.T, b migrate.Backend) {
+	ctx := context.Background()
+	seed(t, b, "a", 1)
+	listed := 0
+	pr, err := migrate.Step(ctx, b, migrate.Plan{Version: 2, Now: now, Partitions: func(context.Context, func(string) bool) error {
+		listed++
+		return nil
+	}})
+	if err != nil || pr.Marker != 2 || pr.Partitions != 0 || listed != 0 {
+		t.Fatalf("step: %+v %v (registry listed %d times)", pr, err, listed)
+	}
+	if g, err := b.ReadGate(ctx, "a"); err != nil || g.WriterFence != 0 || len(g.Pending) != 0 {
+		t.Fatalf("gate of an existing partition after a code-only step: %+v %v", g, err)
+	}
+	write(t, b, "a", 1, "after-step")
+}
+
 func resumedAfterTimeout(t *testing.T, b migrate.Backend) {
 	ctx := context.Background()
 	seed(t, b, "a", 7)
@@ -230,5 +253,58 @@ func catchesUp(t *testing.T, b migrate.Backend) {
 	}
 	if ids := projected(t, b, "a"); len(ids) != 5 {
 		t.Fatalf("projection %v, want the late row too", ids)
+	}
+}
+
+// busyPartition lands a source commit right before each of the first
+// busy activation attempts, whichever way the runner activates (the
+// separate ActivateCheckpoint, or an activating advance): a partition
+// whose writers keep committing while the backfill tries to finish.
+type busyPartition struct {
+	migrate.Backend
+	t     *testing.T
+	busy  int
+	tries int
+}
+
+func (b *busyPartition) race() {
+	b.tries++
+	if b.tries <= b.busy {
+		write(b.t, b.Backend, "a", 2, fmt.Sprintf("busy-%02d", b.tries))
+	}
+}
+
+func (b *busyPartition) ActivateCheckpoint(ctx context.Context, p, name string, epoch, nowMs int64) (store.ActivationOutcome, error) {
+	b.race()
+	return b.Backend.ActivateCheckpoint(ctx, p, name, epoch, nowMs)
+}
+
+func (b *busyPartition) AdvanceCheckpoint(ctx context.Context, p string, a store.CheckpointAdvance, nowMs int64) (bool, error) {
+	if a.Activate {
+		b.race()
+	}
+	return b.Backend.AdvanceCheckpoint(ctx, p, a, nowMs)
+}
+
+// activatesOnBusyPartition (issue 20: activation under a lock): source
+// commits racing a dozen activation attempts in a row do not leave the
+// checkpoint incomplete, and the activated projection covers every one of
+// them (the activation is conditioned on the head it caught up to).
+func activatesOnBusyPartition(t *testing.T, b migrate.Backend) {
+	ctx := context.Background()
+	seed(t, b, "a", 3)
+	if _, err := migrate.Step(ctx, b, plan("a")); err != nil {
+		t.Fatal(err)
+	}
+	busy := &busyPartition{Backend: b, t: t, busy: 12}
+	pr, err := migrate.Backfill(ctx, busy, "a", "proj", project, migrate.BackfillOptions{Now: now})
+	if err != nil || pr.Activated != 1 || pr.Incomplete != 0 {
+		t.Fatalf("backfill on a busy partition: %+v %v (after %d racing commits)", pr, err, min(busy.tries, busy.busy))
+	}
+	if ids := projected(t, b, "a"); len(ids) != 3+busy.busy {
+		t.Fatalf("projection has %d rows, want %d: %v", len(ids), 3+busy.busy, ids)
+	}
+	if c, _ := b.GetCheckpoint(ctx, "a", "proj"); c == nil || c.State != store.CheckpointActivated {
+		t.Fatalf("checkpoint %+v", c)
 	}
 }
