@@ -366,7 +366,6 @@ type preparedCommit struct {
 	entry []byte
 	l     entryLayout
 	k     string
-	h     uint64
 	rows  []*rowEntry
 }
 
