@@ -254,6 +254,9 @@ type Config struct {
 	// Reactions, when set, plans the §6.9 durable reactions of every
 	// accepted commit; Store must then implement store.ReactionStore.
 	Reactions reactions.Planner
+	// NoGroupCommit turns group commit (groupcommit.go) off on a store
+	// that supports it: every queued commit lands alone in its turn.
+	NoGroupCommit bool
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.

@@ -47,6 +47,9 @@ const maxGroupMembers = 24
 
 // grouper is the store's group commit, nil without a queue or without it.
 func (e *Engine) grouper() store.GroupCommitter {
+	if e.cfg.NoGroupCommit {
+		return nil
+	}
 	if _, ok := e.store.(store.CommitQueue); !ok {
 		return nil
 	}
@@ -130,9 +133,19 @@ func (qs *queueState) commitGrouped(ctx context.Context, run *pushRun, creq *sto
 	if g == nil || creq.Ticket == 0 || creq.Advance != nil {
 		return creq.Commit.Seq, creq.Ticket, e.store.Commit(ctx, qs.partition, creq)
 	}
-	members, err := g.PublishedCommits(ctx, qs.partition, creq.Ticket+1, maxGroupMembers)
+	var members []*store.CommitRequest
+	var err error
+	if qs.pubs != nil && qs.pubsFor == creq.Ticket {
+		members = <-qs.pubs
+	} else {
+		members, err = g.PublishedCommits(ctx, qs.partition, creq.Ticket+1, maxGroupMembers)
+	}
+	qs.pubs, qs.pubsFor = nil, 0
 	if err != nil {
-		return 0, 0, storeErr(err, "read published commits")
+		// The holder's own commit does not depend on the others': it
+		// lands alone, and the waiters commit in their turns.
+		e.log.WarnContext(ctx, "published commits unreadable; committing alone", "partition", qs.partition, "error", err.Error())
+		members = nil
 	}
 	reqs := make([]*store.CommitRequest, 1, 1+len(members))
 	reqs[0] = creq
@@ -154,6 +167,26 @@ func (qs *queueState) commitGrouped(ctx context.Context, run *pushRun, creq *sto
 	}
 	last := reqs[n-1]
 	return last.Commit.Seq, last.Ticket, nil
+}
+
+// prefetchPublished starts reading the commits published after the
+// ticket when its turn is next, beside the read of the commit's rows, so
+// that a holder's group costs no round trip of its own in its turn. A
+// read that fails counts as none published.
+func (qs *queueState) prefetchPublished(ctx context.Context, run *pushRun) {
+	g := run.e.grouper()
+	if g == nil || qs.ticket == 0 || qs.ticket-1-qs.seen.Turn > 1 {
+		return
+	}
+	ch := make(chan []*store.CommitRequest, 1)
+	qs.pubs, qs.pubsFor = ch, qs.ticket
+	go func(ticket int64) {
+		m, err := g.PublishedCommits(ctx, qs.partition, ticket+1, maxGroupMembers)
+		if err != nil && ctx.Err() == nil {
+			run.e.log.WarnContext(ctx, "published commits unreadable", "partition", qs.partition, "error", err.Error())
+		}
+		ch <- m
+	}(qs.ticket)
 }
 
 // stamp gives a published commit the seq it lands at: the commit, its

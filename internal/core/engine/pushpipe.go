@@ -142,6 +142,7 @@ func (qs *queueState) prepare(ctx context.Context, run *pushRun, attempt int) er
 	if err := qs.wait(ctx); err != nil {
 		return storeErr(err, "wait for the commit turn")
 	}
+	qs.prefetchPublished(ctx, run)
 	qs.readStart = time.Now()
 	if run.rs.prefetch != nil {
 		qs.readStart = time.Time{} // no read to time

@@ -72,6 +72,10 @@ type queueState struct {
 	// commit's group landed.
 	published   int64
 	groupTicket int64
+	// pubs: the commits published after ticket pubsFor, read while the
+	// commit read its rows (prefetchPublished).
+	pubs    chan []*store.CommitRequest
+	pubsFor int64
 }
 
 // commitQueue returns the store's queue, nil when it has none.

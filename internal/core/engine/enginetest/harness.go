@@ -133,6 +133,8 @@ type Options struct {
 	// LeaseTTL > 0 turns auth leases on (§7.3), kept by the store, which
 	// must then implement store.LeaseStore.
 	LeaseTTL time.Duration
+	// NoGroupCommit is passed to the engine.
+	NoGroupCommit bool
 }
 
 // New builds a harness over st and segs.
@@ -168,7 +170,7 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
 		Checkpoints: o.Checkpoints,
 		Blobs:       o.Blobs, BlobPresigner: o.BlobPresigner,
-		OnCommit: o.OnCommit, Reactions: o.Reactions,
+		OnCommit: o.OnCommit, Reactions: o.Reactions, NoGroupCommit: o.NoGroupCommit,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
