@@ -126,6 +126,11 @@ func (qs *queueState) delay() time.Duration {
 	if qs.groupable && qs.published != qs.ticket {
 		return 0 // evaluate now, and publish for group commit
 	}
+	if qs.published == qs.ticket {
+		// Published: the next turn's holder may land it, and the turn
+		// then jumps past several tickets at once; look after each turn.
+		ahead = 1
+	}
 	g := qs.gap()
 	now := time.Now()
 	d := time.Duration(qs.seen.TurnAtUs+ahead*g.Microseconds()-now.UnixMicro()) * time.Microsecond
