@@ -130,7 +130,7 @@ func (qs *queueState) groupedResult(ctx context.Context, run *pushRun) (*wire.Pu
 func (qs *queueState) commitGrouped(ctx context.Context, run *pushRun, creq *store.CommitRequest) (int64, int64, error) {
 	e := run.e
 	g := e.grouper()
-	if g == nil || creq.Ticket == 0 || creq.Advance != nil {
+	if g == nil || creq.Ticket == 0 || creq.Advance != nil || qs.pubsFor != creq.Ticket && !qs.lineBehind() {
 		return creq.Commit.Seq, creq.Ticket, e.store.Commit(ctx, qs.partition, creq)
 	}
 	var members []*store.CommitRequest
@@ -175,7 +175,7 @@ func (qs *queueState) commitGrouped(ctx context.Context, run *pushRun, creq *sto
 // read that fails counts as none published.
 func (qs *queueState) prefetchPublished(ctx context.Context, run *pushRun) {
 	g := run.e.grouper()
-	if g == nil || qs.ticket == 0 || qs.ticket-1-qs.seen.Turn > 1 {
+	if g == nil || qs.ticket == 0 || qs.ticket-1-qs.seen.Turn > 1 || !qs.lineBehind() {
 		return
 	}
 	ch := make(chan []*store.CommitRequest, 1)
@@ -188,6 +188,12 @@ func (qs *queueState) prefetchPublished(ctx context.Context, run *pushRun) {
 		ch <- m
 	}(qs.ticket)
 }
+
+// lineBehind guesses whether commits wait behind this one: the line was
+// at least two long when it took its ticket. A holder that guesses no
+// reads no publications (a queued commit stays ticket, read, commit);
+// waiters it misses commit in their own turns.
+func (qs *queueState) lineBehind() bool { return qs.lineAtTake >= 2 }
 
 // stamp gives a published commit the seq it lands at: the commit, its
 // rows, its outcome and the result the outcome replays.

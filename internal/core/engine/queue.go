@@ -76,6 +76,9 @@ type queueState struct {
 	// commit read its rows (prefetchPublished).
 	pubs    chan []*store.CommitRequest
 	pubsFor int64
+	// lineAtTake: how many tickets were ahead of this one, as far as
+	// the commit knew, when it took it.
+	lineAtTake int64
 }
 
 // commitQueue returns the store's queue, nil when it has none.
@@ -102,6 +105,7 @@ func (qs *queueState) take(ctx context.Context) error {
 		return storeErr(err, "take commit ticket")
 	}
 	qs.ticket = t
+	qs.lineAtTake = t - 1 - qs.seen.Turn
 	qs.defaultGap = max(3*time.Since(start), time.Millisecond)
 	return nil
 }
