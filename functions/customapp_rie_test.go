@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
+	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
@@ -115,5 +116,22 @@ func TestExampleAppUnderEmulator(t *testing.T) {
 	hook.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("the sweep delivered again: %d posts", n)
+	}
+
+	// The app's rule: a blank title is refused with the app's code, and
+	// nothing is written.
+	sch := todo(t)
+	d := &apptest.Deployment{Schema: sch}
+	blank := apptest.Request(t, wire.Version1, wire.ReqHeader{ClientID: "sample-client", SchemaVersion: sch.Latest},
+		&wire.PushCommit{ClientCommitID: "blank-1", Operations: []wire.Operation{
+			apptest.Upsert("tasks", "t2", 0, d.Task(t, "t2", "p1", " ")),
+		}})
+	resp := apptest.Invoke(t, push.Invoke, sampleEvent("push", "POST", "/sync", devToken(t, env["SYNC_HS256_SECRET"]), map[string]string{"content-type": apptest.ContentType}, blank))
+	if resp.StatusCode != 200 {
+		t.Fatalf("blank title: HTTP %d %s", resp.StatusCode, resp.Body)
+	}
+	res := apptest.Find[*wire.PushResult](apptest.Decode(t, apptest.Body(t, &resp)))
+	if len(res) != 1 || res[0].Status != wire.PushRejected || res[0].Results[0].Code != "task.title_invalid" {
+		t.Fatalf("blank title: %+v", res)
 	}
 }

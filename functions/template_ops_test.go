@@ -297,6 +297,11 @@ func TestTemplateOperations(t *testing.T) {
 	if scalar(get(ev, "Type")) != "ScheduleV2" || !refTo(get(ev, "Properties", "ScheduleExpression"), "PruneSchedule") {
 		t.Error("PruneFunction: a ScheduleV2 event with ScheduleExpression: !Ref PruneSchedule")
 	}
+	// The schedule's input sets how many registry shards a run walks at
+	// once; app.PruneEvent reads it as "parallel".
+	if in := get(ev, "Properties", "Input"); in == nil || in.Tag != "!Sub" || in.Value != `{"parallel": ${PruneParallel}}` {
+		t.Error(`PruneFunction: schedule Input !Sub '{"parallel": ${PruneParallel}}'`)
+	}
 	// The table, plus the blob sweep that follows a finished pass: S3
 	// access confined to the bucket's blobs/ prefix, nothing else.
 	if pol := get(pr, "Policies"); pol == nil || len(pol.Content) != 2 || !tableItemStatement(pol.Content[0]) {

@@ -5,9 +5,11 @@ import (
 	"errors"
 
 	"github.com/skyfold/syncular-lambda/internal/app"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/localrun"
+	"github.com/skyfold/syncular-lambda/internal/rttier"
 	"github.com/skyfold/syncular-lambda/internal/wiring"
 )
 
@@ -24,7 +26,21 @@ type App struct {
 	// ReactionHandlers run the reactions, by type, in the reactions
 	// function (and in RunLocal), at least once each.
 	ReactionHandlers map[string]ReactionHandler
+	// Validators check each operation on their table (§6.7), and
+	// CommitValidator whole commits (§6.8). An app that sets either
+	// cannot also deploy declarative rules (validators.json).
+	Validators      map[string]RowValidator
+	CommitValidator CommitValidator
+	// Mergers merge crdt columns of the crdtType they are registered
+	// under (§5.10.2), beside the built-in "yjs-doc".
+	Mergers map[string]Merger
 }
+
+// Merger merges a pushed CRDT value into the stored one (stored is nil
+// for a new row or a NULL column) and returns the column's new value. It
+// must be commutative, associative and idempotent; an error rejects the
+// operation with sync.crdt_merge_failed and nothing is written.
+type Merger func(stored, incoming []byte) ([]byte, error)
 
 // Function names one Lambda function of the deployed stack.
 type Function int
@@ -64,6 +80,13 @@ func (a *App) hooks() wiring.Hooks {
 	if a.PlanReactions != nil {
 		h.Reactions = plannerAdapter{a.PlanReactions}
 	}
+	h.Validators = a.validators()
+	if len(a.Mergers) > 0 {
+		h.Mergers = crdt.Registry{}
+		for name, m := range a.Mergers {
+			h.Mergers[name] = crdt.MergeFunc(m)
+		}
+	}
 	return h
 }
 
@@ -94,6 +117,14 @@ func (a *App) LambdaMain(fn Function) {
 // the table's stream and by its schedule. It does not return.
 func (a *App) ReactionsMain() {
 	app.ReactionsMain(a.handlers())
+}
+
+// RealtimeMain is the whole main of the app's realtime tier (the ECS
+// service; `make realtime-image REALTIME_MAIN=./path/to/main`), so pushes
+// over the socket run the app's validators and reaction planning as HTTP
+// pushes do. It returns only on a failed start (exit status 1).
+func (a *App) RealtimeMain() {
+	rttier.Main(a.hooks())
 }
 
 // RunLocal runs every function on one local HTTP server over an

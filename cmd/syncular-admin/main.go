@@ -203,7 +203,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	a := &admin{
 		cfg:     cfg,
 		clients: clients,
-		store:   dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{}),
+		store:   dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL}),
 		out:     stdout,
 		errw:    stderr,
 	}

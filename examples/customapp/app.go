@@ -1,6 +1,7 @@
 // Package customapp is an example app that builds its own function set
-// with hooks of its own, through the public package syncular: a durable
-// reaction that tells a webhook about every new task. Its functions
+// with hooks of its own, through the public package syncular: a rule on
+// task titles and a durable reaction that tells a webhook about every
+// task written. Its functions
 // deploy with the project's template (FUNCTIONS_DIR, docs/APPS.md) and
 // run locally with `go run ./examples/customapp/cmd/local`.
 package customapp
@@ -13,7 +14,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/skyfold/syncular-lambda/syncular"
 )
@@ -21,11 +24,26 @@ import (
 // App is the example's server: every function's main calls it.
 func App() *syncular.App {
 	return &syncular.App{
+		Validators:    map[string]syncular.RowValidator{"tasks": checkTitle},
 		PlanReactions: planTaskCreated,
 		ReactionHandlers: map[string]syncular.ReactionHandler{
 			"task.created": notifyWebhook(os.Getenv("NOTIFY_WEBHOOK_URL")),
 		},
 	}
+}
+
+// checkTitle refuses a task whose title is blank or longer than 200
+// characters, with a code of the app's own the client can show.
+func checkTitle(_ context.Context, _ syncular.Caller, op *syncular.Operation) error {
+	if op.Delete {
+		return nil
+	}
+	title, _ := op.Row["title"].(string)
+	if strings.TrimSpace(title) == "" || utf8.RuneCountInString(title) > 200 {
+		return syncular.Reject("task.title_invalid", "a task needs a title of 1 to 200 characters",
+			&syncular.RejectDetails{FieldPaths: []string{"title"}, Reason: "title_invalid", RequiredAction: "edit_fields"})
+	}
+	return nil
 }
 
 // planTaskCreated asks for one "task.created" reaction per task a commit

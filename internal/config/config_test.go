@@ -29,7 +29,7 @@ func TestDefaults(t *testing.T) {
 		c.ScopesMode != ScopesClaim || c.ScopesClaim != "syncular_scopes" || c.SignedURLs != SignedPresign ||
 		c.SignedURLTTL != 5*time.Minute || c.MaxOperations != 500 || c.ResponseBudgetBytes != 4<<20 ||
 		c.SegmentTTL != 24*time.Hour || c.MaxBodyBytes != 32<<20 || c.LogLevel != slog.LevelInfo || c.Mount != "" ||
-		c.AuthLeases || c.AuthLeaseTTL != 15*time.Minute {
+		c.AuthLeases || c.AuthLeaseTTL != 15*time.Minute || c.OutcomeTTL != 30*24*time.Hour {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if got := c.SchemaFile(); filepath.Base(got) != "schema.json" {
@@ -85,6 +85,7 @@ func TestBadConfig(t *testing.T) {
 		{map[string]string{"SYNC_PUBLIC_URL": "sync.example.com"}, []string{"SYNC_PUBLIC_URL"}},
 		{map[string]string{"SYNC_SIGNED_URLS": "native", "SYNC_SIGNING_KEY": strings.Repeat("k", 32)}, []string{"SYNC_PUBLIC_URL is required with SYNC_SIGNED_URLS=native"}},
 		{map[string]string{"SYNC_SCOPES_MODE": "ldap"}, []string{"SYNC_SCOPES_MODE"}},
+		{map[string]string{"SYNC_OUTCOME_TTL": "1h"}, []string{"SYNC_OUTCOME_TTL=1h0m0s: must be between 24h0m0s and 87600h0m0s"}},
 		{map[string]string{"SYNC_AUTH_LEASES": "true"}, []string{`SYNC_AUTH_LEASES="true": must be one of off, on`}},
 		{map[string]string{"SYNC_AUTH_LEASE_TTL": "10s"}, []string{"SYNC_AUTH_LEASE_TTL=10s: must be between 1m0s and 720h0m0s"}},
 		{map[string]string{"SYNC_SEGMENT_TTL": "48h"}, []string{"SYNC_SEGMENT_OBJECT_DAYS (2) must exceed SYNC_SEGMENT_TTL (48h0m0s) + 15m + 1h"}},

@@ -332,7 +332,7 @@ func TestInfo(t *testing.T) {
 	if err := json.Unmarshal(b, &info); err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "syncular-lambda" || !contains(info.Capabilities, "signed-urls") || !contains(info.Capabilities, "blobs") || !contains(info.Capabilities, "blob-presign") || contains(info.Capabilities, "crdt") || contains(info.Unsupported, "realtime") || !contains(info.Unsupported, "sqlite-image") {
+	if info.Name != "syncular-lambda" || !contains(info.Capabilities, "signed-urls") || !contains(info.Capabilities, "blobs") || !contains(info.Capabilities, "blob-presign") || !contains(info.Capabilities, "crdt") || contains(info.Unsupported, "crdt") || contains(info.Unsupported, "realtime") || !contains(info.Unsupported, "sqlite-image") {
 		t.Fatalf("info %s", b)
 	}
 }

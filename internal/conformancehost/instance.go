@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
@@ -185,6 +186,7 @@ func (inst *instance) buildEngines(sc *schema.Schema, lim engine.Limits, signing
 	cfg := engine.Config{
 		Schema: sc, Store: inst.st.Store(), Segments: inst.st.Segments(), Resolver: inst.grants,
 		Limits: lim, Clock: inst.clock.Load, Blobs: inst.st.Blobs(),
+		CRDTMergers: crdt.Default(),
 	}
 	if leaseTTL > 0 {
 		// §7.3: both engines keep leases in the instance's store.

@@ -104,11 +104,11 @@ func (j *journalStore) RotateEpoch(ctx context.Context, partition, newEpoch stri
 
 // GetOutcome implements store.Store, failing once when armed (as do
 // Commit and PutRejection, whichever checks the key first).
-func (j *journalStore) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*store.Outcome, error) {
+func (j *journalStore) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string, nowMs int64) (*store.Outcome, error) {
 	if j.failGet.Swap(false) {
 		return nil, store.ErrOutcomeUnreadable
 	}
-	return j.cur().GetOutcome(ctx, partition, clientID, clientCommitID)
+	return j.cur().GetOutcome(ctx, partition, clientID, clientCommitID, nowMs)
 }
 
 // PutRejection implements store.Store.

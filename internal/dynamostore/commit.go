@@ -301,7 +301,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			return wrap("append commit", err)
 		}
 		if len(codes) > 1 && codes[1] == "ConditionalCheckFailed" {
-			// attribute_not_exists failed: the outcome exists for certain,
+			// The outcome condition failed: a live outcome exists for certain,
 			// whatever else failed (§2.3 replay wins over a lost race).
 			return store.ErrOutcomeExists
 		}
@@ -419,12 +419,14 @@ func (s *Store) commitParts(partition string, req *store.CommitRequest) (*commit
 	}
 	cp := &commitParts{seq: seq, body: body, advIdx: -1, chunks: len(chunks)}
 	items := make([]txItem, 0, 1+len(chunks))
-	oitem := outcomeItem(partition, req.Commit.ClientID, req.Commit.ClientCommitID, &req.Outcome)
+	oitem := s.outcomeItem(partition, req.Commit.ClientID, req.Commit.ClientCommitID, &req.Outcome)
 	if ItemSize(oitem) > itemBudget {
 		return nil, fmt.Errorf("dynamostore: outcome of %d bytes: %w", ItemSize(oitem), store.ErrTooLarge)
 	}
 	notExists := aws.String("attribute_not_exists(pk)")
-	items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: oitem, ConditionExpression: notExists}}, size: ItemSize(oitem)})
+	ocond, onames, ovals := outcomeAbsent(req.Outcome.RecordedAtMs)
+	items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: oitem,
+		ConditionExpression: aws.String(ocond), ExpressionAttributeNames: onames, ExpressionAttributeValues: ovals}}, size: ItemSize(oitem)})
 	for _, it := range chunks {
 		items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: it, ConditionExpression: notExists}}, size: ItemSize(it)})
 	}

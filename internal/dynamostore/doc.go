@@ -104,13 +104,34 @@
 // entries of its values and then only those commits (logindex.go): +2 WCU
 // on a 1-op push. Prune deletes the entries with their commit.
 //
+// # Outcome expiry (issue 20)
+//
+// A push outcome answers its idempotency key for Options.OutcomeTTL
+// (SYNC_OUTCOME_TTL, 30 days by default) after its RecordedAtMs. The item
+// carries the table's TTL attribute, the second that window ends, written
+// in the same Put (outcomettl.go: outcomeTTL is the one place it is
+// computed, outcomeItem the one place it is set), so expiry costs no
+// write and DynamoDB's deletion no write unit. Because TTL deletes
+// lazily, the store judges expiry itself, by the engine's clock: GetOutcome
+// takes nowMs, and the outcome put of Commit and PutRejection is
+// conditioned on "absent or expired by the new outcome's RecordedAtMs"
+// (outcomeAbsent). A retry after the window is therefore a new commit
+// under the §6.2 rules (docs/OPERATIONS.md, "Idempotency window").
+//
+// Log, log-index and tombstone items get no TTL: §4.6 keeps the newest
+// 1,000 commits and the commits of active cursors however old, so an
+// expiry set at write time would delete commits a floor protects, and one
+// set when the horizon moves costs the write a delete costs. Prune deletes
+// them (1 WCU each) with the registry's shards walked in parallel
+// (internal/app Pruner, ListRegistryShard).
+//
 // # Item sizes
 //
 //	head       ≈ 60 B + partition + logEpoch (kept far below 4 KB: 1 RCU)
 //	log        ≈ 90 B + ids, + per change ≈ 13 B + rowId + scopes + row
 //	           + column versions (4 B for a full-row write); split into
 //	           chunk items of < 400 KB under the same seq
-//	outcome    ≈ 40 B + clientId + clientCommitId + result
+//	outcome    ≈ 45 B + clientId + clientCommitId + result (ttl included)
 //	row        ≈ 20 B + partition + table + rowId + scopes + payload
 //	           + column versions (5 B for a full-row write)
 //	           (over 400 KB: store.ErrTooLarge)
@@ -309,9 +330,10 @@
 // put before the head's, so creating a partition costs one more round
 // trip and ~1 WCU once; a request to an existing partition writes
 // nothing more). ListRegisteredPartitions Queries them, resumable from a
-// cursor; scheduled pruning, syncular-admin -all and the migration step
-// (the pre-traffic hook and syncular-admin migrate, through
-// EachRegisteredPartition, so both fence the same set) use it.
+// cursor; syncular-admin -all and the migration step (the pre-traffic
+// hook and syncular-admin migrate, through EachRegisteredPartition, so
+// both fence the same set) use it. Scheduled pruning walks the 16 shards
+// in parallel with ListRegistryShard, one resumable cursor per shard.
 // ListPartitions is the one Scan: it reads the whole table and serves
 // only syncular-admin register-partitions, the one-off backfill of
 // partitions created before the registry existed.

@@ -149,7 +149,7 @@ func TestGroupCommit(t *testing.T) {
 		t.Errorf("unauthorized writer's rows: %v, %v; want none", rows, err)
 	}
 	for _, id := range ids {
-		if o, err := gc.GetOutcome(ctx, "q", "m", id); err != nil || o == nil || o.Applied {
+		if o, err := gc.GetOutcome(ctx, "q", "m", id, baseMs); err != nil || o == nil || o.Applied {
 			t.Errorf("outcome of %s: %+v, %v; want its rejection", id, o, err)
 		}
 	}

@@ -113,6 +113,42 @@ func parseReaction(it map[string]types.AttributeValue) (*store.Reaction, error) 
 	return &r, nil
 }
 
+// queryReactions calls fn with each reaction under the partition's
+// reaction pk whose sort key starts with prefix, in key order, with the
+// filter and values given (nil for none), until fn returns false.
+func (s *Store) queryReactions(ctx context.Context, op, partition, prefix, filter string, vals map[string]types.AttributeValue, fn func(r *store.Reaction, sk string) bool) error {
+	if vals == nil {
+		vals = map[string]types.AttributeValue{}
+	}
+	vals[":pk"], vals[":prefix"] = S(rxPK(partition)), S(prefix)
+	in := &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :prefix)"),
+		ExpressionAttributeValues: vals,
+	}
+	if filter != "" {
+		in.FilterExpression = aws.String(filter)
+	}
+	var perr error
+	err := s.query(ctx, op, in, func(items []map[string]types.AttributeValue) bool {
+		for _, it := range items {
+			r, err := parseReaction(it)
+			if err != nil {
+				perr = err
+				return false
+			}
+			sk, _ := getS(it, AttrSK)
+			if !fn(r, sk) {
+				return false
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = perr
+	}
+	return err
+}
+
 // ReactionCursor implements store.ReactionStore.
 func (s *Store) ReactionCursor(ctx context.Context, partition string) (int64, error) {
 	it, err := s.getItem(ctx, "read reaction cursor", headPK(partition), reactionCursorSK, nil)
@@ -198,7 +234,7 @@ func (s *Store) DueReactions(ctx context.Context, partition string, types_ []str
 	if len(types_) == 0 {
 		return nil
 	}
-	vals := map[string]types.AttributeValue{":pk": S(rxPK(partition)), ":l": S(rxLive), ":now": N(nowMs)}
+	vals := map[string]types.AttributeValue{":now": N(nowMs)}
 	names := make([]string, len(types_))
 	for i, t := range types_ {
 		k := ":t" + strconv.Itoa(i)
@@ -206,28 +242,10 @@ func (s *Store) DueReactions(ctx context.Context, partition string, types_ []str
 		names[i] = k
 	}
 	var out []*store.Reaction
-	var perr error
-	err := s.query(ctx, "read due reactions", &dynamodb.QueryInput{
-		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :l)"),
-		FilterExpression:          aws.String("du <= :now AND ty IN (" + strings.Join(names, ",") + ")"),
-		ExpressionAttributeValues: vals,
-	}, func(items []map[string]types.AttributeValue) bool {
-		for _, it := range items {
-			r, err := parseReaction(it)
-			if err != nil {
-				perr = err
-				return false
-			}
-			out = append(out, r)
-			if limit > 0 && len(out) >= limit {
-				return false
-			}
-		}
-		return true
+	err := s.queryReactions(ctx, "read due reactions", partition, rxLive, "du <= :now AND ty IN ("+strings.Join(names, ",")+")", vals, func(r *store.Reaction, _ string) bool {
+		out = append(out, r)
+		return limit <= 0 || len(out) < limit
 	})
-	if err == nil {
-		err = perr
-	}
 	if err != nil {
 		return err
 	}
@@ -362,31 +380,16 @@ func (s *Store) PruneReactions(ctx context.Context, partition string, completedB
 	}
 	var victims []victim
 	more := false
-	var perr error
-	err := s.query(ctx, "read finished reactions", &dynamodb.QueryInput{
-		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :t)"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(rxPK(partition)), ":t": S(rxTerminal)},
-	}, func(items []map[string]types.AttributeValue) bool {
-		for _, it := range items {
-			r, err := parseReaction(it)
-			if err != nil {
-				perr = err
+	err := s.queryReactions(ctx, "read finished reactions", partition, rxTerminal, "", nil, func(r *store.Reaction, sk string) bool {
+		if r.State == store.ReactionCompleted && r.FinishedAtMs < completedBefore || r.State == store.ReactionDead && r.FinishedAtMs < deadBefore {
+			if limit > 0 && len(victims) >= limit {
+				more = true
 				return false
 			}
-			if r.State == store.ReactionCompleted && r.FinishedAtMs < completedBefore || r.State == store.ReactionDead && r.FinishedAtMs < deadBefore {
-				if limit > 0 && len(victims) >= limit {
-					more = true
-					return false
-				}
-				sk, _ := getS(it, AttrSK)
-				victims = append(victims, victim{sk, r.State})
-			}
+			victims = append(victims, victim{sk, r.State})
 		}
 		return true
 	})
-	if err == nil {
-		err = perr
-	}
 	if err != nil {
 		return 0, 0, false, err
 	}
@@ -414,50 +417,21 @@ func (s *Store) PruneReactions(ctx context.Context, partition string, completedB
 func (s *Store) ListReactions(ctx context.Context, partition string, fn func(*store.Reaction) bool) error {
 	var all []*store.Reaction
 	for _, prefix := range []string{rxLive, rxTerminal} {
-		var perr error
-		err := s.query(ctx, "list reactions", &dynamodb.QueryInput{
-			KeyConditionExpression:    aws.String("pk = :pk AND begins_with(sk, :p)"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(rxPK(partition)), ":p": S(prefix)},
-		}, func(items []map[string]types.AttributeValue) bool {
-			for _, it := range items {
-				r, err := parseReaction(it)
-				if err != nil {
-					perr = err
-					return false
-				}
-				all = append(all, r)
-			}
+		err := s.queryReactions(ctx, "list reactions", partition, prefix, "", nil, func(r *store.Reaction, _ string) bool {
+			all = append(all, r)
 			return true
 		})
-		if err == nil {
-			err = perr
-		}
 		if err != nil {
 			return err
 		}
 	}
-	slices.SortFunc(all, func(a, b *store.Reaction) int {
-		if a.ID.Seq != b.ID.Seq {
-			return cmpI64(a.ID.Seq, b.ID.Seq)
-		}
-		return cmpI64(int64(a.ID.Index), int64(b.ID.Index))
-	})
+	slices.SortFunc(all, func(a, b *store.Reaction) int { return store.CompareReactionIDs(a.ID, b.ID) })
 	for _, r := range all {
 		if !fn(r) {
 			break
 		}
 	}
 	return nil
-}
-
-func cmpI64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // HasLiveReactions implements store.ReactionStore.

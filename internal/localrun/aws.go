@@ -44,7 +44,7 @@ func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Sch
 	if err != nil {
 		return app.Deps{}, nil, err
 	}
-	d := app.Deps{Schema: sch, Logger: logger, Store: memstore.New(), Segments: memstore.NewSegments()}
+	d := app.Deps{Schema: sch, Logger: logger, Store: memstore.New(memstore.WithOutcomeTTL(cfg.OutcomeTTL)), Segments: memstore.NewSegments()}
 	var stream *tableStream
 	if o.dynamoEndpoint != "" {
 		if o.create {
@@ -61,7 +61,7 @@ func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Sch
 				so.BaseEndpoint = aws.String(cfg.DynamoDBEndpoint)
 			})}
 		}
-		d.Store = dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{})
+		d.Store = dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL})
 		d.Grants, d.PKAttr, d.SKAttr = clients.DynamoDB, dynamostore.AttrPK, dynamostore.AttrSK
 		d.Meter = app.DynamoMeter
 	}

@@ -183,7 +183,7 @@ func newRunner(ctx context.Context, o options, logger *slog.Logger) (*runner, er
 		if cfg.SignedURLs == config.SignedPresign {
 			return nil, errors.New("-signed-urls presign needs -s3-endpoint")
 		}
-		deps.Store, deps.Segments = memstore.New(), memstore.NewSegments()
+		deps.Store, deps.Segments = memstore.New(memstore.WithOutcomeTTL(cfg.OutcomeTTL)), memstore.NewSegments()
 	}
 	var memBlobs *memblobs.Store
 	if deps.Blobs == nil {

@@ -90,7 +90,7 @@ func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, pc := range prepared {
-		if err := p.commitLocked(reqs[i], pc); err != nil {
+		if err := s.commitLocked(p, reqs[i], pc); err != nil {
 			if i == 0 {
 				return 0, err
 			}

@@ -54,6 +54,8 @@ func WithRefreshInterval(d time.Duration) Option {
 // for another.
 type Store struct {
 	refreshMs int64
+	// outcomeWindow is the idempotency window of outcomes (outcomes.go).
+	outcomeWindow time.Duration
 	// seed hashes outcome keys (arena.go).
 	seed maphash.Seed
 
@@ -177,6 +179,7 @@ func New(opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.outcomeWindow = max(s.outcomeWindow, 0)
 	return s
 }
 
@@ -280,7 +283,7 @@ func (s *Store) RotateEpoch(ctx context.Context, partition, newEpoch string, now
 }
 
 // GetOutcome implements store.Store.
-func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*store.Outcome, error) {
+func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string, nowMs int64) (*store.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -298,7 +301,7 @@ func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommi
 		o = p.outcomeLocked(r)
 	}
 	p.mu.RUnlock()
-	if !ok {
+	if !ok || s.expiredOutcome(o, nowMs) {
 		return nil, nil
 	}
 	return decodeOutcome(o), nil
@@ -323,7 +326,7 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	h := p.outcomes.hash(k)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, _, ok := p.findOutcomeLocked(h, k); ok {
+	if s.liveOutcomeLocked(p, h, k, o.RecordedAtMs) {
 		return store.ErrOutcomeExists
 	}
 	if w.WriterVersion < p.fence {
@@ -356,7 +359,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.commitLocked(req, pc)
+	return s.commitLocked(p, req, pc)
 }
 
 // preparedCommit is a commit request encoded outside the partition's
@@ -395,13 +398,13 @@ func prepareCommit(buf *[]byte, req *store.CommitRequest) (*preparedCommit, erro
 }
 
 // commitLocked checks and applies one prepared commit; p.mu is held.
-func (p *partState) commitLocked(req *store.CommitRequest, pc *preparedCommit) error {
+func (s *Store) commitLocked(p *partState, req *store.CommitRequest, pc *preparedCommit) error {
 	seq := req.ExpectedMaxSeq + 1
 	entry, l, k, rows := pc.entry, pc.l, pc.k, pc.rows
 	h := p.outcomes.hash(k)
 	// The idempotency check goes first: when both fail, replaying the
 	// recorded outcome is what the engine ends up doing anyway.
-	if _, _, ok := p.findOutcomeLocked(h, k); ok {
+	if s.liveOutcomeLocked(p, h, k, req.Outcome.RecordedAtMs) {
 		return store.ErrOutcomeExists
 	}
 	if req.WriterVersion < p.fence {

@@ -160,23 +160,27 @@ func (x *rxState) sortedIDs(keep func(*store.Reaction) bool) []store.ReactionID 
 			ids = append(ids, id)
 		}
 	}
-	slices.SortFunc(ids, func(a, b store.ReactionID) int {
-		if a.Seq != b.Seq {
-			return cmpInt64(a.Seq, b.Seq)
-		}
-		return cmpInt64(int64(a.Index), int64(b.Index))
-	})
+	slices.SortFunc(ids, store.CompareReactionIDs)
 	return ids
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// cloned returns caller-owned copies of the records of ids. Called
+// under x.mu.
+func (x *rxState) cloned(ids []store.ReactionID) []*store.Reaction {
+	out := make([]*store.Reaction, len(ids))
+	for i, id := range ids {
+		out[i] = cloneReaction(x.records[id])
 	}
-	return 0
+	return out
+}
+
+// each calls fn for each of rs until it returns false.
+func each(rs []*store.Reaction, fn func(*store.Reaction) bool) {
+	for _, r := range rs {
+		if !fn(r) {
+			return
+		}
+	}
 }
 
 // DueReactions implements store.ReactionStore.
@@ -190,16 +194,9 @@ func (s *Store) DueReactions(ctx context.Context, partition string, types []stri
 	if limit > 0 && len(ids) > limit {
 		ids = ids[:limit]
 	}
-	out := make([]*store.Reaction, len(ids))
-	for i, id := range ids {
-		out[i] = cloneReaction(x.records[id])
-	}
+	out := x.cloned(ids)
 	x.mu.Unlock()
-	for _, r := range out {
-		if !fn(r) {
-			break
-		}
-	}
+	each(out, fn)
 	return ctx.Err()
 }
 
@@ -305,17 +302,9 @@ func (s *Store) ListReactions(ctx context.Context, partition string, fn func(*st
 		return ctx.Err()
 	}
 	x.mu.Lock()
-	ids := x.sortedIDs(func(*store.Reaction) bool { return true })
-	out := make([]*store.Reaction, len(ids))
-	for i, id := range ids {
-		out[i] = cloneReaction(x.records[id])
-	}
+	out := x.cloned(x.sortedIDs(func(*store.Reaction) bool { return true }))
 	x.mu.Unlock()
-	for _, r := range out {
-		if !fn(r) {
-			break
-		}
-	}
+	each(out, fn)
 	return ctx.Err()
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/migrate"
@@ -60,6 +61,23 @@ type Hooks struct {
 	Resolver engine.ScopeResolver
 	// Reactions plans §6.9 durable reactions.
 	Reactions reactions.Planner
+	// Validators are the app's Go validators (§6.7, §6.8); declarative
+	// rules (LoadValidators) cannot be deployed beside them.
+	Validators *validate.Hooks
+	// Mergers are the app's CRDT mergers by crdtType (§5.10.2), beside
+	// the built-in yjs-doc (which an app may not replace).
+	Mergers crdt.Registry
+}
+
+// mergers is the built-in registry plus the app's own.
+func mergers(app crdt.Registry) crdt.Registry {
+	r := crdt.Default()
+	for name, m := range app {
+		if _, builtin := r[name]; !builtin {
+			r[name] = m
+		}
+	}
+	return r
 }
 
 // NewEngine builds the engine every function serves over: the configured
@@ -91,6 +109,12 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.Hooks.Validators != nil {
+		if hooks != nil {
+			return nil, errors.New("app: the app's Go validators and declarative validator rules are both present; keep one")
+		}
+		hooks = d.Hooks.Validators
+	}
 	// The build declares (and serves while they backfill) the schema's
 	// backfills and SYNC_CHECKPOINTS: the names the hook declares.
 	decls, err := migrate.Declarations(d.Schema, cfg.Checkpoints, nil)
@@ -120,6 +144,7 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		OnCommit:      d.OnCommit,
 		Validators:    hooks,
 		Reactions:     d.Hooks.Reactions,
+		CRDTMergers:   mergers(d.Hooks.Mergers),
 	}
 	if cfg.AuthLeases {
 		// §7.3: leases live beside the commit log, in the same store.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
 	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
@@ -257,6 +258,11 @@ type Config struct {
 	// NoGroupCommit turns group commit (groupcommit.go) off on a store
 	// that supports it: every queued commit lands alone in its turn.
 	NoGroupCommit bool
+	// CRDTMergers merges pushed crdt column values into the stored ones
+	// (§5.10.2); crdt.Default() holds yjs-doc. With none, a push carrying
+	// a crdt value fails with sync.crdt_merge_failed; with a registry, New
+	// refuses a schema naming a crdtType it lacks (§5.10.1).
+	CRDTMergers crdt.Registry
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.
@@ -304,6 +310,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Store == nil {
 		return nil, errors.New("engine: Config.Store is required")
+	}
+	if cfg.CRDTMergers != nil {
+		if err := cfg.Schema.CheckCRDTTypes(cfg.CRDTMergers.Has); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
 	}
 	if cfg.Segments == nil {
 		return nil, errors.New("engine: Config.Segments is required")

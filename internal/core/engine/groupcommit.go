@@ -106,7 +106,7 @@ func (qs *queueState) groupedResult(ctx context.Context, run *pushRun) (*wire.Pu
 		return nil, nil
 	}
 	rs := run.rs
-	o, err := run.e.store.GetOutcome(ctx, rs.auth.Partition, rs.clientID, run.pc.ClientCommitID)
+	o, err := run.e.store.GetOutcome(ctx, rs.auth.Partition, rs.clientID, run.pc.ClientCommitID, rs.now)
 	if err != nil && !errors.Is(err, store.ErrOutcomeUnreadable) {
 		return nil, storeErr(err, "read a grouped commit's outcome")
 	}

@@ -134,7 +134,14 @@ func (e *Engine) recordRejection(ctx context.Context, rs *reqState, pc *wire.Pus
 func (e *Engine) keyTaken(ctx context.Context, rs *reqState, clientCommitID string, err error) (*wire.PushResult, bool, error) {
 	switch {
 	case errors.Is(err, store.ErrOutcomeExists):
-		res, _, err := e.replay(ctx, rs, clientCommitID)
+		res, done, err := e.replay(ctx, rs, clientCommitID)
+		if err == nil && !done {
+			// The outcome is gone when read: its idempotency window ended
+			// (TTL deleted it) since the store's check. Nothing was applied
+			// by this request; the retryable cache miss (§6.3) makes the
+			// client's retry record the key afresh.
+			return cacheMiss(clientCommitID), true, nil
+		}
 		return res, true, err
 	case errors.Is(err, store.ErrOutcomeUnreadable):
 		return cacheMiss(clientCommitID), true, nil
@@ -187,7 +194,7 @@ func commitBackoff(ctx context.Context, attempt int) error {
 // replay returns the persisted result for an idempotency key: applied
 // replays as cached, rejected as itself (§2.3, §6.3).
 func (e *Engine) replay(ctx context.Context, rs *reqState, clientCommitID string) (*wire.PushResult, bool, error) {
-	o, err := e.store.GetOutcome(ctx, rs.auth.Partition, rs.clientID, clientCommitID)
+	o, err := e.store.GetOutcome(ctx, rs.auth.Partition, rs.clientID, clientCommitID, rs.now)
 	if errors.Is(err, store.ErrOutcomeUnreadable) {
 		return cacheMiss(clientCommitID), true, nil
 	}
@@ -787,7 +794,12 @@ func (e *Engine) evalUpsert(o *opEval) (*wire.OpResult, *store.Row, error) {
 	for _, p := range st.Scopes {
 		present[p.ColumnIndex] = false
 	}
-	if r := unsupportedValues(o.i, st, vals, present); r != nil {
+	if r := e.unsupportedValues(o.i, st, vals, present); r != nil {
+		return r, nil, nil
+	}
+	// §5.10.3 rule 2: on a clean apply each present crdt column becomes
+	// merge(stored, incoming), never the pushed bytes.
+	if r := e.mergeCRDT(o.i, st, vals, present, sc.stored); r != nil {
 		return r, nil, nil
 	}
 	// §6.2 apply: present columns replace the stored ones, absent columns
@@ -869,7 +881,11 @@ func (e *Engine) evalInsert(o *opEval) (*wire.OpResult, *store.Row, error) {
 		return o.fail(syncerr.Forbidden, "insert denied by scope authorization (§3.4)")
 	}
 	scopes, _ := extractScopes(st, vals)
-	if r := unsupportedValues(o.i, st, vals, present); r != nil {
+	if r := e.unsupportedValues(o.i, st, vals, present); r != nil {
+		return r, nil, nil
+	}
+	// §5.10.2: a new row's crdt value is merge(null, incoming).
+	if r := e.mergeCRDT(o.i, st, vals, present, nil); r != nil {
 		return r, nil, nil
 	}
 	// An insert presents every column: about the client's payload size.
@@ -886,15 +902,57 @@ func (e *Engine) evalInsert(o *opEval) (*wire.OpResult, *store.Row, error) {
 	return nil, &store.Row{RowID: op.RowID, Version: 1, ColumnVersions: cv, Scopes: scopes, Payload: payload}, nil
 }
 
-// unsupportedValues refuses values this server cannot store yet. It runs
+// unsupportedValues refuses values this server cannot store. It runs
 // after authorization, so an actor without the scope learns only
-// sync.forbidden. No CRDT merger is registered (§5.10.2). Blob references
-// are checked once the commit is staged (checkBlobs, §5.9.6).
-func unsupportedValues(i int, st *schema.Table, vals []rowcodec.Value, present []bool) *wire.OpResult {
+// sync.forbidden. A crdt value needs a merger for its column's crdtType
+// (§5.10.2). Blob references are checked once the commit is staged
+// (checkBlobs, §5.9.6).
+func (e *Engine) unsupportedValues(i int, st *schema.Table, vals []rowcodec.Value, present []bool) *wire.OpResult {
 	for _, j := range st.CRDTColumns {
-		if present[j] && !vals[j].Null {
-			return opError(i, syncerr.CrdtMergeFailed, "no CRDT merger is registered on this server (§5.10.2)")
+		if present[j] && !vals[j].Null && !e.cfg.CRDTMergers.Has(st.Meta[j].CRDTType) {
+			return opError(i, syncerr.CrdtMergeFailed, fmt.Sprintf("no CRDT merger is registered for crdtType %q (§5.10.2)", st.Meta[j].CRDTType))
 		}
+	}
+	return nil
+}
+
+// mergeCRDT replaces each present crdt value in vals by the merge of the
+// stored value (stored[j], or none when stored is nil or the column is
+// NULL) with it (§5.10.2, §5.10.3 rule 2). A pushed NULL keeps the stored
+// state: NULL is the empty document, and merging it changes nothing. A
+// merger error rejects the operation with sync.crdt_merge_failed, so the
+// commit rolls back (§6.4).
+func (e *Engine) mergeCRDT(i int, st *schema.Table, vals []rowcodec.Value, present []bool, stored []rowcodec.Value) *wire.OpResult {
+	for _, j := range st.CRDTColumns {
+		if !present[j] {
+			continue
+		}
+		var old []byte // none: a new row, or NULL (the empty document)
+		if stored != nil && !stored[j].Null && len(stored[j].Bytes) > 0 {
+			old = stored[j].Bytes
+		}
+		if vals[j].Null {
+			if stored != nil {
+				vals[j] = stored[j]
+			}
+			continue
+		}
+		// A value larger than a row could never be stored; refusing it
+		// before the merge bounds the merger's memory by the row limit.
+		if n := len(vals[j].Bytes); n > e.limits.MaxRowBytes {
+			return opError(i, syncerr.ConstraintViolation, fmt.Sprintf("crdt value is %d bytes; one row may hold at most %d", n, e.limits.MaxRowBytes))
+		}
+		m, ok := e.cfg.CRDTMergers.Lookup(st.Meta[j].CRDTType)
+		if !ok {
+			return opError(i, syncerr.CrdtMergeFailed, fmt.Sprintf("no CRDT merger is registered for crdtType %q (§5.10.2)", st.Meta[j].CRDTType))
+		}
+		out, err := m.Merge(old, vals[j].Bytes)
+		if err != nil {
+			// The merger's message says what is wrong with the bytes; it
+			// never echoes them.
+			return opError(i, syncerr.CrdtMergeFailed, fmt.Sprintf("column %q: the %s merger refused the value: %v (§5.10.2)", st.Columns[j].Name, st.Meta[j].CRDTType, err))
+		}
+		vals[j] = rowcodec.Value{Bytes: out}
 	}
 	return nil
 }

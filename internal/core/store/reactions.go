@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"cmp"
+	"context"
+)
 
 // PlannedReaction is one durable server reaction planned for a commit
 // (SPEC §6.9 "Planned record"). It is stored with the commit it belongs
@@ -47,6 +50,15 @@ func (s ReactionState) String() string {
 type ReactionID struct {
 	Seq   int64
 	Index int32
+}
+
+// CompareReactionIDs orders reactions as their commits are ordered (and
+// by their place in a commit's plan).
+func CompareReactionIDs(a, b ReactionID) int {
+	if c := cmp.Compare(a.Seq, b.Seq); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Index, b.Index)
 }
 
 // Reaction is the delivery record of one planned reaction.

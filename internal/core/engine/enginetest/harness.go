@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
@@ -135,6 +136,8 @@ type Options struct {
 	LeaseTTL time.Duration
 	// NoGroupCommit is passed to the engine.
 	NoGroupCommit bool
+	// CRDTMergers is passed to the engine (§5.10.2); nil has none.
+	CRDTMergers crdt.Registry
 }
 
 // New builds a harness over st and segs.
@@ -170,7 +173,8 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
 		Checkpoints: o.Checkpoints,
 		Blobs:       o.Blobs, BlobPresigner: o.BlobPresigner,
-		OnCommit: o.OnCommit, Reactions: o.Reactions, NoGroupCommit: o.NoGroupCommit,
+		OnCommit: o.OnCommit, Reactions: o.Reactions, CRDTMergers: o.CRDTMergers,
+		NoGroupCommit: o.NoGroupCommit,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)

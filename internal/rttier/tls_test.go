@@ -1,4 +1,4 @@
-package main
+package rttier
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"github.com/skyfold/syncular-lambda/internal/wiring"
 	"io"
 	"log"
 	"log/slog"
@@ -341,7 +342,7 @@ func TestMainProcess(t *testing.T) {
 	if os.Getenv("REALTIME_TEST_MAIN") != "1" {
 		t.Skip("runs only as the child of TestTierStartFailsOnBadCertificate")
 	}
-	main()
+	Main(wiring.Hooks{})
 }
 
 // A missing or bad certificate stops the tier's start with exit status 1

@@ -1,4 +1,4 @@
-package main
+package rttier
 
 import (
 	"context"
@@ -59,6 +59,12 @@ type Tier struct {
 // secret references are resolved here (wiring.AWSDeps); advertise is the
 // hint port's base URL as peers and the fanout function reach it.
 func New(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, logger *slog.Logger, advertise string) (*Tier, error) {
+	return NewWith(ctx, cfg, clients, logger, advertise, wiring.Hooks{})
+}
+
+// NewWith is New with an app's hooks (validators and reaction planning
+// apply to socket pushes as to HTTP ones).
+func NewWith(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, logger *slog.Logger, advertise string, hooks wiring.Hooks) (*Tier, error) {
 	sch, err := wiring.LoadSchema(cfg)
 	if err != nil {
 		return nil, err
@@ -78,6 +84,7 @@ func New(ctx context.Context, cfg *config.Config, clients *wiring.AWSClients, lo
 	// A commit made through one of this instance's sockets hints its own
 	// hub at once; other instances learn of it from the stream.
 	deps.OnCommit = func(p string, c *store.Commit) { t.hub.Hint(p, c.Seq) }
+	deps.Hooks = hooks
 	eng, err := wiring.NewEngine(cfg, deps)
 	if err != nil {
 		return nil, err
