@@ -230,140 +230,33 @@ func logItems(p string, c *store.Commit, body []byte) ([]map[string]types.Attrib
 // requires appliedSeq = maxCommitSeq, at most one commit per partition is
 // ever unmaterialized, and it is finished before the next one lands.
 func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitRequest) error {
-	seq := req.ExpectedMaxSeq + 1
-	if req.Commit.Seq != seq {
-		return fmt.Errorf("dynamostore: commit seq %d does not follow expected head %d", req.Commit.Seq, req.ExpectedMaxSeq)
-	}
-	if err := checkOutcomeKey(partition, req.Commit.ClientID, req.Commit.ClientCommitID); err != nil {
-		return err
-	}
-	rows := dedupeRows(req.Rows)
-	for i := range req.Rows {
-		if err := checkRowKey(partition, &req.Rows[i]); err != nil {
-			return err
-		}
-		if err := checkScopeKeys(&req.Rows[i]); err != nil {
-			return err
-		}
-	}
-	index := scopeIndexActions(s.table, partition, seq, req.Rows)
-	// The log carries what roll-forward needs to write the rows again:
-	// the changes plus each one's column versions, or explicit rows when
-	// the changes do not imply them.
-	var explicit []store.RowWrite
-	cvs := changeCVs(req.Commit.Changes, req.Rows)
-	derived, err := rowsFromChanges(seq, req.Commit.Changes, cvs)
+	parts, err := s.commitParts(partition, req)
 	if err != nil {
 		return err
 	}
-	if !sameRows(dedupeRows(derived), rows) {
-		explicit, cvs = req.Rows, nil
-	}
-	refs := dedupeRefs(req.RefWrites)
-	for i := range refs {
-		if err := checkRefKey(partition, &refs[i]); err != nil {
-			return err
-		}
-	}
-	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions)
-	chunks, err := logItems(partition, &req.Commit, body)
-	if err != nil {
-		return err
-	}
-	if req.WriterVersion > 0 {
-		chunks[0][lWriter] = N(req.WriterVersion)
-	}
-
+	seq, body, logBytes, rowBytes := parts.seq, parts.body, parts.logBytes, parts.rowBytes
 	// [0] head, [1] outcome, [2…] log.
-	items := make([]txItem, 0, 2+len(chunks)+len(rows))
+	items := make([]txItem, 0, 1+len(parts.log)+len(parts.rows)+len(parts.checks))
 	items = append(items, txItem{}) // head, filled per attempt
-	oitem := s.outcomeItem(partition, req.Commit.ClientID, req.Commit.ClientCommitID, &req.Outcome)
-	if ItemSize(oitem) > itemBudget {
-		return fmt.Errorf("dynamostore: outcome of %d bytes: %w", ItemSize(oitem), store.ErrTooLarge)
-	}
-	notExists := aws.String("attribute_not_exists(pk)")
-	ocond, onames, ovals := outcomeAbsent(req.Outcome.RecordedAtMs)
-	items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: oitem,
-		ConditionExpression: aws.String(ocond), ExpressionAttributeNames: onames, ExpressionAttributeValues: ovals}}, size: ItemSize(oitem)})
-	for _, it := range chunks {
-		items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: it, ConditionExpression: notExists}}, size: ItemSize(it)})
-	}
-	// The log's scope index (logindex.go) lands with the log itself.
-	items = append(items, logIndexActions(s.table, partition, seq, req.Commit.Changes)...)
-	// A backfill batch moves its checkpoint in the same transaction,
-	// conditioned on its owner epoch (store.CommitRequest.Advance).
+	items = append(items, parts.log...)
 	advIdx := -1
-	if req.Advance != nil {
-		advIdx = len(items)
-		items = append(items, txItem{size: 200, w: types.TransactWriteItem{Update: s.advanceUpdate(partition, req.Advance, req.Commit.CreatedAtMs)}})
-	}
-	logBytes := 200 // head
-	for _, it := range items[1:] {
-		logBytes += it.size
+	if parts.advIdx >= 0 {
+		advIdx = 1 + parts.advIdx
 	}
 	if len(items) > txMaxActions || logBytes > txMaxBytes {
-		return fmt.Errorf("dynamostore: commit of %d bytes in %d log items exceeds one transaction: %w", logBytes, len(chunks), store.ErrTooLarge)
+		return fmt.Errorf("dynamostore: commit of %d bytes in %d log items exceeds one transaction: %w", logBytes, parts.chunks, store.ErrTooLarge)
 	}
-	rowActs := make([]txItem, len(rows))
-	rowBytes := 0
-	for i := range rows {
-		rowActs[i] = rowAction(s.table, partition, seq, &rows[i])
-		if rowActs[i].size > itemBudget {
-			return fmt.Errorf("dynamostore: row %q of table %q is %d bytes, over the %d-byte item limit: %w",
-				rows[i].Row.RowID, rows[i].Table, rowActs[i].size, MaxItemBytes, store.ErrTooLarge)
-		}
-		rowBytes += rowActs[i].size
-	}
-	for i := range refs {
-		a := refAction(s.table, partition, &refs[i])
-		rowActs = append(rowActs, a)
-		rowBytes += a.size
-	}
-	for _, a := range index {
-		rowActs = append(rowActs, a)
-		rowBytes += a.size
-	}
-	// Rows read with the head in one batch (store.RowRead) must still be
-	// as read: the condition rides on the row's own Put when the commit
-	// writes it inline, else a ConditionCheck of the row.
-	var checks []txItem
-	var allChecks []txItem
-	if rr := readRowChecks(partition, req.ReadRows); rr != nil {
-		written := make(map[rowKey]bool, len(rows))
-		for i := range rows {
-			k := rowKey{rows[i].Table, rows[i].Row.RowID}
-			if r, ok := rr[k]; ok {
-				written[k] = true
-				put := rowActs[i].w.Put
-				put.ConditionExpression, put.ExpressionAttributeValues = rowReadCondition(r)
-			}
-		}
-		done := make(map[rowKey]bool, len(rr))
-		for _, r := range req.ReadRows {
-			k := rowKey{r.Table, r.RowID}
-			if _, ok := rr[k]; !ok || done[k] {
-				continue
-			}
-			done[k] = true
-			c := rowReadCheck(s.table, partition, rr[k])
-			allChecks = append(allChecks, c)
-			if !written[k] {
-				checks = append(checks, c)
-				rowBytes += c.size
-			}
-		}
-	}
-	inline := len(items)+len(rowActs)+len(checks) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
+	inline := len(items)+len(parts.rows)+len(parts.checks) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
 	update := "SET mx = :n, li = if_not_exists(li, :n)"
 	if inline {
 		update = "SET mx = :n, ap = :n, li = if_not_exists(li, :n)"
-		items = append(items, rowActs...)
-		items = append(items, checks...)
-	} else if len(allChecks) > 0 {
-		if len(items)+len(allChecks) > txMaxActions {
-			return fmt.Errorf("dynamostore: %d read-row checks do not fit the log transaction of a large commit", len(allChecks))
+		items = append(items, parts.rows...)
+		items = append(items, parts.checks...)
+	} else if len(parts.allChecks) > 0 {
+		if len(items)+len(parts.allChecks) > txMaxActions {
+			return fmt.Errorf("dynamostore: %d read-row checks do not fit the log transaction of a large commit", len(parts.allChecks))
 		}
-		items = append(items, allChecks...)
+		items = append(items, parts.allChecks...)
 	}
 	cond, vals := commitCondition(req)
 	vals[":n"] = N(seq)
@@ -463,6 +356,148 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		return wrap("append commit", err)
 	}
 	return store.ErrHeadMoved
+}
+
+// commitParts are the per-commit items of one commit request at its
+// seq (ExpectedMaxSeq+1), everything but the partition head's update:
+// the outcome, log and log-index items (log, outcome first), the row,
+// reference and scope-copy writes (rows, each row conditioned on being
+// as read when the evaluation read it), and the checks of rows read but
+// not written. Commit and CommitGroup (group.go) build their
+// transactions from them alone.
+type commitParts struct {
+	seq  int64
+	body []byte
+	// log: [0] outcome Put, then log chunks, log index, checkpoint advance.
+	log      []txItem
+	advIdx   int // index in log of the advance, -1 for none
+	chunks   int
+	logBytes int // log plus the head's budget
+	rows     []txItem
+	// checks: read rows the commit does not write (inline); allChecks:
+	// every read row (the large-commit path, rows written later).
+	checks, allChecks []txItem
+	rowBytes          int // rows plus checks
+}
+
+func (s *Store) commitParts(partition string, req *store.CommitRequest) (*commitParts, error) {
+	seq := req.ExpectedMaxSeq + 1
+	if req.Commit.Seq != seq {
+		return nil, fmt.Errorf("dynamostore: commit seq %d does not follow expected head %d", req.Commit.Seq, req.ExpectedMaxSeq)
+	}
+	if err := checkOutcomeKey(partition, req.Commit.ClientID, req.Commit.ClientCommitID); err != nil {
+		return nil, err
+	}
+	rows := dedupeRows(req.Rows)
+	for i := range req.Rows {
+		if err := checkRowKey(partition, &req.Rows[i]); err != nil {
+			return nil, err
+		}
+		if err := checkScopeKeys(&req.Rows[i]); err != nil {
+			return nil, err
+		}
+	}
+	index := scopeIndexActions(s.table, partition, seq, req.Rows)
+	// The log carries what roll-forward needs to write the rows again:
+	// the changes plus each one's column versions, or explicit rows when
+	// the changes do not imply them.
+	var explicit []store.RowWrite
+	cvs := changeCVs(req.Commit.Changes, req.Rows)
+	derived, err := rowsFromChanges(seq, req.Commit.Changes, cvs)
+	if err != nil {
+		return nil, err
+	}
+	if !sameRows(dedupeRows(derived), rows) {
+		explicit, cvs = req.Rows, nil
+	}
+	refs := dedupeRefs(req.RefWrites)
+	for i := range refs {
+		if err := checkRefKey(partition, &refs[i]); err != nil {
+			return nil, err
+		}
+	}
+	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions)
+	chunks, err := logItems(partition, &req.Commit, body)
+	if err != nil {
+		return nil, err
+	}
+	if req.WriterVersion > 0 {
+		chunks[0][lWriter] = N(req.WriterVersion)
+	}
+	cp := &commitParts{seq: seq, body: body, advIdx: -1, chunks: len(chunks)}
+	items := make([]txItem, 0, 1+len(chunks))
+	oitem := s.outcomeItem(partition, req.Commit.ClientID, req.Commit.ClientCommitID, &req.Outcome)
+	if ItemSize(oitem) > itemBudget {
+		return nil, fmt.Errorf("dynamostore: outcome of %d bytes: %w", ItemSize(oitem), store.ErrTooLarge)
+	}
+	notExists := aws.String("attribute_not_exists(pk)")
+	ocond, onames, ovals := outcomeAbsent(req.Outcome.RecordedAtMs)
+	items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: oitem,
+		ConditionExpression: aws.String(ocond), ExpressionAttributeNames: onames, ExpressionAttributeValues: ovals}}, size: ItemSize(oitem)})
+	for _, it := range chunks {
+		items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: it, ConditionExpression: notExists}}, size: ItemSize(it)})
+	}
+	// The log's scope index (logindex.go) lands with the log itself.
+	items = append(items, logIndexActions(s.table, partition, seq, req.Commit.Changes)...)
+	// A backfill batch moves its checkpoint in the same transaction,
+	// conditioned on its owner epoch (store.CommitRequest.Advance).
+	if req.Advance != nil {
+		cp.advIdx = len(items)
+		items = append(items, txItem{size: 200, w: types.TransactWriteItem{Update: s.advanceUpdate(partition, req.Advance, req.Commit.CreatedAtMs)}})
+	}
+	cp.log = items
+	cp.logBytes = 200 // head
+	for _, it := range items {
+		cp.logBytes += it.size
+	}
+	rowActs := make([]txItem, len(rows))
+	for i := range rows {
+		rowActs[i] = rowAction(s.table, partition, seq, &rows[i])
+		if rowActs[i].size > itemBudget {
+			return nil, fmt.Errorf("dynamostore: row %q of table %q is %d bytes, over the %d-byte item limit: %w",
+				rows[i].Row.RowID, rows[i].Table, rowActs[i].size, MaxItemBytes, store.ErrTooLarge)
+		}
+		cp.rowBytes += rowActs[i].size
+	}
+	for i := range refs {
+		a := refAction(s.table, partition, &refs[i])
+		rowActs = append(rowActs, a)
+		cp.rowBytes += a.size
+	}
+	for _, a := range index {
+		rowActs = append(rowActs, a)
+		cp.rowBytes += a.size
+	}
+	// Rows read with the head in one batch (store.RowRead) must still be
+	// as read: the condition rides on the row's own Put when the commit
+	// writes it inline, else a ConditionCheck of the row.
+	if rr := readRowChecks(partition, req.ReadRows); rr != nil {
+		written := make(map[rowKey]bool, len(rows))
+		for i := range rows {
+			k := rowKey{rows[i].Table, rows[i].Row.RowID}
+			if r, ok := rr[k]; ok {
+				written[k] = true
+				put := rowActs[i].w.Put
+				put.ConditionExpression, put.ExpressionAttributeValues = rowReadCondition(r)
+			}
+		}
+		done := make(map[rowKey]bool, len(rr))
+		for _, r := range req.ReadRows {
+			k := rowKey{r.Table, r.RowID}
+			if _, ok := rr[k]; !ok || done[k] {
+				continue
+			}
+			done[k] = true
+			c := rowReadCheck(s.table, partition, rr[k])
+			cp.allChecks = append(cp.allChecks, c)
+			if !written[k] {
+				cp.checks = append(cp.checks, c)
+				cp.rowBytes += c.size
+			}
+		}
+	}
+	cp.rows = rowActs
+	return cp, nil
 }
 
 // commitCondition is the head condition of a commit: the head where the

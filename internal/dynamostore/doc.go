@@ -275,6 +275,29 @@
 // data that needs more belongs in more partitions (the sync partition is
 // the unit of ordering, §2.1).
 //
+// # Group commit: several commits per turn (group.go, issue 20)
+//
+// A turn can land more than one commit. A waiter not in its turn
+// publishes the commit it evaluated on its ticket (one PutItem, pk
+// P#<partition>#G, sk the ticket, the request gob-encoded, TTL one
+// hour); the holder of the turn reads the publications after its ticket
+// (one consistent Query, issued beside its own read so its turn gains no
+// round trip) and lands its commit and theirs in one TransactWriteItems:
+// one head update (mx and ap to the last seq, tn to the last ticket),
+// then each member's items from commitParts (commit.go, the one function
+// that builds a commit's items) at consecutive seqs, every one inline,
+// within 100 actions / 4 MB. A member is left out, with the members
+// after it, when it does not fit, touches an item an earlier member
+// touches (a row both write or read), carries another writer version or
+// gate token, or cancels the transaction by its own condition (its
+// outcome exists: exactly once, §2.3; a row it read changed): the
+// transaction is retried without it, and it lands in its own turn. The
+// waiter finds the turn past its ticket and reads its outcome (one
+// GetItem) to answer. The engine publishes only evaluations that depend
+// on nothing but the rows read with the head (no validators, references,
+// blob checks or reactions) and never evaluates a member itself, so a
+// member has exactly its own request's authority (TestGroupCommit).
+//
 // # Rolling schema upgrades (schema.go)
 //
 // The serve gate costs no round trip and reads no item shared by

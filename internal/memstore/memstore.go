@@ -67,6 +67,9 @@ type Store struct {
 	marker int64
 	// leases are the §7.3 auth leases (leases.go), under their own lock.
 	leases leaseTable
+	// pubs are commits published for group commit (group.go).
+	pubMu sync.Mutex
+	pubs  map[pubKey]*store.CommitRequest
 }
 
 var _ store.Store = (*Store)(nil)
@@ -345,23 +348,43 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	seq := req.ExpectedMaxSeq + 1
-	if req.Commit.Seq != seq {
-		return fmt.Errorf("memstore: commit seq %d does not follow expected head %d", req.Commit.Seq, req.ExpectedMaxSeq)
-	}
 	p := s.lookup(partition)
 	if p == nil {
 		return ErrUnknownPartition
 	}
-	// Encode outside the lock: it is the expensive part and touches only
-	// caller memory. The lock only copies the entry into the arena.
 	buf := getScratch()
 	defer putScratch(buf)
+	pc, err := prepareCommit(buf, req)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return s.commitLocked(p, req, pc)
+}
+
+// preparedCommit is a commit request encoded outside the partition's
+// lock: its log entry (in the caller's scratch buffer), its outcome key
+// and the row entries it will write.
+type preparedCommit struct {
+	entry []byte
+	l     entryLayout
+	k     string
+	rows  []*rowEntry
+}
+
+// prepareCommit encodes req into buf. Encoding is the expensive part and
+// touches only caller memory; the lock only copies the entry into the
+// arena.
+func prepareCommit(buf *[]byte, req *store.CommitRequest) (*preparedCommit, error) {
+	seq := req.ExpectedMaxSeq + 1
+	if req.Commit.Seq != seq {
+		return nil, fmt.Errorf("memstore: commit seq %d does not follow expected head %d", req.Commit.Seq, req.ExpectedMaxSeq)
+	}
 	entry, l := appendCommit((*buf)[:0], &req.Commit, req.WriterVersion, &req.Outcome)
 	*buf = entry
-	k := viewBytes(entry[l.keyOff:l.keyEnd])
-	h := p.outcomes.hash(k)
-	rows := make([]*rowEntry, len(req.Rows))
+	pc := &preparedCommit{entry: entry, l: l, k: viewBytes(entry[l.keyOff:l.keyEnd])}
+	pc.rows = make([]*rowEntry, len(req.Rows))
 	for i := range req.Rows {
 		w := &req.Rows[i]
 		e := &rowEntry{row: store.Row{RowID: w.Row.RowID, Deleted: true, Scopes: cloneRow(&w.Row).Scopes}}
@@ -370,11 +393,16 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			e.row.Deleted = false
 		}
 		e.row.CommitSeq = seq
-		rows[i] = e
+		pc.rows[i] = e
 	}
+	return pc, nil
+}
 
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// commitLocked checks and applies one prepared commit; p.mu is held.
+func (s *Store) commitLocked(p *partState, req *store.CommitRequest, pc *preparedCommit) error {
+	seq := req.ExpectedMaxSeq + 1
+	entry, l, k, rows := pc.entry, pc.l, pc.k, pc.rows
+	h := p.outcomes.hash(k)
 	// The idempotency check goes first: when both fail, replaying the
 	// recorded outcome is what the engine ends up doing anyway.
 	if s.liveOutcomeLocked(p, h, k, req.Outcome.RecordedAtMs) {
@@ -392,6 +420,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		h := p.head
 		h.Gate = p.gateLocked()
 		return &store.HeadMovedError{Head: h}
+	}
+	if !p.rowsAsReadLocked(req.ReadRows) {
+		return store.ErrHeadMoved
 	}
 	var adv *store.Checkpoint
 	if req.Advance != nil {

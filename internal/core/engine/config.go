@@ -255,6 +255,9 @@ type Config struct {
 	// Reactions, when set, plans the §6.9 durable reactions of every
 	// accepted commit; Store must then implement store.ReactionStore.
 	Reactions reactions.Planner
+	// NoGroupCommit turns group commit (groupcommit.go) off on a store
+	// that supports it: every queued commit lands alone in its turn.
+	NoGroupCommit bool
 	// CRDTMergers merges pushed crdt column values into the stored ones
 	// (§5.10.2); crdt.Default() holds yjs-doc. With none, a push carrying
 	// a crdt value fails with sync.crdt_merge_failed; with a registry, New

@@ -81,6 +81,9 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		if err != nil {
 			return nil, err
 		}
+		if run.grouped != nil {
+			return run.grouped, nil
+		}
 		if again {
 			attempt-- // a read for the turn is not a lost race
 			continue

@@ -24,6 +24,9 @@ type pushRun struct {
 	// hooks are the validators installed when the commit started (never
 	// nil; empty for none).
 	hooks *validate.Hooks
+	// grouped: a holder landed this waiter's published commit; its
+	// answer (groupcommit.go).
+	grouped *wire.PushResult
 }
 
 // readHead reads the partition head into run.head.
@@ -68,6 +71,10 @@ type commitPacer interface {
 	settle(ctx context.Context, run *pushRun, ev *evaluation) (again bool, err error)
 	// stamp puts the turn the commit takes on its request.
 	stamp(creq *store.CommitRequest)
+	// commit appends the commit; a queue may land commits others
+	// published with it (group commit). last is the highest commitSeq
+	// that landed.
+	commit(ctx context.Context, run *pushRun, creq *store.CommitRequest) (last int64, err error)
 	// landed notes a commit that was appended; lost one that lost its
 	// race (store.ErrHeadMoved).
 	landed(run *pushRun, creq *store.CommitRequest)
@@ -111,9 +118,12 @@ func (backoff) prepare(ctx context.Context, run *pushRun, attempt int) error {
 func (backoff) readsHead() bool                                             { return false }
 func (backoff) settle(context.Context, *pushRun, *evaluation) (bool, error) { return false, nil }
 func (backoff) stamp(*store.CommitRequest)                                  {}
-func (backoff) landed(*pushRun, *store.CommitRequest)                       {}
-func (backoff) lost(*pushRun, error)                                        {}
-func (backoff) release(context.Context)                                     {}
+func (backoff) commit(ctx context.Context, run *pushRun, creq *store.CommitRequest) (int64, error) {
+	return creq.Commit.Seq, run.e.store.Commit(ctx, run.rs.auth.Partition, creq)
+}
+func (backoff) landed(*pushRun, *store.CommitRequest) {}
+func (backoff) lost(*pushRun, error)                  {}
+func (backoff) release(context.Context)               {}
 
 // prepare: a queued commit takes its ticket and waits for its turn. The
 // first read uses the head the request read with the rows (or reads it
@@ -132,6 +142,7 @@ func (qs *queueState) prepare(ctx context.Context, run *pushRun, attempt int) er
 	if err := qs.wait(ctx); err != nil {
 		return storeErr(err, "wait for the commit turn")
 	}
+	qs.prefetchPublished(ctx, run)
 	qs.readStart = time.Now()
 	if run.rs.prefetch != nil {
 		qs.readStart = time.Time{} // no read to time
@@ -160,6 +171,17 @@ func (qs *queueState) settle(ctx context.Context, run *pushRun, ev *evaluation) 
 		return false, nil
 	}
 	qs.polls++
+	if run.head.Turn >= qs.ticket {
+		// The turn passed the ticket: a holder may have landed the
+		// commit this waiter published (group commit).
+		res, err := qs.groupedResult(ctx, run)
+		if err != nil || res != nil {
+			run.grouped = res
+			return false, err
+		}
+	} else if err := qs.publish(ctx, run, ev); err != nil {
+		return false, err
+	}
 	if qs.polls > maxQueuePolls {
 		return false, syncerr.New(syncerr.RateLimited, "partition is too busy: commit waited %d reads for its turn", maxQueuePolls)
 	}
@@ -167,6 +189,14 @@ func (qs *queueState) settle(ctx context.Context, run *pushRun, ev *evaluation) 
 		return false, err
 	}
 	return true, nil
+}
+
+// commit: a queued commit lands with the commits published behind it
+// (groupcommit.go).
+func (qs *queueState) commit(ctx context.Context, run *pushRun, creq *store.CommitRequest) (int64, error) {
+	last, ticket, err := qs.commitGrouped(ctx, run, creq)
+	qs.groupTicket = ticket
+	return last, err
 }
 
 func (qs *queueState) stamp(creq *store.CommitRequest) {
@@ -181,7 +211,7 @@ func (qs *queueState) stamp(creq *store.CommitRequest) {
 func (qs *queueState) landed(run *pushRun, creq *store.CommitRequest) {
 	if creq.Ticket > 0 {
 		qs.ticket = 0
-		run.e.queueMemo.noteOwn(qs.partition, creq.Ticket, time.Now().UnixMicro(), creq.TurnGapUs)
+		run.e.queueMemo.noteOwn(qs.partition, max(creq.Ticket, qs.groupTicket), time.Now().UnixMicro(), creq.TurnGapUs)
 	}
 }
 
@@ -291,7 +321,7 @@ func (e *Engine) land(ctx context.Context, run *pushRun, ev *evaluation, pacer c
 	if err := e.gateForCommit(rs, run.head, creq); err != nil {
 		return nil, false, err
 	}
-	err = e.store.Commit(ctx, rs.auth.Partition, creq)
+	last, err := pacer.commit(ctx, run, creq)
 	if stopped, retry, refusal := e.gateCommitError(err); stopped {
 		return nil, retry, refusal
 	}
@@ -300,8 +330,8 @@ func (e *Engine) land(ctx context.Context, run *pushRun, ev *evaluation, pacer c
 	}
 	switch {
 	case err == nil:
+		rs.head.MaxCommitSeq = max(creq.Commit.Seq, last)
 		pacer.landed(run, creq)
-		rs.head.MaxCommitSeq = creq.Commit.Seq
 		rs.report.CommittedSeq = max(rs.report.CommittedSeq, creq.Commit.Seq)
 		if e.cfg.OnCommit != nil {
 			e.cfg.OnCommit(rs.auth.Partition, &creq.Commit)

@@ -46,6 +46,8 @@ const (
 type queueState struct {
 	q         store.CommitQueue
 	partition string
+	// groupable: the store lands published commits in groups.
+	groupable bool
 	// queued: the commit takes a ticket before its next attempt.
 	queued bool
 	// ticket held (0: none); seen is the newest head read, whose turn
@@ -65,6 +67,18 @@ type queueState struct {
 	// marked: this waiter marked itself waiting at turn markedTurn.
 	marked     bool
 	markedTurn int64
+	// published: the ticket whose holder published its commit for group
+	// commit (groupcommit.go); groupTicket is the last ticket the
+	// commit's group landed.
+	published   int64
+	groupTicket int64
+	// pubs: the commits published after ticket pubsFor, read while the
+	// commit read its rows (prefetchPublished).
+	pubs    chan []*store.CommitRequest
+	pubsFor int64
+	// lineAtTake: how many tickets were ahead of this one, as far as
+	// the commit knew, when it took it.
+	lineAtTake int64
 }
 
 // commitQueue returns the store's queue, nil when it has none.
@@ -73,7 +87,7 @@ func (e *Engine) commitQueue(partition string, entry store.Head) *queueState {
 	if !ok {
 		return nil
 	}
-	qs := &queueState{q: q, partition: partition, seen: entry}
+	qs := &queueState{q: q, partition: partition, seen: entry, groupable: e.grouper() != nil}
 	// Join directly when the turn moved recently: commits are queuing,
 	// unless the queue's last two turns were this instance's own alone.
 	if entry.TurnAtUs > 0 && time.Now().UnixMicro()-entry.TurnAtUs < queueActiveWindow.Microseconds() &&
@@ -91,6 +105,7 @@ func (qs *queueState) take(ctx context.Context) error {
 		return storeErr(err, "take commit ticket")
 	}
 	qs.ticket = t
+	qs.lineAtTake = t - 1 - qs.seen.Turn
 	qs.defaultGap = max(3*time.Since(start), time.Millisecond)
 	return nil
 }
@@ -111,6 +126,14 @@ func (qs *queueState) delay() time.Duration {
 	ahead := qs.ticket - 1 - qs.seen.Turn
 	if qs.ticket == 0 || ahead <= 0 {
 		return 0
+	}
+	if qs.groupable && qs.published != qs.ticket {
+		return 0 // evaluate now, and publish for group commit
+	}
+	if qs.published == qs.ticket {
+		// Published: the next turn's holder may land it, and the turn
+		// then jumps past several tickets at once; look after each turn.
+		ahead = 1
 	}
 	g := qs.gap()
 	now := time.Now()
@@ -444,7 +467,7 @@ func (e *Engine) ticketFirst(ctx context.Context, partition string) (*queueState
 	if !ok {
 		return nil, nil
 	}
-	qs := &queueState{q: q, partition: partition, queued: true,
+	qs := &queueState{q: q, partition: partition, queued: true, groupable: e.grouper() != nil,
 		seen: store.Head{Turn: t.turn, TurnAtUs: t.atUs, TurnGapUs: t.gapUs}}
 	if err := qs.take(ctx); err != nil {
 		return nil, err

@@ -75,10 +75,14 @@ type Report struct {
 	// answered with an existing publication (§5.1), and the rows those
 	// scans read against the rows the pages carried.
 	CommitRacesLost int
-	SegmentsBuilt   int
-	SegmentsReused  int
-	RowsScanned     int
-	RowsDelivered   int
+	// Group commit (groupcommit.go): commits this request published
+	// while waiting, published commits of others it landed with its own,
+	// and its commits another request landed for it.
+	GroupPublished, GroupMembers, GroupedCommits int
+	SegmentsBuilt                                int
+	SegmentsReused                               int
+	RowsScanned                                  int
+	RowsDelivered                                int
 
 	gate *store.Gate // serve-gate state read at entry (gate.go)
 }

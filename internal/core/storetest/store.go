@@ -91,6 +91,11 @@ func RunStore(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RefIndex/ManyQueries", testRefsManyQueries},
 		{"RefIndex/BlobEntries", testRefsBlobEntries},
 		{"RefIndex/UnknownPartition", testRefsUnknownPartition},
+		{"GroupCommit/LandsInOrder", testGroupLandsInOrder},
+		{"GroupCommit/MemberOutcomeExists", testGroupMemberOutcomeExists},
+		{"GroupCommit/MemberRowChanged", testGroupMemberRowChanged},
+		{"GroupCommit/LeadFails", testGroupLeadFails},
+		{"GroupCommit/Publications", testGroupPublications},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newPartition(t, newStore)) })

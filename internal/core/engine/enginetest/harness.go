@@ -134,6 +134,8 @@ type Options struct {
 	// LeaseTTL > 0 turns auth leases on (§7.3), kept by the store, which
 	// must then implement store.LeaseStore.
 	LeaseTTL time.Duration
+	// NoGroupCommit is passed to the engine.
+	NoGroupCommit bool
 	// CRDTMergers is passed to the engine (§5.10.2); nil has none.
 	CRDTMergers crdt.Registry
 }
@@ -172,6 +174,7 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 		Checkpoints: o.Checkpoints,
 		Blobs:       o.Blobs, BlobPresigner: o.BlobPresigner,
 		OnCommit: o.OnCommit, Reactions: o.Reactions, CRDTMergers: o.CRDTMergers,
+		NoGroupCommit: o.NoGroupCommit,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
