@@ -1,7 +1,8 @@
 // Package syncular builds this sync backend's functions with an app's own
-// code: a scope resolver, durable reactions and, as they are added, the
-// other server hooks of the Syncular spec. An app writes one small main
-// package per function that calls the same App:
+// code: write validators (§6.7) and whole-commit validators (§6.8),
+// durable reactions (§6.9), CRDT mergers (§5.10) and a scope resolver
+// (§3.2). An app writes one small main package per function that calls
+// the same App:
 //
 //	// functions/push/main.go of the app
 //	func main() { myapp.App().LambdaMain(syncular.Push) }

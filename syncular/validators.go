@@ -46,7 +46,8 @@ type Operation struct {
 // that loses a race on its partition is evaluated again).
 type RowValidator func(ctx context.Context, who Caller, op *Operation) error
 
-// Commit operations, for a whole-commit validator.
+// CommitOperations is a pushed commit as a whole-commit validator sees
+// it: who pushed it and every operation in order.
 type CommitOperations struct {
 	Caller
 	Operations []Operation
