@@ -230,6 +230,20 @@ func logItems(p string, c *store.Commit, body []byte) ([]map[string]types.Attrib
 // requires appliedSeq = maxCommitSeq, at most one commit per partition is
 // ever unmaterialized, and it is finished before the next one lands.
 func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitRequest) error {
+	err := s.commit(ctx, partition, req, s.indexOn(partition))
+	if errors.Is(err, errIndexOn) {
+		// The head's log index is on (logindex.go, adaptive): the same
+		// commit with its entries.
+		err = s.commit(ctx, partition, req, true)
+	}
+	return err
+}
+
+// commit is Commit with or without the log-index entries: indexed is
+// what this instance knows of the partition's log index. A commit
+// without entries is conditioned on the index being off and fails with
+// errIndexOn when it is on.
+func (s *Store) commit(ctx context.Context, partition string, req *store.CommitRequest, indexed bool) error {
 	seq := req.ExpectedMaxSeq + 1
 	if req.Commit.Seq != seq {
 		return fmt.Errorf("dynamostore: commit seq %d does not follow expected head %d", req.Commit.Seq, req.ExpectedMaxSeq)
@@ -286,8 +300,11 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	for _, it := range chunks {
 		items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: it, ConditionExpression: notExists}}, size: ItemSize(it)})
 	}
-	// The log's scope index (logindex.go) lands with the log itself.
-	items = append(items, logIndexActions(s.table, partition, seq, req.Commit.Changes)...)
+	// The log's scope index (logindex.go) lands with the log itself, once
+	// the partition has it on.
+	if indexed {
+		items = append(items, logIndexActions(s.table, partition, seq, req.Commit.Changes)...)
+	}
 	// A backfill batch moves its checkpoint in the same transaction,
 	// conditioned on its owner epoch (store.CommitRequest.Advance).
 	advIdx := -1
@@ -352,9 +369,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		}
 	}
 	inline := len(items)+len(rowActs)+len(checks) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
-	update := "SET mx = :n, li = if_not_exists(li, :n)"
+	update := "SET mx = :n"
 	if inline {
-		update = "SET mx = :n, ap = :n, li = if_not_exists(li, :n)"
+		update = "SET mx = :n, ap = :n"
 		items = append(items, rowActs...)
 		items = append(items, checks...)
 	} else if len(allChecks) > 0 {
@@ -365,6 +382,12 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	}
 	cond, vals := commitCondition(req)
 	vals[":n"] = N(seq)
+	if indexed {
+		// The first commit with entries starts the index (logindex.go).
+		update += ", " + hLogIndexFrom + " = if_not_exists(" + hLogIndexFrom + ", :n)"
+	} else {
+		cond += " AND " + indexOffCondition
+	}
 	if req.Ticket > 0 {
 		// A queued commit (store.CommitQueue) also takes its turn.
 		cond += " AND " + turnCondition(req.Ticket-1)
@@ -435,6 +458,10 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 				// The condition's ALL_OLD image is the current head: the
 				// engine's retry starts from it without reading it again.
 				return &store.HeadMovedError{Head: h.Head}
+			}
+			s.noteIndex(partition, h)
+			if !indexed && h.indexOn() {
+				return errIndexOn
 			}
 			// The head is where the caller read it but its last commit is
 			// not materialized yet: finish it, then try again.

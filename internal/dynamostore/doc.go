@@ -90,19 +90,59 @@
 // item, keyed by rowId, stays what a push reads (GetRows), so a push
 // still reads head and rows in one BatchGetItem. The copy costs one more
 // item per scope variable on every row write: a 1-op insert is 10 WCU
-// (was 8; 12 with the log index below), and a commit inlines at most
+// (was 8; 12 with a log-index entry, below), and a commit inlines at most
 // about 48 one-variable rows (each row is two actions of the
 // transaction's 100) before it takes the log-then-materialize path. Partitions created before the index read
 // the row items per value until syncular-admin backfills them
 // (BackfillScopeIndex, resumable and safe under traffic).
 //
-// # Log scope index (§3.1; issue 11)
+// # Log scope index (§3.1; issues 11 and 23)
 //
-// Each commit also writes, in its log transaction, one key-only entry per
-// (table, scope variable, value) it touches (a single "*" entry per table
-// past 16 of them), so an incremental pull of a long window reads the
-// entries of its values and then only those commits (logindex.go): +2 WCU
-// on a 1-op push. Prune deletes the entries with their commit.
+// A commit of a partition whose log index is on also writes, in its log
+// transaction, one key-only entry per (table, scope variable, value) it
+// touches (a single "*" entry per table past 16 of them), so an
+// incremental pull of a long window reads the entries of its values and
+// then only those commits (logindex.go): +2 WCU on a 1-op push. Prune
+// deletes the entries with their commit. The index is adaptive (issue
+// 23): a new partition starts without it, so its 1-op push is 10 WCU, not
+// 12; the first scoped pull that reads a window of at least 64 commits
+// from the log and finds fewer than 1 in 8 of them touching its values
+// turns it on for every later commit (one UpdateItem of the head, once
+// per partition; Options.IndexNewPartitions starts it on). Partitions
+// written before keep theirs (their head has hLogIndexFrom). A commit
+// written without entries is conditioned on the head's index being off,
+// so none lands after the index started (logindex.go has the argument).
+//
+// # Read consistency (issue 23)
+//
+// A consistent read costs 1 RCU per 4 KB, an eventually consistent one
+// half that, but may miss a write of the last second or so. Every read
+// of this package is consistent, because each one's answer is either
+// the base of a conditional write or something a client keeps:
+//
+//   - the head (TouchPartition, readHead, the serve gate's re-read): the
+//     commit's expected seq, the writer fence, the gate token, the pull's
+//     cursor and the roll-forward watermark; a stale head would hand a
+//     client a cursor behind commits it then never asks for again, or
+//     let roll-forward skip a commit;
+//   - the rows a push reads with the head (ReadRows conditions rest on
+//     them; a stale row evaluates the push against a state that never
+//     was) and GetRows;
+//   - the outcome (§2.3): a replay must find it;
+//   - bootstrap pages (ScanScopedRows, ScanRows): a copy written just
+//     before the snapshot's cursor and missed would be lost to the
+//     client, which pulls only after the cursor;
+//   - the log index Query (an entry missed would skip a commit the
+//     client then never sees; nothing detects the gap, since the entries
+//     of one value are not contiguous seqs);
+//   - the commit log (ReadLog, the indexed log items) and the reference
+//     index: the same, read below the consistent head's watermark.
+//
+// What could be eventually consistent, and is not yet: the log items,
+// which never change once written (put-if-absent) and whose seqs are
+// gapless above the horizon, so a read that misses one is detectable and
+// can be repeated consistently (about half of an incremental pull's
+// units); the schema marker is already a cached copy (schema.go).
 //
 // # Item sizes
 //
@@ -127,10 +167,11 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (head+rows read, Commit)    2    2   12   (TouchPartitionRows)
-//	push, 50 ops (large-commit path)       5   53  218   (appliedSeq moves with the last batch;
+//	push, 1 op (head+rows read, Commit)    2    2   10   (TouchPartitionRows;
+//	                                                      12 with the log index on)
+//	push, 50 ops (large-commit path)       5   52  216   (appliedSeq moves with the last batch;
 //	                                                      measured with the marker read)
-//	push, 1 delete (tombstone Put)         2    2   12
+//	push, 1 delete (tombstone Put)         2    2   10   (12 with the log index on)
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
 //	incremental pull, 64 commits           1    6    0   (store read: the log)
 //	incremental pull, 1 of 1,001 commits   6    8    0   (engine, scope index and

@@ -374,7 +374,7 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 	if err := checkPartition(partition); err != nil {
 		return 0, err
 	}
-	var target int64
+	var target, indexFrom int64
 	for attempt := 0; ; attempt++ {
 		h, ok, err := s.readHead(ctx, partition)
 		if err != nil || !ok {
@@ -385,7 +385,7 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 				return 0, err
 			}
 		}
-		target = min(horizonSeq, h.MaxCommitSeq)
+		target, indexFrom = min(horizonSeq, h.MaxCommitSeq), h.indexFrom
 		if target <= h.HorizonSeq {
 			return 0, nil
 		}
@@ -402,7 +402,7 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 			return 0, err
 		}
 	}
-	return s.pruneLog(ctx, partition, target)
+	return s.pruneLog(ctx, partition, target, indexFrom)
 }
 
 // pruneLog deletes the log items at or below target. Before any item of
@@ -413,7 +413,11 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 // tombstones left, so skipping it (it no longer decodes) loses nothing.
 // Log items are read whole; a projection would not lower the read cost,
 // which DynamoDB charges on item size.
-func (s *Store) pruneLog(ctx context.Context, p string, target int64) (int, error) {
+//
+// indexFrom is the head's first commit with log-index entries (0: none
+// yet): the entries of commits from it on go with their log items;
+// earlier commits have none (logindex.go).
+func (s *Store) pruneLog(ctx context.Context, p string, target, indexFrom int64) (int, error) {
 	var (
 		removed int
 		seq     = int64(-1)
@@ -438,8 +442,10 @@ func (s *Store) pruneLog(ctx context.Context, p string, target int64) (int, erro
 			}
 			// The commit's log-index entries go with its log items; the
 			// horizon, already advanced, tells readers they may be gone.
-			for _, k := range logIndexKeys(p, lb.changes) {
-				keys = append(keys, Key(k, seqSK(seq)))
+			if indexFrom > 0 && seq >= indexFrom {
+				for _, k := range logIndexKeys(p, lb.changes) {
+					keys = append(keys, Key(k, seqSK(seq)))
+				}
 			}
 			rows, err := lb.materialization(seq)
 			if err != nil {

@@ -41,6 +41,10 @@ type Options struct {
 	// issue 20). The writer fence, not the marker, stops a stale writer
 	// (schema.go, "cached marker").
 	MarkerTTL time.Duration
+	// IndexNewPartitions creates partitions with the log index on
+	// (logindex.go) instead of waiting for a pull to show they are wide:
+	// for deployments whose partitions are known to be wide, and tests.
+	IndexNewPartitions bool
 	// AfterLogWrite, when set, runs after a large commit's log transaction
 	// and before its rows are materialized; a non-nil error aborts Commit
 	// there (crash injection for tests).
@@ -56,7 +60,9 @@ type Store struct {
 	scanPage  int32
 	logPage   int32
 	afterLog  func() error
+	indexNew  bool
 	marker    markerCache
+	index     indexState
 }
 
 var _ store.Store = (*Store)(nil)
@@ -72,6 +78,7 @@ func New(client *dynamodb.Client, table string, opts Options) *Store {
 		scanPage:  opts.ScanPageSize,
 		logPage:   opts.LogPageSize,
 		afterLog:  opts.AfterLogWrite,
+		indexNew:  opts.IndexNewPartitions,
 	}
 	s.marker.init(opts.MarkerTTL)
 	if opts.LastSeenRefresh <= 0 {
@@ -105,6 +112,9 @@ type head struct {
 	// indexFrom: the first commit with log-index entries (hLogIndexFrom,
 	// logindex.go); 0 when none yet.
 	indexFrom int64
+	// indexRequested: a pull turned the partition's log index on
+	// (hLogIndexOn, logindex.go); the next commit starts it.
+	indexRequested bool
 	// rollSeq, rollBatches: the large commit being materialized and how
 	// many of its batches are written (hRollSeq, hRollDone, commit.go).
 	rollSeq, rollBatches int64
@@ -122,6 +132,8 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 	h.LastSeenAtMs, ok[5] = getN(item, hSeen)
 	h.scoped, _ = getBool(item, hScoped) // absent before the index existed
 	h.indexFrom, _ = getN(item, hLogIndexFrom)
+	// hLogIndexOn is absent until a wide pull (or IndexNewPartitions).
+	h.indexRequested, _ = getBool(item, hLogIndexOn)
 	h.rollSeq, _ = getN(item, hRollSeq) // absent unless a materialization is under way
 	h.rollBatches, _ = getN(item, hRollDone)
 	h.rollPlan, _ = getS(item, hRollPlan)
@@ -165,6 +177,9 @@ func (s *Store) readHead(ctx context.Context, p string) (head, bool, error) {
 		return head{}, false, err
 	}
 	h, err := parseHead(item)
+	if err == nil {
+		s.noteIndex(p, h)
+	}
 	return h, err == nil, err
 }
 
@@ -250,6 +265,9 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 		item[hEpoch], item[hRequired], item[hMax], item[hApplied], item[hHorizon], item[hSeen] =
 			S(newEpoch), BOOL(false), N(0), N(0), N(0), N(nowMs)
 		item[hScoped] = BOOL(true) // a new partition indexes every row from its first commit
+		if s.indexNew {
+			item[hLogIndexOn] = BOOL(true)
+		}
 		created := store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs}
 		var err error
 		if marker == 0 {
@@ -278,6 +296,7 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 		if err != nil {
 			return store.Head{}, err
 		}
+		s.noteIndex(partition, head{indexRequested: s.indexNew})
 		return created, nil
 	}
 	h.Gate = withMarker(h.Gate, marker)
