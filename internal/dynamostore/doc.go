@@ -1,8 +1,10 @@
 // Package dynamostore is the DynamoDB implementation of store.Store: one
 // table (keys.go has the item layout) written with conditional
 // transactions, so commits stay gapless and exactly-once across any
-// number of Lambda instances (SPEC §2.1, §2.3, §6.4). Every correctness
-// read is strongly consistent; the table has no GSI.
+// number of Lambda instances (SPEC §2.1, §2.3, §6.4). Every read whose
+// answer a write or a client relies on is strongly consistent, except a
+// pull's log read, whose misses show and are read again consistently
+// ("Read consistency" below); the table has no GSI.
 //
 // # Push: log first, roll forward
 //
@@ -116,9 +118,22 @@
 // # Read consistency (issue 23)
 //
 // A consistent read costs 1 RCU per 4 KB, an eventually consistent one
-// half that, but may miss a write of the last second or so. Every read
-// of this package is consistent, because each one's answer is either
-// the base of a conditional write or something a client keeps:
+// half that, but may miss a write of the last second or so (or, in
+// principle, longer). A read is eventually consistent only where a miss
+// is detected and a stale answer cannot be wrong:
+//
+//   - the commit log of a pull (ReadLog, and the part of ReadLogScoped
+//     read from the log; readLogCheap in read.go): a log item never
+//     changes once written (put-if-absent, all chunks in one
+//     transaction), so a stale answer can only lack items, and commit
+//     seqs are gapless above the horizon, so the first seq that does not
+//     follow the last one handed on ends the cheap read and the rest of
+//     the window is read consistently. A replicated window costs half
+//     the units; a lagging one costs its cheap part on top.
+//
+// Every other read is consistent, because its answer is the base of a
+// conditional write or something a client keeps, and a miss would not
+// show:
 //
 //   - the head (TouchPartition, readHead, the serve gate's re-read): the
 //     commit's expected seq, the writer fence, the gate token, the pull's
@@ -131,18 +146,18 @@
 //   - the outcome (§2.3): a replay must find it;
 //   - bootstrap pages (ScanScopedRows, ScanRows): a copy written just
 //     before the snapshot's cursor and missed would be lost to the
-//     client, which pulls only after the cursor;
+//     client, which pulls only after the cursor, and rows carry no
+//     sequence to show a miss;
 //   - the log index Query (an entry missed would skip a commit the
-//     client then never sees; nothing detects the gap, since the entries
-//     of one value are not contiguous seqs);
-//   - the commit log (ReadLog, the indexed log items) and the reference
-//     index: the same, read below the consistent head's watermark.
+//     client then never sees; the entries of one value are not
+//     contiguous seqs, so nothing shows the miss), and the indexed log
+//     items, read in the head's BatchGetItem (one consistency per call);
+//   - the reference index (§6.11 enforcement counts children);
+//   - roll-forward's read of the commit it finishes, and the checks of
+//     ActivateCheckpoint and migrate (they go through ReadLog, which
+//     answers as a consistent read would).
 //
-// What could be eventually consistent, and is not yet: the log items,
-// which never change once written (put-if-absent) and whose seqs are
-// gapless above the horizon, so a read that misses one is detectable and
-// can be repeated consistently (about half of an incremental pull's
-// units); the schema marker is already a cached copy (schema.go).
+// The schema marker is a cached copy already (schema.go).
 //
 // # Item sizes
 //
@@ -173,7 +188,8 @@
 //	                                                      measured with the marker read)
 //	push, 1 delete (tombstone Put)         2    2   10   (12 with the log index on)
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
-//	incremental pull, 64 commits           1    6    0   (store read: the log)
+//	incremental pull, 64 commits           1    3    0   (store read: the log,
+//	                                                      eventually consistent; 6 before)
 //	incremental pull, 1 of 1,001 commits   6    8    0   (engine, scope index and
 //	                                                       serve-gate re-read; make load-dynamodb)
 //	bootstrap page, 1000 rows of a scope   2   61    0   (whatever the table's size)

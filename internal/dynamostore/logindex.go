@@ -367,7 +367,7 @@ func (b *indexedBatches) fetch(ctx context.Context) error {
 // order; stop reports that fn asked to stop.
 func (s *Store) readLogUntil(ctx context.Context, partition string, afterSeq, upto int64, fn func(*store.Commit) bool) (stop bool, err error) {
 	var derr error
-	err = s.readLog(ctx, partition, afterSeq, upto, func(c *store.Commit, _ *logBody, err error) bool {
+	err = s.readLogCheap(ctx, partition, afterSeq, upto, func(c *store.Commit, _ *logBody, err error) bool {
 		if err != nil {
 			derr = err
 			return false

@@ -138,7 +138,9 @@ func (s *Store) updateItem(ctx context.Context, op string, in *dynamodb.UpdateIt
 // until it returns false or the results end.
 func (s *Store) query(ctx context.Context, op string, in *dynamodb.QueryInput, page func([]map[string]types.AttributeValue) bool) error {
 	in.TableName = s.table
-	in.ConsistentRead = aws.Bool(true)
+	if in.ConsistentRead == nil { // consistent unless asked otherwise
+		in.ConsistentRead = aws.Bool(true)
+	}
 	in.ReturnConsumedCapacity = total
 	for {
 		var out *dynamodb.QueryOutput
@@ -153,7 +155,11 @@ func (s *Store) query(ctx context.Context, op string, in *dynamodb.QueryInput, p
 		if err != nil {
 			return wrap(op, err)
 		}
-		RecordEstimate(ctx, queryUnits(out.Items), 0)
+		ru := queryUnits(out.Items)
+		if !*in.ConsistentRead {
+			ru /= 2
+		}
+		RecordEstimate(ctx, ru, 0)
 		if len(out.Items) > 0 && !page(out.Items) {
 			return nil
 		}

@@ -205,7 +205,7 @@ func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, through
 		return err
 	}
 	var derr error
-	err := s.readLog(ctx, partition, afterSeq, throughSeq, func(c *store.Commit, _ *logBody, err error) bool {
+	err := s.readLogCheap(ctx, partition, afterSeq, throughSeq, func(c *store.Commit, _ *logBody, err error) bool {
 		if err != nil {
 			derr = err
 			return false
@@ -218,11 +218,53 @@ func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, through
 	return derr
 }
 
+// readLogCheap is readLog at half the read units: the window is read
+// eventually consistently first. That is exact where it answers: a log
+// item never changes once written (put-if-absent, every chunk in the
+// commit's transaction), so an eventually consistent read can only miss
+// items, never return other content. And a miss shows: commit seqs are
+// gapless above the horizon, so the first seq that does not follow the
+// last one handed on (a commit not yet replicated, a chunk missing, the
+// window's tail, or commits pruned away) ends the cheap read, and the
+// rest of the window, from that seq, is read consistently as before.
+// A window reaching below the horizon therefore costs its consistent
+// read on top (the engine reads above its horizon), and the caller sees
+// every commit a consistent read would show, once, in order.
+func (s *Store) readLogCheap(ctx context.Context, p string, afterSeq, throughSeq int64, fn func(*store.Commit, *logBody, error) bool) error {
+	afterSeq = max(afterSeq, 0)
+	next := afterSeq + 1 // the first seq not handed on
+	stopped := false
+	err := s.readLogAt(ctx, p, afterSeq, throughSeq, false, func(c *store.Commit, lb *logBody, err error) bool {
+		if err != nil {
+			stopped = true
+			return fn(nil, nil, err)
+		}
+		if c.Seq != next {
+			return false // a gap: from here on consistently
+		}
+		next = c.Seq + 1
+		if !fn(c, lb, nil) {
+			stopped = true
+			return false
+		}
+		return true
+	})
+	if err != nil || stopped || next > throughSeq {
+		return err
+	}
+	return s.readLogAt(ctx, p, next-1, throughSeq, true, fn)
+}
+
 // readLog queries log items for afterSeq < seq ≤ throughSeq in sk order,
 // reassembles chunked commits and decodes them. A commit with missing
 // chunks can only be one Prune is deleting (the horizon advances before
 // deletes start), so it is skipped like the already deleted ones.
 func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int64, fn func(*store.Commit, *logBody, error) bool) error {
+	return s.readLogAt(ctx, p, afterSeq, throughSeq, true, fn)
+}
+
+// readLogAt is readLog, eventually consistent unless consistent.
+func (s *Store) readLogAt(ctx context.Context, p string, afterSeq, throughSeq int64, consistent bool, fn func(*store.Commit, *logBody, error) bool) error {
 	afterSeq = max(afterSeq, 0)
 	if throughSeq <= afterSeq {
 		return nil
@@ -266,7 +308,8 @@ func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int6
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":pk": S(logPK(p)), ":lo": S(seqSK(afterSeq + 1)), ":hi": S(seqRangeHi(throughSeq)),
 		},
-		Limit: aws.Int32(s.logPage),
+		Limit:          aws.Int32(s.logPage),
+		ConsistentRead: aws.Bool(consistent),
 	}, func(items []map[string]types.AttributeValue) bool {
 		for _, it := range items {
 			sk, _ := getS(it, AttrSK)
