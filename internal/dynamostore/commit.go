@@ -677,17 +677,28 @@ func (s *Store) materialize(ctx context.Context, p string, seq int64, acts []txI
 		return s.advanceApplied(ctx, p, seq)
 	}
 	plan := planPrint(batches)
+	plain := monotonic(acts)
 	for k := h.rollDone(seq, plan); k < len(batches); {
-		items := make([]txItem, 0, 1+len(batches[k]))
-		items = append(items, s.progressUpdate(p, seq, plan, k, len(batches)))
-		items = append(items, batches[k]...)
-		err := s.transact(ctx, "materialize rows", items)
+		var err error
+		if plain {
+			err = s.writeBatchPlain(ctx, p, seq, plan, k, batches)
+		} else {
+			items := make([]txItem, 0, 1+len(batches[k]))
+			items = append(items, s.progressUpdate(p, seq, plan, k, len(batches)))
+			items = append(items, batches[k]...)
+			err = s.transact(ctx, "materialize rows", items)
+			if codes, _ := cancelReasons(err); len(codes) > 0 && codes[0] == "ConditionalCheckFailed" {
+				err = errProgressMoved
+			} else if err != nil {
+				err = wrap("materialize rows", err)
+			}
+		}
 		if err == nil {
 			k++
 			continue
 		}
-		if codes, _ := cancelReasons(err); len(codes) == 0 || codes[0] != "ConditionalCheckFailed" {
-			return wrap("materialize rows", err)
+		if !errors.Is(err, errProgressMoved) {
+			return err
 		}
 		// Another instance wrote this batch (or finished the commit), or
 		// this one's batch landed but its answer was lost: read where the
@@ -709,6 +720,65 @@ func (s *Store) materialize(ctx context.Context, p string, seq int64, acts []txI
 		k = next
 	}
 	return nil
+}
+
+// errProgressMoved: the head's progress of a materialization is not
+// where the batch being written expected it.
+var errProgressMoved = errors.New("dynamostore: materialization progress moved")
+
+// monotonic reports whether every action of a materialization is a Put
+// of an item carrying its commit seq (rows, tombstones, scope copies and
+// their tombstones): such a materialization is written with plain
+// conditional writes instead of transactions (writeBatchPlain). The
+// reference index's puts and deletes carry no seq, so a commit with
+// reference writes keeps the fenced transactions.
+func monotonic(acts []txItem) bool {
+	for _, a := range acts {
+		if a.w.Put == nil || a.w.Put.Item[rSeq] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// plainConcurrency is how many of a batch's plain writes are in flight.
+const plainConcurrency = 16
+
+// writeBatchPlain writes batch k of commit seq's materialization as one
+// conditional PutItem per action, then records the batch with the same
+// head update a transactional batch carries (progressUpdate: the fence
+// and the progress; the last batch advances appliedSeq). Each Put is
+// conditioned on the stored item's commit seq being at most seq
+// ("attribute_not_exists(pk) OR cs <= seq"), so writing it again is
+// idempotent and a late write never lowers an item: where a later
+// commit wrote or deleted the row or copy (deletes are tombstones with
+// their cs), the condition fails and the item stays. That per-item
+// condition is what lets the writes go outside a transaction: the fence
+// on the head keeps a stale roller from recording progress, and the cs
+// condition keeps its writes from mattering. A batch cut off before its
+// head update is written again by the next roller (one batch at most).
+// Each write costs 1 WCU per KB instead of 2 in a transaction.
+func (s *Store) writeBatchPlain(ctx context.Context, p string, seq int64, plan string, k int, batches [][]txItem) error {
+	err := fanOut(plainConcurrency, batches[k], func(a txItem) error {
+		err := s.putItem(ctx, "materialize rows", a.w.Put.Item, "attribute_not_exists(pk) OR cs <= :s",
+			map[string]types.AttributeValue{":s": N(seq)})
+		if isConditionFailed(err) {
+			return nil // a later commit wrote or deleted it: it stays
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	u := s.progressUpdate(p, seq, plan, k, len(batches)).w.Update
+	_, err = s.updateItem(ctx, "materialize rows: progress", &dynamodb.UpdateItemInput{
+		Key: u.Key, UpdateExpression: u.UpdateExpression, ConditionExpression: u.ConditionExpression,
+		ExpressionAttributeValues: u.ExpressionAttributeValues,
+	})
+	if isConditionFailed(err) {
+		return errProgressMoved
+	}
+	return err
 }
 
 // advanceApplied moves appliedSeq to seq once its rows are written (a

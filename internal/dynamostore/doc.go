@@ -17,24 +17,56 @@
 // maxCommitSeq. A larger commit advances only maxCommitSeq; its rows are
 // materialized afterwards in batches of at most 99 actions, planned from
 // the log body alone (so every instance cuts the same batches). Each
-// batch is one transaction with a head update conditioned on the fence
-// "appliedSeq < seq" and on the progress recorded there (fs = seq,
-// fb = batches written, fp = a print of the batch plan, so a build that
-// cuts other batches starts over instead of skipping); it records one
-// more batch, and the last batch advances appliedSeq itself. Any reader that depends on rows (GetRows,
-// ScanRows, Commit, Prune) first finishes such a commit from the log,
-// starting at the first batch not written: a materialization cut off by
-// a crash or a request's deadline is never redone, so a partition
-// recovers within a few requests whatever the commit's size
-// (TestRollForwardResumes: a 499-operation commit cut off after 2 of its
-// 11 batches is finished by the 4th push of at most 4 write transactions
-// each, and by the 3rd such prune; before, every request restarted at
-// the first batch and none finished). Concurrent rollers take the
-// batches in turn: the loser of one reads the head and goes on from
-// there. The fence, rather than a per-row commitSeq condition, is what
-// makes replays safe: once appliedSeq passed a commit no stale roller can
-// write, so it can neither regress a row nor resurrect one a later commit
-// deleted.
+// batch ends with a head update conditioned on the fence "appliedSeq <
+// seq" and on the progress recorded there (fs = seq, fb = batches
+// written, fp = a print of the batch plan, so a build that cuts other
+// batches starts over instead of skipping); it records one more batch,
+// and the last batch advances appliedSeq itself. Any reader that depends
+// on rows (GetRows, ScanRows, Commit, Prune) first finishes such a
+// commit from the log, starting at the first batch not recorded: a
+// materialization cut off by a crash or a request's deadline is not
+// redone (at most the batch it was in), so a partition recovers within a
+// few requests whatever the commit's size (TestRollForwardResumes: a
+// 499-operation commit cut off after 2 of its 11 batches is finished by
+// the 4th push of at most 4 write rounds each, and by the 3rd such
+// prune; before progress was recorded, every request restarted at the
+// first batch and none finished). Concurrent rollers take the batches in
+// turn: the loser of one reads the head and goes on from there.
+//
+// Plain batches (issue 23). A batch whose actions are all Puts of items
+// carrying their commit seq (rows, tombstones, scope copies and their
+// tombstones: every commit without reference-index writes) is written
+// outside any transaction, one PutItem per action (16 in flight) at
+// 1 WCU per KB instead of 2, then recorded by the head update alone
+// (writeBatchPlain). Each Put is conditioned "attribute_not_exists(pk)
+// OR cs <= seq". Why that is as safe as the transaction was:
+//
+//   - Visibility does not change: readers still see the commit's rows
+//     only through appliedSeq, which only the last batch's head update
+//     moves, after every batch's writes returned; until then every reader
+//     that depends on rows rolls the commit forward first (§2.1: a commit
+//     becomes visible whole).
+//   - Replays are idempotent: writing an item again with the same seq
+//     stores the same item.
+//   - A stale roller (one still writing after another instance finished
+//     the commit and later commits changed its rows) can no longer record
+//     progress (the fence), and its writes cannot lower an item: a later
+//     commit's write or delete left a higher cs there, deletes included,
+//     because a deleted row and a deleted scope copy are tombstones
+//     carrying the deleting commit's cs (not absent items), so the
+//     condition fails and the item stays. The one absent item a stale
+//     write could fill is a tombstone Prune already deleted; Prune only
+//     reaches commits older than the partition's retention, far beyond
+//     any request's deadline, which bounds how late a roller's write can
+//     arrive.
+//   - Reference-index entries carry no seq (a stale put could bring an
+//     entry back, a stale delete remove one), so a commit with reference
+//     writes keeps the fenced transactions, whose head condition stops a
+//     stale roller before any write.
+//
+// A 50-operation insert's materialization (50 rows and 50 scope copies)
+// was two transactions at 2 WCU per item and is now 100 PutItems and 2
+// head updates: 216 → 116 WCU for the push, 12 more round trips.
 //
 // # Column versions and tombstones (§2.2, §4.6 of the wire-3 spec)
 //
@@ -55,13 +87,15 @@
 //   - The log body (format 2) carries each change's encoded column
 //     versions (1 byte when none), so a large commit's roll-forward writes
 //     the same column versions and tombstones as an inline one; the
-//     appliedSeq fence keeps replays idempotent. Format-1 bodies, from
+//     appliedSeq fence and each write's cs condition keep replays
+//     idempotent. Format-1 bodies, from
 //     before, still decode (rows with nil column versions).
 //   - Prune never scans the row table: for each commit at or below the
 //     new horizon it reads the commit's log items (which it deletes
-//     anyway), deletes that commit's tombstones with a conditional
-//     DeleteItem (dl = true AND cs ≤ horizon, so a recreated or re-deleted
-//     row stays; 8 in flight), and only then the log items: an interrupted
+//     anyway), deletes that commit's tombstones (rows and scope copies)
+//     with a conditional DeleteItem (dl = true AND cs ≤ horizon, so a
+//     recreated or re-deleted row stays; 8 in flight), and only then the
+//     log items: an interrupted
 //     prune leaves no tombstone behind a deleted log item.
 //
 // # Reference index (§6.11)
@@ -85,8 +119,10 @@
 //
 // Every live row of a scoped table also lives once per stored scope
 // under a pk of its (table, variable, value) (scopeindex.go), written
-// and deleted in the same transaction as the row item (scope values are
-// immutable after insert, §3.4, so a copy never moves). A bootstrap page
+// with the row item, in its transaction or its roll-forward (scope
+// values are immutable after insert, §3.4, so a copy never moves); a
+// delete leaves a tombstone there too, skipped by reads and removed by
+// Prune (issue 23: the plain roll-forward relies on it). A bootstrap page
 // Queries only the pks of the requested values (ScanScopedRows), so a
 // 1% scope of a table costs about 1% of the table's read units; the row
 // item, keyed by rowId, stays what a push reads (GetRows), so a push

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -320,4 +321,28 @@ func cancelReasons(err error) ([]string, []map[string]types.AttributeValue) {
 
 func rateLimited(op string, attempts int) error {
 	return syncerr.New(syncerr.RateLimited, "storage is busy (%s: items still unprocessed after %d attempts)", op, attempts)
+}
+
+// fanOut calls fn for each of xs, at most n at a time, and returns the
+// first error any call returned (every call runs).
+func fanOut[T any](n int, xs []T, fn func(T) error) error {
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for _, x := range xs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(x); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
 }

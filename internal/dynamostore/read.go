@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -494,7 +493,7 @@ func (s *Store) pruneLog(ctx context.Context, p string, target, indexFrom int64)
 			if err != nil {
 				return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 			}
-			if err := s.dropTombstones(ctx, p, target, dedupeRows(rows)); err != nil {
+			if err := s.dropTombstones(ctx, p, target, rows); err != nil {
 				return err
 			}
 		}
@@ -557,29 +556,30 @@ const pruneConcurrency = 8
 // materialization) that are still tombstones at or below horizon: a
 // recreated row, or one deleted again after the horizon, stays.
 func (s *Store) dropTombstones(ctx context.Context, p string, horizon int64, rows []store.RowWrite) error {
-	sem := make(chan struct{}, pruneConcurrency)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for i := range rows {
-		w := &rows[i]
-		if !w.Delete {
-			continue
+	return fanOut(pruneConcurrency, tombstoneKeys(s.table, p, rows), func(key map[string]types.AttributeValue) error {
+		err := s.deleteItem(ctx, "delete pruned tombstone", key,
+			"dl = :t AND cs <= :h", map[string]types.AttributeValue{":t": BOOL(true), ":h": N(horizon)})
+		if isConditionFailed(err) {
+			return nil // recreated, deleted again, or gone
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			err := s.deleteItem(ctx, "delete pruned tombstone", Key(rowPK(p, w.Table), rowSK(w.Row.RowID)),
-				"dl = :t AND cs <= :h", map[string]types.AttributeValue{":t": BOOL(true), ":h": N(horizon)})
-			if err != nil && !isConditionFailed(err) {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-		})
+		return err
+	})
+}
+
+// tombstoneKeys are the keys of the tombstones a commit's row writes
+// (in commit order) leave: the row items of its deletes and the scope
+// copies whose final state is deleted (scopeIndexActions).
+func tombstoneKeys(tbl *string, p string, rows []store.RowWrite) []map[string]types.AttributeValue {
+	var keys []map[string]types.AttributeValue
+	for _, w := range dedupeRows(rows) {
+		if w.Delete {
+			keys = append(keys, Key(rowPK(p, w.Table), rowSK(w.Row.RowID)))
+		}
 	}
-	wg.Wait()
-	return first
+	for _, a := range scopeIndexActions(tbl, p, 0, rows) {
+		if put := a.w.Put; put != nil && put.Item[rDeleted] != nil {
+			keys = append(keys, Key(put.Item[AttrPK].(*types.AttributeValueMemberS).Value, put.Item[AttrSK].(*types.AttributeValueMemberS).Value))
+		}
+	}
+	return keys
 }
