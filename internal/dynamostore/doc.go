@@ -186,8 +186,11 @@
 //     sequence to show a miss;
 //   - the log index Query (an entry missed would skip a commit the
 //     client then never sees; the entries of one value are not
-//     contiguous seqs, so nothing shows the miss), and the indexed log
-//     items, read in the head's BatchGetItem (one consistency per call);
+//     contiguous seqs, so nothing shows the miss), and the first
+//     indexed log items, read in the head's BatchGetItem (one consistency
+//     per call; the later batches of listed log items are eventually
+//     consistent, a key missing from the answer read again consistently:
+//     indexedBatches.fetch);
 //   - the reference index (§6.11 enforcement counts children);
 //   - roll-forward's read of the commit it finishes, and the checks of
 //     ActivateCheckpoint and migrate (they go through ReadLog, which
@@ -220,12 +223,13 @@
 //	operation                          trips  RCU  WCU
 //	push, 1 op (head+rows read, Commit)    2    2   10   (TouchPartitionRows;
 //	                                                      12 with the log index on)
-//	push, 50 ops (large-commit path)       5   52  216   (appliedSeq moves with the last batch;
-//	                                                      measured with the marker read)
+//	push, 50 ops (large-commit path)     105   52  114   (log transaction, 100 plain Puts,
+//	                                                      2 progress updates; was 5 / 216
+//	                                                      with transactional batches)
 //	push, 1 delete (tombstone Put)         2    2   10   (12 with the log index on)
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
-//	incremental pull, 64 commits           1    3    0   (store read: the log,
-//	                                                      eventually consistent; 6 before)
+//	incremental pull, 100 commits          1    4    0   (store read: the log, eventually
+//	                                                      consistent; 8 consistent)
 //	incremental pull, 1 of 1,001 commits   6    8    0   (engine, scope index and
 //	                                                       serve-gate re-read; make load-dynamodb)
 //	bootstrap page, 1000 rows of a scope   2   61    0   (whatever the table's size)

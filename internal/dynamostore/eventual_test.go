@@ -22,8 +22,9 @@ import (
 
 // laggingClient forwards to DynamoDB Local and plays a lagging replica:
 // the items whose sort key starts with one of hide are dropped from the
-// answers to eventually consistent Queries (DynamoDB Local itself always
-// answers them consistently). It counts Queries by consistency.
+// answers to eventually consistent Queries and BatchGetItems (DynamoDB
+// Local itself always answers them consistently). It counts those calls
+// by consistency.
 type laggingClient struct {
 	base dynamodb.HTTPClient
 
@@ -33,7 +34,9 @@ type laggingClient struct {
 }
 
 func (c *laggingClient) Do(r *http.Request) (*http.Response, error) {
-	if !strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".Query") {
+	target := r.Header.Get("X-Amz-Target")
+	batch := strings.HasSuffix(target, ".BatchGetItem")
+	if !batch && !strings.HasSuffix(target, ".Query") {
 		return c.base.Do(r)
 	}
 	in, err := io.ReadAll(r.Body)
@@ -41,12 +44,19 @@ func (c *laggingClient) Do(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	r.Body = io.NopCloser(bytes.NewReader(in))
-	var req struct{ ConsistentRead *bool }
+	var req struct {
+		ConsistentRead *bool
+		RequestItems   map[string]struct{ ConsistentRead *bool }
+	}
 	if err := json.Unmarshal(in, &req); err != nil {
 		return nil, err
 	}
+	consistent := req.ConsistentRead
+	for _, ka := range req.RequestItems {
+		consistent = ka.ConsistentRead
+	}
 	c.mu.Lock()
-	eventual := req.ConsistentRead == nil || !*req.ConsistentRead
+	eventual := consistent == nil || !*consistent
 	if eventual {
 		c.eventual++
 	} else {
@@ -67,15 +77,25 @@ func (c *laggingClient) Do(r *http.Request) (*http.Response, error) {
 	if err := json.Unmarshal(body, &out); err != nil {
 		return nil, err
 	}
-	items, _ := out["Items"].([]any)
-	kept := items[:0]
-	for _, it := range items {
-		sk, _ := it.(map[string]any)["sk"].(map[string]any)["S"].(string)
-		if !slices.ContainsFunc(hide, func(h string) bool { return strings.HasPrefix(sk, h) }) {
-			kept = append(kept, it)
+	keep := func(items []any) []any {
+		kept := items[:0]
+		for _, it := range items {
+			sk, _ := it.(map[string]any)["sk"].(map[string]any)["S"].(string)
+			if !slices.ContainsFunc(hide, func(h string) bool { return strings.HasPrefix(sk, h) }) {
+				kept = append(kept, it)
+			}
 		}
+		return kept
 	}
-	out["Items"], out["Count"] = kept, len(kept)
+	if batch {
+		resp, _ := out["Responses"].(map[string]any)
+		for table, items := range resp {
+			resp[table] = keep(items.([]any))
+		}
+	} else {
+		kept := keep(out["Items"].([]any))
+		out["Items"], out["Count"] = kept, len(kept)
+	}
 	if body, err = json.Marshal(out); err != nil {
 		return nil, err
 	}
@@ -177,5 +197,53 @@ func TestReadLogEventuallyConsistent(t *testing.T) {
 	}
 	if got := read(0); !slices.Equal(got, all[2:]) {
 		t.Fatalf("ReadLog across the horizon: %v, want %v", got, all[2:])
+	}
+}
+
+// TestReadLogScopedEventuallyConsistent (issue 23): with the log index
+// on, ReadLogScoped reads the listed commits after its first batch (the
+// head's) eventually consistently, and a commit missing from that answer
+// is read again consistently, not taken for pruned.
+func TestReadLogScopedEventuallyConsistent(t *testing.T) {
+	base := ddbClient(t)
+	table := newTable(t, base)
+	lc := &laggingClient{base: base.Options().HTTPClient}
+	c := dynamodb.New(base.Options(), func(o *dynamodb.Options) { o.HTTPClient = lc })
+	s := dynamostore.New(c, table, dynamostore.Options{IndexNewPartitions: true})
+	ctx := context.Background()
+	p := "lagidx"
+	if _, err := s.TouchPartition(ctx, p, baseMs, "epoch"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	var all []int64
+	for seq := int64(1); seq <= n; seq++ {
+		if err := s.Commit(ctx, p, commitOf(seq-1, fmt.Sprint("c", seq), up(fmt.Sprint("r", seq), 1, []byte("x")))); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, seq)
+	}
+	read := func() ([]int64, int64) {
+		t.Helper()
+		var got []int64
+		hz, err := s.ReadLogScoped(ctx, p, "tasks", "org", []string{"o1"}, 0, n, func(c *store.Commit) bool {
+			got = append(got, c.Seq)
+			return true
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, hz
+	}
+	lc.lag()
+	if got, hz := read(); !slices.Equal(got, all) || hz != 0 {
+		t.Fatalf("ReadLogScoped: %v (horizon %d), want %v", got, hz, all)
+	}
+	if _, ev := lc.counts(); ev == 0 {
+		t.Error("no eventually consistent read of the listed commits")
+	}
+	lc.lag(fmt.Sprintf("%020d", 30))
+	if got, hz := read(); !slices.Equal(got, all) || hz != 0 {
+		t.Fatalf("commit 30 not replicated: ReadLogScoped %v (horizon %d), want %v", got, hz, all)
 	}
 }

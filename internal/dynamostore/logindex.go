@@ -334,16 +334,42 @@ func newIndexedBatches(s *Store, partition string, seqs []int64) *indexedBatches
 	return &indexedBatches{s: s, keys: keys, firsts: map[int64]map[string]types.AttributeValue{}}
 }
 
-// fetch reads the next batch of keys.
+// fetch reads the next batch of keys. The first carries the head and is
+// consistent; the later ones hold only log items and are read
+// eventually consistently (half the units), any key missing from that
+// answer read again consistently: an index entry is written in its
+// commit's transaction with the log item, which never changes once
+// written, so a stale answer can only lack an item, and a lacking one
+// is either not replicated yet (the consistent read finds it) or pruned
+// (it does not).
 func (b *indexedBatches) fetch(ctx context.Context) error {
 	n := batchGetMax
 	if b.fetched == 0 {
 		n = scopedFirstBatch
 	}
 	end := min(len(b.keys), b.fetched+n)
-	items, err := b.s.batchGet(ctx, "read indexed commits", b.keys[b.fetched:end])
+	keys := b.keys[b.fetched:end]
+	items, err := b.s.batchGetAt(ctx, "read indexed commits", keys, b.fetched == 0)
 	if err != nil {
 		return err
+	}
+	if b.fetched > 0 && len(items) < len(keys) {
+		got := make(map[string]bool, len(items))
+		for _, it := range items {
+			sk, _ := getS(it, AttrSK)
+			got[sk] = true
+		}
+		var missing []map[string]types.AttributeValue
+		for _, k := range keys {
+			if sk, _ := getS(k, AttrSK); !got[sk] {
+				missing = append(missing, k)
+			}
+		}
+		again, err := b.s.batchGet(ctx, "read indexed commits", missing)
+		if err != nil {
+			return err
+		}
+		items = append(items, again...)
 	}
 	b.fetched = end
 	for _, it := range items {

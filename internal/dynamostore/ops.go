@@ -174,13 +174,19 @@ func (s *Store) query(ctx context.Context, op string, in *dynamodb.QueryInput, p
 // batchGet reads keys (at most 100, distinct) consistently, retrying
 // unprocessed keys with backoff.
 func (s *Store) batchGet(ctx context.Context, op string, keys []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
+	return s.batchGetAt(ctx, op, keys, true)
+}
+
+// batchGetAt is batchGet, eventually consistent unless consistent (half
+// the units; a miss costs half a unit).
+func (s *Store) batchGetAt(ctx context.Context, op string, keys []map[string]types.AttributeValue, consistent bool) ([]map[string]types.AttributeValue, error) {
 	var items []map[string]types.AttributeValue
 	pending := keys
 	for attempt := 1; len(pending) > 0; attempt++ {
 		var out *dynamodb.BatchGetItemOutput
 		err := call(ctx, s.retry, op, func(ctx context.Context) error {
 			o, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{
-				RequestItems:           map[string]types.KeysAndAttributes{*s.table: {Keys: pending, ConsistentRead: aws.Bool(true)}},
+				RequestItems:           map[string]types.KeysAndAttributes{*s.table: {Keys: pending, ConsistentRead: aws.Bool(consistent)}},
 				ReturnConsumedCapacity: total,
 			}, NoSDKRetry)
 			if o != nil {
@@ -200,6 +206,9 @@ func (s *Store) batchGet(ctx context.Context, op string, keys []map[string]types
 		}
 		unp := out.UnprocessedKeys[*s.table].Keys
 		est += float64(len(pending) - len(got) - len(unp)) // misses cost one unit each
+		if !consistent {
+			est /= 2
+		}
 		RecordEstimate(ctx, est, 0)
 		pending = unp
 		if len(pending) == 0 {
