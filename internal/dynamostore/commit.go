@@ -228,36 +228,61 @@ func logItems(p string, c *store.Commit, body []byte) ([]map[string]types.Attrib
 // A commit that does not fit writes [0..] without rows, then materializes
 // the rows (rollForward) and advances appliedSeq. Because every commit
 // requires appliedSeq = maxCommitSeq, at most one commit per partition is
-// ever unmaterialized, and it is finished before the next one lands.
+// ever unmaterialized, and it is finished before the next one lands. A
+// small commit takes no transaction (fast.go, commitFast).
+//
+// Further per-commit items (planned reactions, say) are encoded in
+// prepare (type prepared); the transaction takes them with the log items
+// in commit, and fastCandidate sends a commit that has them the
+// transactional way until completeFast writes them too.
 func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitRequest) error {
-	err := s.commit(ctx, partition, req, s.indexOn(partition))
+	pc, err := s.prepare(partition, req)
+	if err != nil {
+		return err
+	}
+	if s.fastCandidate(partition, req, pc) {
+		// A small commit goes without a transaction (fast.go).
+		if err := s.commitFast(ctx, partition, req, pc); !errors.Is(err, errNotFast) {
+			return err
+		}
+	}
+	err = s.commit(ctx, partition, req, pc, s.indexOn(partition))
 	if errors.Is(err, errIndexOn) {
 		// The head's log index is on (logindex.go, adaptive): the same
 		// commit with its entries.
-		err = s.commit(ctx, partition, req, true)
+		err = s.commit(ctx, partition, req, pc, true)
 	}
 	return err
 }
 
-// commit is Commit with or without the log-index entries: indexed is
-// what this instance knows of the partition's log index. A commit
-// without entries is conditioned on the index being off and fails with
-// errIndexOn when it is on.
-func (s *Store) commit(ctx context.Context, partition string, req *store.CommitRequest, indexed bool) error {
+// prepared is a commit checked and encoded for the store: its final
+// row writes, reference writes, scope copies, log items and outcome item.
+type prepared struct {
+	seq     int64
+	rows    []store.RowWrite // the last write of each row
+	refs    []store.RefWrite
+	index   []txItem // scope-copy writes
+	body    []byte   // the log body
+	chunks  []map[string]types.AttributeValue
+	outcome map[string]types.AttributeValue
+}
+
+// prepare checks req's keys and sizes and encodes its items.
+func (s *Store) prepare(partition string, req *store.CommitRequest) (*prepared, error) {
 	seq := req.ExpectedMaxSeq + 1
 	if req.Commit.Seq != seq {
-		return fmt.Errorf("dynamostore: commit seq %d does not follow expected head %d", req.Commit.Seq, req.ExpectedMaxSeq)
+		return nil, fmt.Errorf("dynamostore: commit seq %d does not follow expected head %d", req.Commit.Seq, req.ExpectedMaxSeq)
 	}
 	if err := checkOutcomeKey(partition, req.Commit.ClientID, req.Commit.ClientCommitID); err != nil {
-		return err
+		return nil, err
 	}
 	rows := dedupeRows(req.Rows)
 	for i := range req.Rows {
 		if err := checkRowKey(partition, &req.Rows[i]); err != nil {
-			return err
+			return nil, err
 		}
 		if err := checkScopeKeys(&req.Rows[i]); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	index := scopeIndexActions(s.table, partition, seq, req.Rows)
@@ -268,7 +293,7 @@ func (s *Store) commit(ctx context.Context, partition string, req *store.CommitR
 	cvs := changeCVs(req.Commit.Changes, req.Rows)
 	derived, err := rowsFromChanges(seq, req.Commit.Changes, cvs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !sameRows(dedupeRows(derived), rows) {
 		explicit, cvs = req.Rows, nil
@@ -276,25 +301,34 @@ func (s *Store) commit(ctx context.Context, partition string, req *store.CommitR
 	refs := dedupeRefs(req.RefWrites)
 	for i := range refs {
 		if err := checkRefKey(partition, &refs[i]); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs)
 	chunks, err := logItems(partition, &req.Commit, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if req.WriterVersion > 0 {
 		chunks[0][lWriter] = N(req.WriterVersion)
 	}
+	oitem := outcomeItem(partition, req.Commit.ClientID, req.Commit.ClientCommitID, &req.Outcome)
+	if ItemSize(oitem) > itemBudget {
+		return nil, fmt.Errorf("dynamostore: outcome of %d bytes: %w", ItemSize(oitem), store.ErrTooLarge)
+	}
+	return &prepared{seq: seq, rows: rows, refs: refs, index: index, body: body, chunks: chunks, outcome: oitem}, nil
+}
+
+// commit is Commit with or without the log-index entries: indexed is
+// what this instance knows of the partition's log index. A commit
+// without entries is conditioned on the index being off and fails with
+// errIndexOn when it is on.
+func (s *Store) commit(ctx context.Context, partition string, req *store.CommitRequest, pc *prepared, indexed bool) error {
+	seq, rows, refs, index, body, chunks, oitem := pc.seq, pc.rows, pc.refs, pc.index, pc.body, pc.chunks, pc.outcome
 
 	// [0] head, [1] outcome, [2…] log.
 	items := make([]txItem, 0, 2+len(chunks)+len(rows))
 	items = append(items, txItem{}) // head, filled per attempt
-	oitem := outcomeItem(partition, req.Commit.ClientID, req.Commit.ClientCommitID, &req.Outcome)
-	if ItemSize(oitem) > itemBudget {
-		return fmt.Errorf("dynamostore: outcome of %d bytes: %w", ItemSize(oitem), store.ErrTooLarge)
-	}
 	notExists := aws.String("attribute_not_exists(pk)")
 	items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: oitem, ConditionExpression: notExists}}, size: ItemSize(oitem)})
 	for _, it := range chunks {
@@ -786,7 +820,7 @@ func (s *Store) writeBatchPlain(ctx context.Context, p string, seq int64, plan s
 func (s *Store) advanceApplied(ctx context.Context, p string, seq int64) error {
 	_, err := s.updateItem(ctx, "advance applied seq", &dynamodb.UpdateItemInput{
 		Key:                       Key(headPK(p), headSK),
-		UpdateExpression:          aws.String("SET ap = :s REMOVE " + hRollSeq + ", " + hRollDone + ", " + hRollPlan),
+		UpdateExpression:          aws.String("SET ap = :s REMOVE " + hRollSeq + ", " + hRollDone + ", " + hRollPlan + ", " + hPendSeq + ", " + hPendLog + ", " + hPendOutcome),
 		ConditionExpression:       aws.String("ap < :s AND mx >= :s"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":s": N(seq)},
 	})
@@ -801,6 +835,11 @@ func (s *Store) advanceApplied(ctx context.Context, p string, seq int64) error {
 // batch the head records as written.
 func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 	for seq := h.applied + 1; seq <= h.MaxCommitSeq; seq++ {
+		if done, err := s.rollForwardFast(ctx, p, &h, seq); err != nil {
+			return err
+		} else if done {
+			continue // a small commit, finished from the head (fast.go)
+		}
 		var c *store.Commit
 		var body *logBody
 		var derr error

@@ -28,6 +28,15 @@ func TestContractLogIndexOn(t *testing.T) {
 	})
 }
 
+// TestContractSmallCommits runs the contract with small commits written
+// without a transaction (fast.go).
+func TestContractSmallCommits(t *testing.T) {
+	c := ddbClient(t)
+	storetest.RunStore(t, func(t *testing.T) store.Store {
+		return dynamostore.New(c, newTable(t, c), dynamostore.Options{SmallCommits: true})
+	})
+}
+
 // TestSchemaContract runs the rolling-upgrade contract, one fresh table
 // per subtest (the schema marker is table-wide).
 func TestSchemaContract(t *testing.T) {

@@ -68,6 +68,28 @@
 // was two transactions at 2 WCU per item and is now 100 PutItems and 2
 // head updates: 216 → 116 WCU for the push, 12 more round trips.
 //
+// Small commits (issue 23, fast.go; Options.SmallCommits, off by
+// default). A commit whose log is one item,
+// without reference writes or a backfill checkpoint, in a partition whose
+// log index is off, whose head stays under 1 KB with the commit on it,
+// takes no transaction at all: a consistent read of the head, its outcome
+// key and the rows it read (after the caller's head read: a replay is
+// found, a stale row read is refused), one conditional UpdateItem of the
+// head that moves maxCommitSeq and carries the log and outcome items (the
+// commit point; it also requires no pending commit and PutRejection's
+// count unchanged), then the outcome, log item, row and scope copies as
+// plain writes (put-if-absent, or conditioned on the stored cs), then
+// appliedSeq. Until appliedSeq moves, readers finish it from the head as
+// they finish a large commit from its log (rollForward), and ReadLog does
+// when the log ends before its window. A 1-op push is 6 WCU (10 in the
+// transaction, 12 with the log-index entry) for 8 DynamoDB calls in 5
+// waves (2 in the transaction) and about 3 more RCU. It stays off by
+// default because of what it does under contention: the next writer of
+// the partition may find the previous small commit still on the head and
+// finish it again (its writes change nothing the second time, but cost
+// their units), and the queue's turn (issue 11) is held across 5 waves
+// instead of 2; the queue tests pin the transactional round trips.
+//
 // # Column versions and tombstones (§2.2, §4.6 of the wire-3 spec)
 //
 // Both live on the row item, so they add no item, no action and no round
@@ -221,12 +243,13 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (head+rows read, Commit)    2    2   10   (TouchPartitionRows;
-//	                                                      12 with the log index on)
+//	push, 1 op (head+rows read, Commit)    2    2   10   (TouchPartitionRows; 12 with the log
+//	                                                      index on; SmallCommits: 8 calls,
+//	                                                      5 RCU, 6 WCU)
 //	push, 50 ops (large-commit path)     105   52  114   (log transaction, 100 plain Puts,
 //	                                                      2 progress updates; was 5 / 216
 //	                                                      with transactional batches)
-//	push, 1 delete (tombstone Put)         2    2   10   (12 with the log index on)
+//	push, 1 delete (tombstone Put)         2    2   10   (SmallCommits: 8 / 5 / 6)
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
 //	incremental pull, 100 commits          1    4    0   (store read: the log, eventually
 //	                                                      consistent; 8 consistent)

@@ -228,7 +228,9 @@ func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, through
 // rest of the window, from that seq, is read consistently as before.
 // A window reaching below the horizon therefore costs its consistent
 // read on top (the engine reads above its horizon), and the caller sees
-// every commit a consistent read would show, once, in order.
+// every commit a consistent read would show, once, in order. When even
+// the consistent read ends before the window, the head is read: a small
+// commit not yet materialized (fast.go) is finished and read.
 func (s *Store) readLogCheap(ctx context.Context, p string, afterSeq, throughSeq int64, fn func(*store.Commit, *logBody, error) bool) error {
 	afterSeq = max(afterSeq, 0)
 	next := afterSeq + 1 // the first seq not handed on
@@ -249,6 +251,31 @@ func (s *Store) readLogCheap(ctx context.Context, p string, afterSeq, throughSeq
 		return true
 	})
 	if err != nil || stopped || next > throughSeq {
+		return err
+	}
+	track := func(c *store.Commit, lb *logBody, err error) bool {
+		if err != nil {
+			stopped = true
+			return fn(nil, nil, err)
+		}
+		next = c.Seq + 1
+		if !fn(c, lb, nil) {
+			stopped = true
+			return false
+		}
+		return true
+	}
+	if err := s.readLogAt(ctx, p, next-1, throughSeq, true, track); err != nil || stopped || next > throughSeq {
+		return err
+	}
+	// The log ends before the window: the window's last commits may be
+	// small commits still on the head (fast.go), whose log items are
+	// written after the head. Finish them, then read the rest.
+	h, ok, err := s.readHead(ctx, p)
+	if err != nil || !ok || h.applied >= h.MaxCommitSeq || h.MaxCommitSeq < next {
+		return err
+	}
+	if err := s.rollForward(ctx, p, h); err != nil {
 		return err
 	}
 	return s.readLogAt(ctx, p, next-1, throughSeq, true, fn)
