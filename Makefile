@@ -27,7 +27,7 @@ FUZZTIME ?= 30s
 
 .PHONY: all test lint unit tools fuzz bench cost load load-dynamodb lambda-timing lambda-timing-compare run build clean realtime-image realtime-image-push \
 	build-PushFunction build-PullFunction build-SegmentFunction build-PruneFunction build-BlobFunction \
-	build-MigrateHookFunction build-FanoutFunction
+	build-MigrateHookFunction build-FanoutFunction build-ReactionsFunction
 
 all: build
 
@@ -57,7 +57,7 @@ fuzz:
 ## (e.g. BENCHTIME=1x for a quick check that every benchmark still runs)
 BENCHTIME ?= 1s
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/... ./cmd/syncular-local/
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./internal/...
 
 ## cost: issue 23's price of each operation on AWS (us-east-1 list prices,
 ## internal/costmodel/prices.go) from exact counts through the functions'
@@ -125,36 +125,52 @@ build:
 # package gets the bootstrap binary and the schema it serves (SCHEMA,
 # default the bundled example; SYNC_SCHEMA_PATH defaults to schema.json
 # next to bootstrap).
+# VALIDATORS, when set, is a declarative validators document (§6.7,
+# §6.8; docs/OPERATIONS.md "Validators") copied beside it as
+# validators.json, which SYNC_VALIDATORS_PATH defaults to.
+# FUNCTIONS_DIR holds the main packages of the push, pull, segment, blob
+# and reactions functions: an app built with the public package syncular
+# points it at its own (docs/APPS.md), e.g.
+# FUNCTIONS_DIR=examples/customapp/functions sam build.
 SCHEMA ?= examples/todo/schema.json
+VALIDATORS ?=
+FUNCTIONS_DIR ?= functions
 define lambda_build
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(1)
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(LAMBDA_FLAGS) -o $(ARTIFACTS_DIR)/bootstrap ./$(2)/$(1)
 	cp $(SCHEMA) $(ARTIFACTS_DIR)/schema.json
+	$(if $(VALIDATORS),cp $(VALIDATORS) $(ARTIFACTS_DIR)/validators.json)
 endef
 build-PushFunction:
-	$(call lambda_build,push)
+	$(call lambda_build,push,$(FUNCTIONS_DIR))
 build-PullFunction:
-	$(call lambda_build,pull)
+	$(call lambda_build,pull,$(FUNCTIONS_DIR))
 build-SegmentFunction:
-	$(call lambda_build,segment)
+	$(call lambda_build,segment,$(FUNCTIONS_DIR))
 build-PruneFunction:
-	$(call lambda_build,prune)
+	$(call lambda_build,prune,functions)
 build-BlobFunction:
-	$(call lambda_build,blob)
+	$(call lambda_build,blob,$(FUNCTIONS_DIR))
 build-MigrateHookFunction:
-	$(call lambda_build,migratehook)
+	$(call lambda_build,migratehook,functions)
 build-FanoutFunction:
-	$(call lambda_build,fanout)
+	$(call lambda_build,fanout,functions)
+build-ReactionsFunction:
+	$(call lambda_build,reactions,$(FUNCTIONS_DIR))
 
 ## realtime-image: the realtime tier's image without Docker: a static
-## linux/$(REALTIME_ARCH) binary (arm64 for Fargate ARM64) and SCHEMA in
-## an image tarball, bin/syncular-realtime.tar (docs/REALTIME.md)
+## linux/$(REALTIME_ARCH) binary (arm64 for Fargate ARM64), SCHEMA and
+## VALIDATORS (when set) in an image tarball, bin/syncular-realtime.tar
+## (docs/REALTIME.md)
 REALTIME_ARCH ?= arm64
 REALTIME_IMAGE_TAR ?= bin/syncular-realtime.tar
+# REALTIME_MAIN is the tier's main package: an app's own
+# (syncular.App.RealtimeMain) runs its hooks on socket pushes too.
+REALTIME_MAIN ?= ./cmd/syncular-realtime
 realtime-image:
 	mkdir -p bin
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(REALTIME_ARCH) $(GO) build -trimpath -ldflags "-s -w" -o bin/linux-$(REALTIME_ARCH)/syncular-realtime ./cmd/syncular-realtime
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(REALTIME_ARCH) $(GO) build -trimpath -ldflags "-s -w" -o bin/linux-$(REALTIME_ARCH)/syncular-realtime $(REALTIME_MAIN)
 	$(GO) run ./cmd/syncular-realtime/imagetool -binary bin/linux-$(REALTIME_ARCH)/syncular-realtime -schema $(SCHEMA) \
-		-arch $(REALTIME_ARCH) -out $(REALTIME_IMAGE_TAR)
+		$(if $(VALIDATORS),-validators $(VALIDATORS)) -arch $(REALTIME_ARCH) -out $(REALTIME_IMAGE_TAR)
 
 ## realtime-image-push: push the tarball to IMAGE (an ECR URI with a tag);
 ## credentials from REGISTRY_USERNAME/REGISTRY_PASSWORD, e.g.

@@ -37,7 +37,7 @@ func costTableUnits(t *testing.T) map[string]opUnits {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("(?m)^\\| `([a-z0-9-]+)`[^|]*\\|[^|]*\\|[^|]*\\| \\$[0-9.,]+ \\(([0-9]+) / ([0-9]+)\\)")
+	row := regexp.MustCompile("(?m)^\\| `([a-z0-9-]+)`[^|]*\\|[^|]*\\|[^|]*\\| \\$[0-9.,]+ \\(([0-9.]+) / ([0-9.]+)\\)")
 	out := map[string]opUnits{}
 	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
 		r, _ := strconv.ParseFloat(m[2], 64)

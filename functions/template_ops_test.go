@@ -122,7 +122,7 @@ func TestTemplateAlarmsUseCatalogue(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"ours/serverErrors", "ours/requests", "ours/rateLimited", "ours/softTimeouts", "ours/pruneFailures", "ours/requestsOverCap",
+		"ours/serverErrors", "ours/ms", "ours/rateLimited", "ours/softTimeouts", "ours/pruneFailures", "ours/requestsOverCap",
 		"AWS/ApiGateway/5xx", "AWS/Lambda/Throttles", "AWS/Lambda/Errors", "AWS/Lambda/ConcurrentExecutions",
 		"AWS/DynamoDB/ThrottledRequests", "AWS/DynamoDB/SystemErrors",
 	} {
@@ -296,6 +296,11 @@ func TestTemplateOperations(t *testing.T) {
 	ev := get(pr, "Events", "Schedule")
 	if scalar(get(ev, "Type")) != "ScheduleV2" || !refTo(get(ev, "Properties", "ScheduleExpression"), "PruneSchedule") {
 		t.Error("PruneFunction: a ScheduleV2 event with ScheduleExpression: !Ref PruneSchedule")
+	}
+	// The schedule's input sets how many registry shards a run walks at
+	// once; app.PruneEvent reads it as "parallel".
+	if in := get(ev, "Properties", "Input"); in == nil || in.Tag != "!Sub" || in.Value != `{"parallel": ${PruneParallel}}` {
+		t.Error(`PruneFunction: schedule Input !Sub '{"parallel": ${PruneParallel}}'`)
 	}
 	// The table, plus the blob sweep that follows a finished pass: S3
 	// access confined to the bucket's blobs/ prefix, nothing else.

@@ -508,6 +508,13 @@ func TestTemplateBucket(t *testing.T) {
 	if !refTo(get(vars, "SYNC_SEGMENT_TTL"), "SegmentTtl") {
 		t.Error("SYNC_SEGMENT_TTL must come from the SegmentTtl parameter")
 	}
+	// Push outcomes expire through the table's TTL attribute (issue 20).
+	if !refTo(get(vars, "SYNC_OUTCOME_TTL"), "OutcomeTtl") {
+		t.Error("SYNC_OUTCOME_TTL must come from the OutcomeTtl parameter")
+	}
+	if ttl := get(root, "Resources", "SyncTable", "Properties", "TimeToLiveSpecification"); scalar(get(ttl, "AttributeName")) != dynamostore.TTLAttribute || scalar(get(ttl, "Enabled")) != "true" {
+		t.Errorf("SyncTable: TimeToLiveSpecification on %q, enabled", dynamostore.TTLAttribute)
+	}
 }
 
 // templateEnv resolves the functions' environment with parameter defaults

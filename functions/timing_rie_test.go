@@ -258,15 +258,19 @@ func pooledRuns(t *testing.T, files string) *timingRun {
 	return out
 }
 
-// memorySize is fn's MemorySize in template.yaml (its own or the Globals').
+// memorySize is fn's MemorySize in template.yaml (its own or the
+// Globals'; a parameter's Default when it references one).
 func memorySize(t *testing.T, fn string) string {
 	root := loadYAML(t)
 	id := strings.ToUpper(fn[:1]) + fn[1:] + "Function"
 	if fn == "migratehook" {
 		id = "MigrateHookFunction"
 	}
-	if v := scalar(get(root, "Resources", id, "Properties", "MemorySize")); v != "" {
-		return v
+	if n := get(root, "Resources", id, "Properties", "MemorySize"); n != nil {
+		if n.Tag == "!Ref" {
+			return scalar(get(root, "Parameters", n.Value, "Default"))
+		}
+		return scalar(n)
 	}
 	if v := scalar(get(root, "Globals", "Function", "MemorySize")); v != "" {
 		return v

@@ -12,5 +12,8 @@ for v in SSP2_VECTORS SSP2_VECTORS_V3; do
   if [ "${!v:-}" = skip ]; then echo "WARNING: $v=skip: the golden vector tests are skipped" >&2; fi
 done
 go test -race -count=1 -timeout 40m ./...
+# The Yjs differential test checks 1,000 histories under the race detector
+# and all 10,000 here, without it (issue 22).
+go test -count=1 -timeout 10m -run '^TestYjsMergerMatchesYjs$' ./internal/core/crdt/yjs/
 # A short fuzz pass on every target (seeded with the vectors).
 ./scripts/fuzz.sh "${FUZZ_SMOKE:-5s}"

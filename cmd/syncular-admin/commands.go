@@ -52,6 +52,22 @@ func (a *admin) head(ctx context.Context, p string) (store.Head, error) {
 	return h, err
 }
 
+// revokeLease revokes one auth lease (§7.3.4). The lease id is the
+// client's revocation handle, not a credential; it is printed.
+func (a *admin) revokeLease(ctx context.Context, partition, leaseID string) int {
+	ok, err := engine.RevokeLease(ctx, a.store, partition, leaseID)
+	if err != nil {
+		a.fail("revoke-lease: %v", err)
+		return exitFailure
+	}
+	if !ok {
+		a.fail("revoke-lease: partition %q holds no lease %q", partition, leaseID)
+		return exitFailure
+	}
+	fmt.Fprintf(a.out, "revoked lease %q of partition %q\n", leaseID, partition)
+	return exitOK
+}
+
 // partitions prints every partition's head.
 func (a *admin) partitions(ctx context.Context) int {
 	ps, err := a.allPartitions(ctx)

@@ -87,6 +87,12 @@ commands:
         observed rows. Roll forward only: once the marker moved, builds of
         older versions answer sync.schema_not_ready (docs/OPERATIONS.md).
 
+  revoke-lease -partition P -lease ID
+        Revoke an auth lease (SPEC §7.3.4, SYNC_AUTH_LEASES=on): rounds the
+        lease would authorize during a scope resolver outage fail with
+        sync.auth_lease_revoked; the client's next authorized round gets
+        a fresh lease. Exit 1 when the partition holds no lease ID.
+
   sweep-blobs
         Delete orphaned blobs (SPEC §5.9.2): verified blobs under the
         bucket's blobs/ prefix that no row of their partition references
@@ -119,7 +125,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
-	case "partitions", "rotate-epoch", "prune", "register-partitions", "migrate", "sweep-blobs", "backfill-scopes", "restore-prepare":
+	case "partitions", "rotate-epoch", "prune", "register-partitions", "migrate", "sweep-blobs", "backfill-scopes", "restore-prepare", "revoke-lease":
 	default:
 		fmt.Fprintf(stderr, "syncular-admin: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -142,7 +148,15 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fs.StringVar(&restoreTable, "table", "", "the restored `table` (default: SYNC_TABLE_NAME)")
 		fs.DurationVar(&restoreTimeout, "timeout", 10*time.Minute, "give up waiting for the table after this long; run again to resume")
 	}
-	takesSelection := cmd != "partitions" && cmd != "register-partitions" && cmd != "migrate" && cmd != "sweep-blobs" && cmd != "restore-prepare"
+	var leaseID string
+	if cmd == "revoke-lease" {
+		fs.Func("partition", "the `name` of the lease's partition", func(s string) error {
+			sel.name, sel.one = s, true
+			return nil
+		})
+		fs.StringVar(&leaseID, "lease", "", "the lease `id` (the LEASE frame's leaseId)")
+	}
+	takesSelection := cmd != "partitions" && cmd != "register-partitions" && cmd != "migrate" && cmd != "sweep-blobs" && cmd != "restore-prepare" && cmd != "revoke-lease"
 	if takesSelection {
 		fs.Func("partition", "the `name` of one partition", func(s string) error {
 			sel.name, sel.one = s, true
@@ -167,6 +181,10 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fmt.Fprintf(stderr, "syncular-admin migrate: -parallel must be at least 1, got %d\n", mig.parallel)
 		return exitUsage
 	}
+	if cmd == "revoke-lease" && (!sel.one || leaseID == "") {
+		fmt.Fprintf(stderr, "syncular-admin revoke-lease: give -partition NAME and -lease ID\n")
+		return exitUsage
+	}
 	if takesSelection && sel.one == sel.all {
 		fmt.Fprintf(stderr, "syncular-admin %s: give exactly one of -partition NAME or -all\n", cmd)
 		return exitUsage
@@ -185,7 +203,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	a := &admin{
 		cfg:     cfg,
 		clients: clients,
-		store:   dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{}),
+		store:   dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL}),
 		out:     stdout,
 		errw:    stderr,
 	}
@@ -202,6 +220,8 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		return a.migrate(ctx, mig, env("SYNC_CHECKPOINTS"))
 	case "sweep-blobs":
 		return a.sweepBlobs(ctx)
+	case "revoke-lease":
+		return a.revokeLease(ctx, sel.name, leaseID)
 	case "restore-prepare":
 		if restoreTable == "" {
 			restoreTable = cfg.TableName

@@ -24,9 +24,10 @@ func (a *admin) migrate(ctx context.Context, f migrateFlags, checkpoints string)
 		a.fail("load schema %s (SYNC_SCHEMA_PATH): %v", a.cfg.SchemaFile(), err)
 		return exitUsage
 	}
-	decls, err := migrate.ParseDeclarations(checkpoints)
+	// The schema's backfills (with their rules) and SYNC_CHECKPOINTS.
+	decls, err := migrate.Declarations(sch, checkpoints, nil)
 	if err != nil {
-		a.fail("SYNC_CHECKPOINTS: %v", err)
+		a.fail("backfills: %v", err)
 		return exitUsage
 	}
 	rep, err := migrate.Run(ctx, a.store, migrate.Plan{

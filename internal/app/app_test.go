@@ -1,8 +1,9 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -47,6 +48,28 @@ func localConfig(t testing.TB, extra map[string]string) *config.Config {
 	return cfg
 }
 
+// loggedDeployment builds every function over deps, each logging at info
+// into its own buffer (by function name), invoked in process.
+func loggedDeployment(t testing.TB, cfg *config.Config, deps app.Deps) (*apptest.Deployment, map[string]*bytes.Buffer) {
+	t.Helper()
+	logs := map[string]*bytes.Buffer{}
+	hs := map[string]func(context.Context, []byte) ([]byte, error){}
+	for _, fn := range app.Functions {
+		logs[fn.Name] = &bytes.Buffer{}
+		d := deps
+		d.Logger = app.NewLogger(logs[fn.Name], slog.LevelInfo, fn)
+		h, err := app.Build(cfg, fn, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs[fn.Name] = h.Invoke
+	}
+	return &apptest.Deployment{Schema: deps.Schema, Invoke: func(t testing.TB, fn string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+		t.Helper()
+		return apptest.Invoke(t, hs[fn], ev)
+	}}, logs
+}
+
 // memDeployment builds the three functions over one in-memory store, the
 // way the local runner does.
 func memDeployment(t testing.TB, cfg *config.Config) (*apptest.Deployment, map[string]*lambdahttp.Handler) {
@@ -64,15 +87,7 @@ func memDeployment(t testing.TB, cfg *config.Config) (*apptest.Deployment, map[s
 		Schema: sch,
 		Invoke: func(t testing.TB, fn string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 			t.Helper()
-			out, err := hs[fn].Invoke(context.Background(), apptest.MustJSON(t, ev))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var resp events.APIGatewayV2HTTPResponse
-			if err := json.Unmarshal(out, &resp); err != nil {
-				t.Fatal(err)
-			}
-			return resp
+			return apptest.Invoke(t, hs[fn].Invoke, ev)
 		},
 		Token: func(t testing.TB, actor string, scopes map[string][]string) string {
 			claims := auth.Claims{"sub": actor, "syncular_scopes": scopes}

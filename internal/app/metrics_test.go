@@ -2,14 +2,10 @@ package app_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/app/apptest"
@@ -44,28 +40,7 @@ func requestLines(t *testing.T, logs []byte) []metrics.Document {
 func TestRequestLinesCarryEMF(t *testing.T) {
 	cfg := localConfig(t, map[string]string{"SYNC_METRICS_NAMESPACE": "Ops/Test", "SYNC_SIGNED_URLS": "off"})
 	sch := todoSchema(t)
-	st, segs := memstore.New(), memstore.NewSegments()
-	logs := map[string]*bytes.Buffer{}
-	hs := map[string]func(context.Context, []byte) ([]byte, error){}
-	for _, fn := range app.Functions {
-		logs[fn.Name] = &bytes.Buffer{}
-		h, err := app.Build(cfg, fn, app.Deps{Schema: sch, Store: st, Segments: segs, Logger: app.NewLogger(logs[fn.Name], slog.LevelInfo, fn)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs[fn.Name] = h.Invoke
-	}
-	d := &apptest.Deployment{Schema: sch, Invoke: func(t testing.TB, fn string, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
-		out, err := hs[fn](context.Background(), apptest.MustJSON(t, ev))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var resp events.APIGatewayV2HTTPResponse
-		if err := json.Unmarshal(out, &resp); err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}}
+	d, logs := loggedDeployment(t, cfg, app.Deps{Schema: sch, Store: memstore.New(), Segments: memstore.NewSegments()})
 	tok, err := auth.MintHS256(secret, auth.Claims{"sub": "alice", "syncular_scopes": map[string][]string{"project_id": {"p1"}}}, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +63,7 @@ func TestRequestLinesCarryEMF(t *testing.T) {
 		t.Fatalf("%d push request lines, want 2 (epoch, push)", len(push))
 	}
 	p := push[1]
-	for k, v := range map[string]string{"function": "push", "route": "push", "outcome": "ok", "partition": "default"} {
+	for k, v := range map[string]string{"function": "push", "partition": "default", "actor": "alice"} {
 		if p[k] != v {
 			t.Errorf("push line %s = %v, want %q", k, p[k], v)
 		}
@@ -96,7 +71,7 @@ func TestRequestLinesCarryEMF(t *testing.T) {
 	if p.Namespace() != "Ops/Test" {
 		t.Errorf("namespace %q", p.Namespace())
 	}
-	for name, want := range map[string]float64{"requests": 1, "applied": 1} {
+	for name, want := range map[string]float64{"applied": 1} {
 		if n, ok := p.Number(name); !ok || n != want {
 			t.Errorf("push %s = %v (%t), want %v", name, n, ok, want)
 		}
@@ -107,7 +82,8 @@ func TestRequestLinesCarryEMF(t *testing.T) {
 			t.Errorf("push line carries the zero counter %s", name)
 		}
 	}
-	for _, name := range []string{"requests", "applied", "durationMs", "bytesOut"} {
+	// ms on every line: its SampleCount counts the requests.
+	for _, name := range []string{metrics.Duration.Name, "applied"} {
 		if !slices.Contains(p.Declared(), name) {
 			t.Errorf("push line does not declare %s: %v", name, p.Declared())
 		}
@@ -129,10 +105,10 @@ func TestRequestLinesCarryEMF(t *testing.T) {
 		t.Errorf("bootstrap line carries segmentsReused 0")
 	}
 	u := pull[1]
-	if u["outcome"] != "sync.auth_required" || u["route"] != "pull" {
-		t.Errorf("401 line: outcome %v route %v", u["outcome"], u["route"])
+	if u[metrics.ErrorCodeField] != "sync.auth_required" || u["route"] != "pull" {
+		t.Errorf("401 line: errorCode %v route %v", u[metrics.ErrorCodeField], u["route"])
 	}
-	if n, _ := u.Number("requests"); n != 1 {
-		t.Errorf("401 line requests = %v", n)
+	if !slices.Contains(u.Declared(), metrics.Duration.Name) {
+		t.Errorf("401 line does not declare %s: %v", metrics.Duration.Name, u.Declared())
 	}
 }

@@ -155,7 +155,7 @@ func (h *MigrateHook) Run(ctx context.Context, ev HookEvent) (HookResult, error)
 // MigrateHookMain is the whole main of the hook function.
 func MigrateHookMain() {
 	runJob(MigrateHookJob, func(l *slog.Logger) (any, error) {
-		h, err := newMigrateHook(l)
+		h, err := newMigrateHook(l, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -163,7 +163,9 @@ func MigrateHookMain() {
 	})
 }
 
-func newMigrateHook(logger *slog.Logger) (*MigrateHook, error) {
+// newMigrateHook builds the hook from the environment; hooks are the
+// host's Go backfills (migrate.Declarations), nil for the stock build.
+func newMigrateHook(logger *slog.Logger, hooks migrate.Hooks) (*MigrateHook, error) {
 	cfg, err := config.FromEnv()
 	if err != nil {
 		return nil, err
@@ -172,9 +174,10 @@ func newMigrateHook(logger *slog.Logger) (*MigrateHook, error) {
 	if err != nil {
 		return nil, err
 	}
-	decls, err := migrate.ParseDeclarations(cfg.Checkpoints)
+	// The schema's backfills and SYNC_CHECKPOINTS, with their transforms.
+	decls, err := migrate.Declarations(sch, cfg.Checkpoints, hooks)
 	if err != nil {
-		return nil, fmt.Errorf("SYNC_CHECKPOINTS: %w", err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
@@ -186,7 +189,7 @@ func newMigrateHook(logger *slog.Logger) (*MigrateHook, error) {
 	// local server speaking the CodeDeploy JSON protocol).
 	cd := codedeploy.NewFromConfig(clients.Config)
 	return &MigrateHook{
-		Store:       dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{}),
+		Store:       dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL}),
 		Reporter:    cd,
 		Version:     int64(sch.Latest),
 		Checkpoints: decls,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/config"
@@ -19,18 +21,36 @@ import (
 var PruneJob = Function{Name: "prune", LogicalID: "PruneFunction", Dir: "functions/prune"}
 
 // Jobs are the functions without routes.
-var Jobs = []Function{PruneJob, MigrateHookJob, FanoutJob}
+var Jobs = []Function{PruneJob, MigrateHookJob, FanoutJob, ReactionsJob}
 
-// PruneJobName keys the prune job's saved cursor in the table.
+// PruneJobName keys the prune job's saved state in the table: one item
+// per registry shard (PruneShardJob).
 const PruneJobName = "prune"
 
-// PruneEvent is the prune function's input (the schedule sends {}).
+// PruneShardJob is the job name under which the prune job keeps the
+// state of registry shard i in the current pass: "" (not started),
+// a registry cursor (resume after it) or pruneShardDone.
+func PruneShardJob(i int) string { return fmt.Sprintf("%s#%02d", PruneJobName, i) }
+
+// pruneShardDone marks a shard finished in the current pass; the pass
+// ends, and every shard's state is cleared, when all are done.
+const pruneShardDone = "done"
+
+// DefaultPruneParallel is how many registry shards one run prunes at
+// once: all of them.
+const DefaultPruneParallel = dynamostore.RegistryShards
+
+// PruneEvent is the prune function's input (the schedule sends
+// {"parallel": PruneParallel}).
 type PruneEvent struct {
-	// Restart ignores a saved cursor and starts a new pass.
+	// Restart ignores the saved state and starts a new pass.
 	Restart bool `json:"restart,omitempty"`
 	// MaxPartitions, when positive, stops the run after that many
-	// partitions, saving the cursor (bounded runs; tests).
+	// partitions, saving the cursors (bounded runs; tests).
 	MaxPartitions int `json:"maxPartitions,omitempty"`
+	// Parallel is how many registry shards are pruned at once (1 to
+	// RegistryShards; 0: DefaultPruneParallel).
+	Parallel int `json:"parallel,omitempty"`
 }
 
 // PruneResult is what one run did.
@@ -38,20 +58,24 @@ type PruneResult struct {
 	Partitions int `json:"partitions"` // pruned without error
 	Removed    int `json:"removed"`    // commits deleted
 	Failed     int `json:"failed"`     // partitions that failed
-	// Done is true when the run reached the end of the registry (the
-	// saved cursor is then cleared); false means the next run resumes.
-	Done   bool   `json:"done"`
-	Cursor string `json:"cursor,omitempty"`
+	// Done is true when the run finished the pass: every shard reached
+	// its end (the saved state is then cleared); false means the next
+	// run resumes the shards not finished.
+	Done bool `json:"done"`
+	// ShardsLeft is how many registry shards the pass has not finished.
+	ShardsLeft int `json:"shardsLeft"`
 	// BlobsSwept counts orphaned blobs deleted by the sweep that follows
 	// a finished pass (§5.9.2; Engine.SweepBlobs).
 	BlobsSwept int `json:"blobsSwept"`
 }
 
 // Pruner runs Engine.Prune with the §4.6 floors over every partition of
-// the store's partition registry (Queries, no table Scan). It is
-// idempotent (a second pass removes nothing new) and resumable: the
-// cursor is saved in the table every few partitions and when the run
-// stops at its soft deadline, and the next run continues from it.
+// the store's partition registry (Queries, no table Scan). The registry's
+// shards are walked in parallel (Parallel at a time), each with its own
+// cursor saved in the table every few partitions and when the run stops
+// at its soft deadline, so the next run resumes every shard where it
+// stopped; a shard finished in the current pass waits for the others.
+// It is idempotent (a second pass removes nothing new).
 type Pruner struct {
 	Engine *engine.Engine
 	Store  *dynamostore.Store
@@ -59,82 +83,73 @@ type Pruner struct {
 	EMF    *metrics.EMF
 	// Margin is kept free before the invocation deadline (default 20 s).
 	Margin time.Duration
-	// SaveEvery is how many partitions pass between cursor saves (default 20).
+	// SaveEvery is how many partitions of a shard pass between cursor
+	// saves (default 20).
 	SaveEvery int
 	Now       func() time.Time
+	// Retention overrides the §4.6 floors for drivers that simulate time
+	// or measure (engine.RetentionOverride); nil, the production value,
+	// keeps the normative defaults.
+	Retention *engine.RetentionOverride
 }
 
 // errPruneFailures makes the invocation fail (Lambda's Errors metric and
 // the prune alarm) when any partition failed.
 var errPruneFailures = errors.New("prune: some partitions failed")
 
+// pruneRun is the state the shard walks of one run share.
+type pruneRun struct {
+	p      *Pruner
+	ev     PruneEvent
+	now    func() time.Time
+	margin time.Duration
+	every  int
+	taken  atomic.Int64 // partitions started (MaxPartitions)
+
+	mu       sync.Mutex
+	res      PruneResult
+	finished int   // shards done in this pass
+	listErr  error // the first registry or state error
+}
+
 // Run is one invocation.
 func (p *Pruner) Run(ctx context.Context, ev PruneEvent) (PruneResult, error) {
-	now := p.Now
-	if now == nil {
-		now = time.Now
+	r := &pruneRun{p: p, ev: ev, now: p.Now, margin: p.Margin, every: p.SaveEvery}
+	if r.now == nil {
+		r.now = time.Now
 	}
-	start := now()
-	margin, every := p.Margin, p.SaveEvery
-	if margin <= 0 {
-		margin = 20 * time.Second
+	start := r.now()
+	if r.margin <= 0 {
+		r.margin = 20 * time.Second
 	}
-	if every <= 0 {
-		every = 20
+	if r.every <= 0 {
+		r.every = 20
 	}
-	var res PruneResult
-	var listErr error
-	cursor := ""
-	if !ev.Restart {
-		c, err := p.Store.JobCursor(ctx, PruneJobName)
-		if err != nil {
-			listErr = fmt.Errorf("read saved cursor: %w", err)
-		}
-		cursor = c
+	parallel := ev.Parallel
+	if parallel <= 0 || parallel > dynamostore.RegistryShards {
+		parallel = DefaultPruneParallel
 	}
-	resumedFrom := cursor
-	stopped := false
-	if listErr == nil {
-		sinceSave := 0
-		listErr = p.Store.ListRegisteredPartitions(ctx, cursor, func(part, next string) bool {
-			if dl, ok := ctx.Deadline(); ok && now().After(dl.Add(-margin)) {
-				stopped = true
-				return false
+	shards := make(chan int, dynamostore.RegistryShards)
+	for i := range dynamostore.RegistryShards {
+		shards <- i
+	}
+	close(shards)
+	var wg sync.WaitGroup
+	for range parallel {
+		wg.Go(func() {
+			for i := range shards {
+				r.shard(ctx, i)
 			}
-			rep, err := p.Engine.Prune(ctx, part, nil)
-			if err != nil {
-				res.Failed++
-				p.Logger.ErrorContext(ctx, "prune failed", "partition", part, "error", err.Error())
-			} else {
-				res.Partitions++
-				res.Removed += rep.Removed
-				if rep.Removed > 0 {
-					p.Logger.InfoContext(ctx, "pruned", "partition", part, "oldHorizon", rep.OldHorizon, "newHorizon", rep.NewHorizon, "removed", rep.Removed)
-				}
-			}
-			cursor = next
-			if sinceSave++; sinceSave >= every {
-				sinceSave = 0
-				if err := p.Store.SetJobCursor(ctx, PruneJobName, cursor, now().UnixMilli()); err != nil {
-					p.Logger.WarnContext(ctx, "saving the prune cursor failed", "error", err.Error())
-				}
-			}
-			if ev.MaxPartitions > 0 && res.Partitions+res.Failed >= ev.MaxPartitions {
-				stopped = true
-				return false
-			}
-			return true
 		})
 	}
-	res.Done = listErr == nil && !stopped
-	saved := cursor
+	wg.Wait()
+	res := r.res
+	res.ShardsLeft = dynamostore.RegistryShards - r.finished
+	res.Done = r.listErr == nil && res.ShardsLeft == 0
 	if res.Done {
-		saved = ""
-	}
-	res.Cursor = saved
-	if listErr == nil || cursor != resumedFrom {
-		if err := p.Store.SetJobCursor(context.WithoutCancel(ctx), PruneJobName, saved, now().UnixMilli()); err != nil {
-			p.Logger.WarnContext(ctx, "saving the prune cursor failed", "error", err.Error())
+		// A new pass starts with the next run.
+		for i := range dynamostore.RegistryShards {
+			r.save(context.WithoutCancel(ctx), i, "")
 		}
 	}
 	// A finished pass is followed by the §5.9.2 orphan sweep, so blobs are
@@ -146,7 +161,7 @@ func (p *Pruner) Run(ctx context.Context, ev PruneEvent) (PruneResult, error) {
 		sweepCtx := ctx
 		if dl, ok := ctx.Deadline(); ok {
 			var cancel context.CancelFunc
-			sweepCtx, cancel = context.WithDeadline(ctx, dl.Add(-margin/2))
+			sweepCtx, cancel = context.WithDeadline(ctx, dl.Add(-r.margin/2))
 			defer cancel()
 		}
 		res.BlobsSwept, sweepErr = p.Engine.SweepBlobs(sweepCtx)
@@ -154,6 +169,7 @@ func (p *Pruner) Run(ctx context.Context, ev PruneEvent) (PruneResult, error) {
 			p.Logger.ErrorContext(ctx, "blob sweep failed", "error", sweepErr.Error())
 		}
 	}
+	listErr := r.listErr
 	failures := res.Failed
 	if listErr != nil {
 		failures++
@@ -162,15 +178,15 @@ func (p *Pruner) Run(ctx context.Context, ev PruneEvent) (PruneResult, error) {
 		failures++
 	}
 	attrs := []slog.Attr{
-		slog.Float64(metrics.Duration.Name, float64(now().Sub(start).Microseconds())/1000),
+		slog.Float64(metrics.Duration.Name, float64(r.now().Sub(start).Microseconds())/1000),
 		slog.Int(metrics.PrunedPartitions.Name, res.Partitions),
 		slog.Int(metrics.PrunedCommits.Name, res.Removed),
 		slog.Int(metrics.PruneFailures.Name, failures),
 		slog.Int(metrics.PruneIncomplete.Name, b2i(!res.Done)),
 		slog.Int(metrics.BlobsSwept.Name, res.BlobsSwept),
 		slog.Bool("done", res.Done),
-		slog.String("resumedFrom", resumedFrom),
-		slog.String("cursor", res.Cursor),
+		slog.Int("shardsLeft", res.ShardsLeft),
+		slog.Int("parallel", parallel),
 	}
 	if listErr != nil {
 		attrs = append(attrs, slog.String("error", listErr.Error()))
@@ -188,6 +204,91 @@ func (p *Pruner) Run(ctx context.Context, ev PruneEvent) (PruneResult, error) {
 		return res, fmt.Errorf("prune: blob sweep: %w", sweepErr)
 	}
 	return res, nil
+}
+
+// shard walks registry shard i from its saved state, pruning each
+// partition, until the shard ends, the run's deadline margin is reached
+// or MaxPartitions partitions were started; it saves where it stopped.
+func (r *pruneRun) shard(ctx context.Context, i int) {
+	cursor := ""
+	if !r.ev.Restart {
+		c, err := r.p.Store.JobCursor(ctx, PruneShardJob(i))
+		if err != nil {
+			r.fail(fmt.Errorf("read saved cursor of shard %d: %w", i, err))
+			return
+		}
+		cursor = c
+	}
+	if cursor == pruneShardDone {
+		r.done()
+		return
+	}
+	resumedFrom, stopped, sinceSave := cursor, false, 0
+	err := r.p.Store.ListRegistryShard(ctx, i, cursor, func(part, next string) bool {
+		if dl, ok := ctx.Deadline(); ok && r.now().After(dl.Add(-r.margin)) {
+			stopped = true
+			return false
+		}
+		if r.ev.MaxPartitions > 0 && r.taken.Add(1) > int64(r.ev.MaxPartitions) {
+			stopped = true
+			return false
+		}
+		r.prune(ctx, part)
+		cursor = next
+		if sinceSave++; sinceSave >= r.every {
+			sinceSave = 0
+			r.save(ctx, i, cursor)
+		}
+		return true
+	})
+	if err != nil {
+		r.fail(fmt.Errorf("shard %d: %w", i, err))
+	}
+	switch {
+	case err == nil && !stopped:
+		r.save(context.WithoutCancel(ctx), i, pruneShardDone)
+		r.done()
+	case cursor != resumedFrom:
+		r.save(context.WithoutCancel(ctx), i, cursor)
+	}
+}
+
+// prune runs Engine.Prune on one partition and counts the outcome.
+func (r *pruneRun) prune(ctx context.Context, part string) {
+	rep, err := r.p.Engine.Prune(ctx, part, r.p.Retention)
+	if err != nil {
+		r.p.Logger.ErrorContext(ctx, "prune failed", "partition", part, "error", err.Error())
+	} else if rep.Removed > 0 {
+		r.p.Logger.InfoContext(ctx, "pruned", "partition", part, "oldHorizon", rep.OldHorizon, "newHorizon", rep.NewHorizon, "removed", rep.Removed)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.res.Failed++
+		return
+	}
+	r.res.Partitions++
+	r.res.Removed += rep.Removed
+}
+
+func (r *pruneRun) save(ctx context.Context, i int, cursor string) {
+	if err := r.p.Store.SetJobCursor(ctx, PruneShardJob(i), cursor, r.now().UnixMilli()); err != nil {
+		r.p.Logger.WarnContext(ctx, "saving the prune cursor failed", "shard", i, "error", err.Error())
+	}
+}
+
+func (r *pruneRun) done() {
+	r.mu.Lock()
+	r.finished++
+	r.mu.Unlock()
+}
+
+func (r *pruneRun) fail(err error) {
+	r.mu.Lock()
+	if r.listErr == nil {
+		r.listErr = err
+	}
+	r.mu.Unlock()
 }
 
 func b2i(b bool) int {
@@ -240,7 +341,7 @@ func newPruner(logger *slog.Logger) (*Pruner, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{})
+	st := dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL})
 	eng, err := PruneEngine(cfg, clients, st)
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
 )
 
 // Auth modes (SYNC_AUTH_MODE).
@@ -53,6 +54,9 @@ type Config struct {
 	Bucket    string
 	// SchemaPath is the schema document; DefaultSchemaPath when unset.
 	SchemaPath string
+	// ValidatorsPath is the declarative validators document (§6.7,
+	// §6.8); when unset, DefaultValidatorsPath if that file exists.
+	ValidatorsPath string
 	// Checkpoints (SYNC_CHECKPOINTS) are the backfill checkpoints this
 	// build declares, "name=table+table,..." (internal/core/migrate): it
 	// serves partitions while they backfill, and syncular-admin migrate
@@ -83,11 +87,18 @@ type Config struct {
 	SigningKey    []byte
 	SigningKeyRef string
 
+	// AuthLeases turns §7.3 auth leases on, each sliding AuthLeaseTTL.
+	AuthLeases   bool
+	AuthLeaseTTL time.Duration
+
 	MaxOperations         int
 	ResponseBudgetBytes   int
 	InlineSegmentMaxBytes int
 	SegmentMaxBytes       int
 	SegmentTTL            time.Duration
+	// OutcomeTTL is the idempotency window of push outcomes (§2.3; the
+	// stores' OutcomeTTL, store.DefaultOutcomeWindow by default).
+	OutcomeTTL time.Duration
 	// SegmentObjectDays is the bucket lifecycle expiration of segment
 	// objects; it must outlive every publication (see s3segments).
 	SegmentObjectDays int
@@ -134,6 +145,7 @@ var Vars = []Var{
 	{"SYNC_TABLE_NAME", "(required)", "DynamoDB table holding the commit log, rows, client records, segment publications and scope grants."},
 	{"SYNC_BUCKET", "(required)", "S3 bucket holding bootstrap segments (`segments/<id>`)."},
 	{"SYNC_SCHEMA_PATH", "`schema.json` next to the `bootstrap` binary", "Schema document (driver shape or `syncular.ir.json`). The SAM build copies it into each function package."},
+	{"SYNC_VALIDATORS_PATH", "`validators.json` next to the `bootstrap` binary, when present", "Declarative write validators (SPEC §6.7 per table, §6.8 per commit): a JSON document of rules (docs/OPERATIONS.md, \"Validators\"). A set path that cannot be read or compiled fails startup. Without one: `validators.json` beside the binary if present, else the same members (`validators`, `commitValidators`) in the schema file, else none; rules in both a document and the schema file fail startup. The SAM build copies `VALIDATORS` (a Makefile variable) into each function package."},
 	{"SYNC_CHECKPOINTS", "none", "Backfill checkpoints this build declares, `name=table+table,...` (rolling schema upgrades, docs/OPERATIONS.md): the build serves partitions while they backfill; `syncular-admin migrate` and the pre-traffic hook declare and run them."},
 	{"SYNC_MOUNT", "empty", "Route prefix, e.g. `/api` serves `/api/sync`. Empty serves `/sync`, `/push`, `/pull`, `/segments/{id}`."},
 	{"SYNC_PUBLIC_URL", "none", "`https://host[/base]` that native signed segment URLs point at; required with `SYNC_SIGNED_URLS=native`. Never derived from the request's `Host` header."},
@@ -151,11 +163,14 @@ var Vars = []Var{
 	{"SYNC_SIGNED_URL_TTL", "`5m`", "Lifetime of signed URLs (Go duration, at most `15m`)."},
 	{"SYNC_SIGNING_KEY", "empty", "native mode: the HMAC key itself (local runs only; at least 32 bytes)."},
 	{"SYNC_SIGNING_KEY_REF", "empty", "native mode: SSM SecureString name/ARN or Secrets Manager ARN holding the HMAC key, read once at init."},
+	{"SYNC_AUTH_LEASES", "`off`", "`on`: auth leases (SPEC §7.3). Every authorized round issues or slides its client's lease (kept in the table, pk `P#<partition>#LS`) and returns it in a LEASE frame; while the scope resolver is unavailable (table mode: the grant read fails) a round is served from a valid lease instead of failing, and a client without one gets `sync.auth_lease_required`. Revoke one with `syncular-admin revoke-lease`. `off`: no leases, an unavailable resolver fails the round retryably."},
+	{"SYNC_AUTH_LEASE_TTL", "`15m`", "Sliding lifetime of an auth lease (Go duration, 1m to 720h): how long a client keeps syncing on it through a resolver outage after its last authorized round."},
 	{"SYNC_MAX_OPERATIONS", "`500`", "Operations allowed across the PUSH_COMMIT frames of one request."},
 	{"SYNC_RESPONSE_BUDGET_BYTES", "`4194304`", "Raw bytes where a response stops adding push results, commits and inline pages (at most 4444160: Lambda's 6 MB response includes base64)."},
 	{"SYNC_INLINE_SEGMENT_MAX_BYTES", "`262144`", "Largest rows segment sent inline in a pull response."},
 	{"SYNC_SEGMENT_MAX_BYTES", "`4194304`", "Largest rows segment; every segment must fit the segment function's response."},
 	{"SYNC_SEGMENT_TTL", "`24h`", "Lifetime of a segment publication. The bucket's lifecycle rule must outlive it (SYNC_SEGMENT_OBJECT_DAYS)."},
+	{"SYNC_OUTCOME_TTL", "`720h`", "Idempotency window of push outcomes (§2.3): a retry within it replays the recorded result; DynamoDB TTL deletes the outcome after it (docs/OPERATIONS.md, \"Idempotency window\", says what a later retry gets). 30 days by default, the §4.6 age force limit; between `24h` and `87600h`."},
 	{"SYNC_SEGMENT_OBJECT_DAYS", "`2`", "Days after which the bucket's lifecycle rule expires segment objects (template parameter SegmentObjectExpirationDays passes the same number to both). Must exceed SYNC_SEGMENT_TTL + 15 min + 1 h."},
 	{"SYNC_MAX_BODY_BYTES", "`33554432`", "Request body cap after gzip decoding (413 above); at least 4669440, the largest body Lambda can receive, so an uncompressed request is always read and oversized commits in it are rejected one by one (see Size limits)."},
 	{"SYNC_BLOB_MAX_BYTES", "`67108864`", "Largest blob (§5.9.3), checked at upload grant issuance and on direct uploads (413 `blob.too_large`). A direct upload through the blob function is further bounded by what Lambda accepts (about 6 MB); larger blobs use the presigned upload grant."},
@@ -193,12 +208,13 @@ func FromEnv() (*Config, error) { return Load(os.Getenv) }
 func Load(getenv func(string) string) (*Config, error) {
 	l := &loader{getenv: getenv}
 	c := &Config{
-		TableName:   l.str("SYNC_TABLE_NAME", ""),
-		Bucket:      l.str("SYNC_BUCKET", ""),
-		SchemaPath:  l.str("SYNC_SCHEMA_PATH", ""),
-		Checkpoints: l.str("SYNC_CHECKPOINTS", ""),
-		Mount:       l.mount("SYNC_MOUNT"),
-		PublicURL:   l.publicURL("SYNC_PUBLIC_URL"),
+		TableName:      l.str("SYNC_TABLE_NAME", ""),
+		Bucket:         l.str("SYNC_BUCKET", ""),
+		SchemaPath:     l.str("SYNC_SCHEMA_PATH", ""),
+		ValidatorsPath: l.str("SYNC_VALIDATORS_PATH", ""),
+		Checkpoints:    l.str("SYNC_CHECKPOINTS", ""),
+		Mount:          l.mount("SYNC_MOUNT"),
+		PublicURL:      l.publicURL("SYNC_PUBLIC_URL"),
 
 		AuthMode:         l.oneOf("SYNC_AUTH_MODE", AuthJWTAuthorizer, AuthJWTAuthorizer, AuthHS256),
 		ActorClaim:       l.str("SYNC_ACTOR_CLAIM", "sub"),
@@ -217,12 +233,16 @@ func Load(getenv func(string) string) (*Config, error) {
 		SigningKey:    []byte(l.str("SYNC_SIGNING_KEY", "")),
 		SigningKeyRef: l.str("SYNC_SIGNING_KEY_REF", ""),
 
+		AuthLeases:   l.oneOf("SYNC_AUTH_LEASES", "off", "off", "on") == "on",
+		AuthLeaseTTL: l.duration("SYNC_AUTH_LEASE_TTL", 15*time.Minute, time.Minute, 720*time.Hour),
+
 		MaxOperations:         l.integer("SYNC_MAX_OPERATIONS", 500, 1, 100_000),
 		ResponseBudgetBytes:   l.integer("SYNC_RESPONSE_BUDGET_BYTES", limits.DefaultResponseBudgetBytes, 64<<10, MaxResponseBudget),
 		InlineSegmentMaxBytes: l.integer("SYNC_INLINE_SEGMENT_MAX_BYTES", 256<<10, 1<<10, MaxResponseBudget),
 		SegmentMaxBytes:       l.integer("SYNC_SEGMENT_MAX_BYTES", 4<<20, 64<<10, MaxResponseBudget),
 		SegmentTTL:            l.duration("SYNC_SEGMENT_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
 		SegmentObjectDays:     l.integer("SYNC_SEGMENT_OBJECT_DAYS", 2, 1, 3650),
+		OutcomeTTL:            l.duration("SYNC_OUTCOME_TTL", store.DefaultOutcomeWindow, 24*time.Hour, 3650*24*time.Hour),
 		MaxBodyBytes:          l.integer("SYNC_MAX_BODY_BYTES", limits.DefaultDecodedBodyBytes, limits.MaxRequestBodyBytes, limits.MaxDecodedBodyBytes),
 		BlobMaxBytes:          int64(l.integer("SYNC_BLOB_MAX_BYTES", 64<<20, 1, 5<<30)),
 
@@ -306,6 +326,25 @@ func (c *Config) SchemaFile() string {
 		return c.SchemaPath
 	}
 	return DefaultSchemaPath()
+}
+
+// DefaultValidatorsPath is validators.json beside the running
+// executable, where the SAM build puts VALIDATORS.
+func DefaultValidatorsPath() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "validators.json"
+	}
+	return filepath.Join(filepath.Dir(exe), "validators.json")
+}
+
+// ValidatorsFile returns the validators document to read and whether it
+// must exist (a path was set explicitly).
+func (c *Config) ValidatorsFile() (path string, required bool) {
+	if c.ValidatorsPath != "" {
+		return c.ValidatorsPath, true
+	}
+	return DefaultValidatorsPath(), false
 }
 
 // Error lists every configuration problem.

@@ -28,7 +28,8 @@ func TestDefaults(t *testing.T) {
 	if c.AuthMode != AuthJWTAuthorizer || c.ActorClaim != "sub" || c.DefaultPartition != "default" ||
 		c.ScopesMode != ScopesClaim || c.ScopesClaim != "syncular_scopes" || c.SignedURLs != SignedPresign ||
 		c.SignedURLTTL != 5*time.Minute || c.MaxOperations != 500 || c.ResponseBudgetBytes != 4<<20 ||
-		c.SegmentTTL != 24*time.Hour || c.MaxBodyBytes != 32<<20 || c.LogLevel != slog.LevelInfo || c.Mount != "" {
+		c.SegmentTTL != 24*time.Hour || c.MaxBodyBytes != 32<<20 || c.LogLevel != slog.LevelInfo || c.Mount != "" ||
+		c.AuthLeases || c.AuthLeaseTTL != 15*time.Minute || c.OutcomeTTL != 30*24*time.Hour {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if got := c.SchemaFile(); filepath.Base(got) != "schema.json" {
@@ -43,7 +44,7 @@ func TestFullConfig(t *testing.T) {
 		"SYNC_PARTITION_CLAIM": "custom:tenant", "SYNC_SCOPES_MODE": "table", "SYNC_SIGNED_URLS": "native",
 		"SYNC_SIGNING_KEY_REF": "/syncular/signing-key", "SYNC_SIGNED_URL_TTL": "15m", "SYNC_LOG_LEVEL": "debug",
 		"SYNC_DYNAMODB_ENDPOINT": "http://127.0.0.1:8000", "SYNC_S3_PATH_STYLE": "true", "SYNC_PUBLIC_URL": "https://sync.example.com/",
-		"SYNC_SCHEMA_PATH": "/var/task/app.json",
+		"SYNC_SCHEMA_PATH": "/var/task/app.json", "SYNC_AUTH_LEASES": "on", "SYNC_AUTH_LEASE_TTL": "2h",
 	} {
 		m[k] = v
 	}
@@ -53,7 +54,8 @@ func TestFullConfig(t *testing.T) {
 	}
 	if c.Mount != "/api" || c.AuthMode != AuthHS256 || c.PartitionClaim != "custom:tenant" || c.ScopesMode != ScopesTable ||
 		c.SignedURLs != SignedNative || c.SigningKeyRef != "/syncular/signing-key" || c.SignedURLTTL != 15*time.Minute ||
-		c.LogLevel != slog.LevelDebug || !c.S3PathStyle || c.PublicURL != "https://sync.example.com" || c.SchemaFile() != "/var/task/app.json" {
+		c.LogLevel != slog.LevelDebug || !c.S3PathStyle || c.PublicURL != "https://sync.example.com" || c.SchemaFile() != "/var/task/app.json" ||
+		!c.AuthLeases || c.AuthLeaseTTL != 2*time.Hour {
 		t.Fatalf("got %+v", c)
 	}
 }
@@ -83,6 +85,9 @@ func TestBadConfig(t *testing.T) {
 		{map[string]string{"SYNC_PUBLIC_URL": "sync.example.com"}, []string{"SYNC_PUBLIC_URL"}},
 		{map[string]string{"SYNC_SIGNED_URLS": "native", "SYNC_SIGNING_KEY": strings.Repeat("k", 32)}, []string{"SYNC_PUBLIC_URL is required with SYNC_SIGNED_URLS=native"}},
 		{map[string]string{"SYNC_SCOPES_MODE": "ldap"}, []string{"SYNC_SCOPES_MODE"}},
+		{map[string]string{"SYNC_OUTCOME_TTL": "1h"}, []string{"SYNC_OUTCOME_TTL=1h0m0s: must be between 24h0m0s and 87600h0m0s"}},
+		{map[string]string{"SYNC_AUTH_LEASES": "true"}, []string{`SYNC_AUTH_LEASES="true": must be one of off, on`}},
+		{map[string]string{"SYNC_AUTH_LEASE_TTL": "10s"}, []string{"SYNC_AUTH_LEASE_TTL=10s: must be between 1m0s and 720h0m0s"}},
 		{map[string]string{"SYNC_SEGMENT_TTL": "48h"}, []string{"SYNC_SEGMENT_OBJECT_DAYS (2) must exceed SYNC_SEGMENT_TTL (48h0m0s) + 15m + 1h"}},
 	}
 	for _, tc := range cases {

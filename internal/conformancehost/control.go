@@ -31,6 +31,8 @@ var methods = map[string]method{
 	"setSignedUrlTtlSeconds":    (*instance).setSignedURLTTL,
 	"setAllowedScopes":          (*instance).setAllowedScopes,
 	"setResolverFailing":        (*instance).setResolverFailing,
+	"setResolverOutage":         (*instance).setResolverOutage,
+	"revokeLease":               (*instance).revokeLease,
 	"advanceClock":              (*instance).advanceClock,
 	"nowMs":                     (*instance).nowMs,
 	"captureBackup":             (*instance).captureBackup,
@@ -48,17 +50,14 @@ var methods = map[string]method{
 	"uploadBlobGrant":           (*instance).uploadBlobGrant,
 	"putBlobUrl":                (*instance).putBlobURL,
 	"setBlobPresign":            (*instance).setBlobPresign,
+	"installValidators":         (*instance).installValidators,
+	"installCommitValidator":    (*instance).installCommitValidator,
 }
 
 // unsupportedMethods are ServerInstance methods the engine cannot back.
 // (connectRealtime is not a control method: the driver opens a WebSocket
 // on the instance's /realtime route itself.)
-var unsupportedMethods = map[string]string{
-	"installValidators":      "write validators (§6.7)",
-	"installCommitValidator": "commit validators (§6.8)",
-	"setResolverOutage":      "auth leases (§7.3)",
-	"revokeLease":            "auth leases (§7.3)",
-}
+var unsupportedMethods = map[string]string{}
 
 // supportedMethods lists the implemented control methods, sorted.
 func supportedMethods() []string {
@@ -231,6 +230,37 @@ func (in *instance) setResolverFailing(_ context.Context, a *args) (any, *contro
 	in.grants.mu.Lock()
 	in.grants.failing = on
 	in.grants.mu.Unlock()
+	return nil, nil
+}
+
+// setResolverOutage puts the resolver into a live-authorization outage
+// (§7.3.3): it answers engine.ErrResolverUnavailable, the signal that
+// lets a valid auth lease authorize the round.
+func (in *instance) setResolverOutage(_ context.Context, a *args) (any, *controlError) {
+	var on bool
+	if e := firstErr(a.arity(1, 1), a.decode(0, "outage", &on)); e != nil {
+		return nil, e
+	}
+	in.grants.mu.Lock()
+	in.grants.outage = on
+	in.grants.mu.Unlock()
+	return nil, nil
+}
+
+// revokeLease revokes an auth lease of the instance's partition through
+// the engine's revocation hook (§7.3.4). An id the partition does not
+// hold revokes nothing and is not an error, as in the reference.
+func (in *instance) revokeLease(ctx context.Context, a *args) (any, *controlError) {
+	var id string
+	if e := firstErr(a.arity(1, 1), a.decode(0, "leaseId", &id)); e != nil {
+		return nil, e
+	}
+	if !in.eng.LeasesEnabled() {
+		return nil, badArgs("revokeLease: this instance was created without leases")
+	}
+	if _, err := in.eng.RevokeLease(ctx, in.partition, id); err != nil {
+		return nil, failed(err)
+	}
 	return nil, nil
 }
 

@@ -38,13 +38,12 @@ import (
 const Name = "syncular-lambda"
 
 // Capabilities are the catalog ServerCapability names this engine serves.
-var Capabilities = []string{"backfill-checkpoints", "backup-restore", "blob-presign", "blobs", "idempotency-fault", "signed-urls"}
+var Capabilities = []string{"backfill-checkpoints", "backup-restore", "blob-presign", "blobs", "commit-validators", "crdt", "idempotency-fault", "leases", "signed-urls", "validators"}
 
 // Unsupported lists catalog capabilities and features this engine lacks:
 // scenarios needing them are skipped (capabilities) or fail (features the
 // catalog does not gate: sqlite images).
 var Unsupported = []string{
-	"crdt", "leases", "validators", "commit-validators",
 	"sqlite-image",
 }
 

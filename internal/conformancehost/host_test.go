@@ -332,7 +332,7 @@ func TestInfo(t *testing.T) {
 	if err := json.Unmarshal(b, &info); err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "syncular-lambda" || !contains(info.Capabilities, "signed-urls") || !contains(info.Capabilities, "blobs") || !contains(info.Capabilities, "blob-presign") || contains(info.Capabilities, "crdt") || contains(info.Unsupported, "realtime") || !contains(info.Unsupported, "sqlite-image") {
+	if info.Name != "syncular-lambda" || !contains(info.Capabilities, "signed-urls") || !contains(info.Capabilities, "blobs") || !contains(info.Capabilities, "blob-presign") || !contains(info.Capabilities, "crdt") || contains(info.Unsupported, "crdt") || contains(info.Unsupported, "realtime") || !contains(info.Unsupported, "sqlite-image") {
 		t.Fatalf("info %s", b)
 	}
 }
@@ -680,16 +680,28 @@ func TestControlErrors(t *testing.T) {
 	// connectRealtime is the driver's own WebSocket, not a control call.
 	st, b = e.control(id, "connectRealtime", "a", "c")
 	expect(st, b, http.StatusNotFound, "conformance.unknown_method")
-	st, b = e.control(id, "installValidators", []any{})
-	expect(st, b, http.StatusNotImplemented, "conformance.unsupported")
+	// Validator rules are checked when installed (§6.7, §6.8).
+	st, b = e.control(id, "installValidators", []any{map[string]any{"table": "tasks", "rule": map[string]any{"kind": "regex", "column": "title", "code": "app.x"}}})
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
+	st, b = e.control(id, "installValidators", []any{map[string]any{"table": "tasks", "rule": map[string]any{"kind": "maxLength", "column": "title", "max": 3, "code": "sync.mine"}}})
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
+	st, b = e.control(id, "installCommitValidator", map[string]any{"kind": "requireSiblingWhen", "table": "ghosts", "column": "done", "equals": true, "siblingRowIdSuffix": "-a", "code": "app.x"})
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
+	// Leases (§7.3) are per instance: revocation needs them on.
+	st, b = e.control(id, "revokeLease", "lease_x")
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
+	st, b = e.control(id, "setResolverOutage", "yes")
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
 	st, b = e.control(id, "frobnicate")
 	expect(st, b, http.StatusNotFound, "conformance.unknown_method")
 
 	// Creation validates its options.
 	st, _, b = e.do(http.MethodPost, "/__conformance/instances", nil, []byte(`{"partition":"p","nowMs":1}`))
 	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
-	st, _, b = e.do(http.MethodPost, "/__conformance/instances", nil, []byte(`{"schema":`+notesSchema+`,"partition":"p","nowMs":1,"leases":{"ttlMs":5}}`))
-	expect(st, b, http.StatusNotImplemented, "conformance.unsupported")
+	st, _, b = e.do(http.MethodPost, "/__conformance/instances", nil, []byte(`{"schema":`+notesSchema+`,"partition":"p","nowMs":1,"leases":{"ttlMs":0}}`))
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
+	st, _, b = e.do(http.MethodPost, "/__conformance/instances", nil, []byte(`{"schema":`+notesSchema+`,"partition":"p","nowMs":1,"leases":{}}`))
+	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
 	st, _, b = e.do(http.MethodPost, "/__conformance/instances", nil, []byte(`{"schema":{"version":1,"tables":[{"name":"t"}]},"partition":"p","nowMs":1}`))
 	expect(st, b, http.StatusBadRequest, "conformance.bad_args")
 

@@ -15,12 +15,14 @@ import (
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/auth"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/realtime"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 	"github.com/skyfold/syncular-lambda/internal/wsrealtime"
 )
 
@@ -36,7 +38,10 @@ type createOptions struct {
 	SignedURLs   *struct {
 		TTLSeconds *int64 `json:"ttlSeconds"`
 	} `json:"signedUrls"`
-	Leases json.RawMessage `json:"leases"`
+	// Leases is ServerLeaseOptions (§7.3); absent turns leases off.
+	Leases *struct {
+		TTLMs *int64 `json:"ttlMs"`
+	} `json:"leases"`
 }
 
 // limitOptions is ServerLimitsOptions.
@@ -85,6 +90,10 @@ type instance struct {
 	stop    context.CancelFunc // ends the hub's Run
 	signed  bool
 	ttlSecs int64
+	// rowRules and commitRules are the installed declarative validators
+	// (validators.go).
+	rowRules    []validate.TableRule
+	commitRules []validate.CommitRule
 }
 
 func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Logger, prod *Prod) (_ *instance, cerr *controlError) {
@@ -97,8 +106,12 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 	if o.NowMs == nil || *o.NowMs < 0 {
 		return nil, badArgs("nowMs (virtual clock start, epoch ms) is required")
 	}
-	if len(o.Leases) > 0 && string(o.Leases) != "null" {
-		return nil, unsupported("auth leases (§7.3)")
+	var leaseTTL time.Duration
+	if o.Leases != nil {
+		if o.Leases.TTLMs == nil || *o.Leases.TTLMs < 1 {
+			return nil, badArgs("leases.ttlMs must be ≥ 1")
+		}
+		leaseTTL = time.Duration(*o.Leases.TTLMs) * time.Millisecond
 	}
 	sc, cerr := parseSchemas(o)
 	if cerr != nil {
@@ -144,7 +157,7 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 			inst.st.Close()
 		}
 	}()
-	if cerr := inst.buildEngines(sc, lim, signingKey, ps != nil); cerr != nil {
+	if cerr := inst.buildEngines(sc, lim, signingKey, leaseTTL, ps != nil); cerr != nil {
 		return nil, cerr
 	}
 	// Grant changes (setAllowedScopes) reach open sockets the way they do
@@ -168,11 +181,20 @@ func newInstance(ctx context.Context, id string, o *createOptions, log *slog.Log
 // on the production stores, the tier's, whose own commits (socket rounds)
 // hint the hub in process while other writers reach it through the
 // table's stream.
-func (inst *instance) buildEngines(sc *schema.Schema, lim engine.Limits, signingKey []byte, prodStores bool) *controlError {
+func (inst *instance) buildEngines(sc *schema.Schema, lim engine.Limits, signingKey []byte, leaseTTL time.Duration, prodStores bool) *controlError {
 	var err error
 	cfg := engine.Config{
 		Schema: sc, Store: inst.st.Store(), Segments: inst.st.Segments(), Resolver: inst.grants,
 		Limits: lim, Clock: inst.clock.Load, Blobs: inst.st.Blobs(),
+		CRDTMergers: crdt.Default(),
+	}
+	if leaseTTL > 0 {
+		// §7.3: both engines keep leases in the instance's store.
+		ls, ok := inst.st.Store().(store.LeaseStore)
+		if !ok {
+			return unsupported("auth leases (§7.3) on this store")
+		}
+		cfg.Leases, cfg.LeaseTTL = ls, leaseTTL
 	}
 	if inst.signed {
 		cfg.SignedURLs, cfg.SigningKey = engine.SignedURLsNative, signingKey
@@ -355,11 +377,13 @@ func (in *instance) serve(ctx context.Context, req *httpapi.Request) *httpapi.Re
 }
 
 // grants is the scriptable scope resolver: actor → allowed scopes, or a
-// failing state (setResolverFailing). Unset actors hold nothing.
+// failing state (setResolverFailing), or an outage (setResolverOutage).
+// Unset actors hold nothing.
 type grants struct {
 	mu      sync.Mutex
 	byActor map[string]engine.ScopeMap
 	failing bool
+	outage  bool
 }
 
 // ResolveScopes implements engine.ScopeResolver.
@@ -373,6 +397,11 @@ func (g *grants) ResolveScopes(_ context.Context, _, actor, _ string) (engine.Sc
 		// and forbid. Outages are a different signal
 		// (engine.ErrResolverUnavailable) and answer retryably.
 		return nil, errors.New("injected: resolveScopes failure")
+	}
+	if g.outage {
+		// §7.3.3: the live authority is unreachable; a valid auth lease
+		// authorizes the round instead.
+		return nil, fmt.Errorf("injected: scope authority outage: %w", engine.ErrResolverUnavailable)
 	}
 	m := g.byActor[actor]
 	if m == nil {

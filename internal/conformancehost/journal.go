@@ -104,11 +104,11 @@ func (j *journalStore) RotateEpoch(ctx context.Context, partition, newEpoch stri
 
 // GetOutcome implements store.Store, failing once when armed (as do
 // Commit and PutRejection, whichever checks the key first).
-func (j *journalStore) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*store.Outcome, error) {
+func (j *journalStore) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string, nowMs int64) (*store.Outcome, error) {
 	if j.failGet.Swap(false) {
 		return nil, store.ErrOutcomeUnreadable
 	}
-	return j.cur().GetOutcome(ctx, partition, clientID, clientCommitID)
+	return j.cur().GetOutcome(ctx, partition, clientID, clientCommitID, nowMs)
 }
 
 // PutRejection implements store.Store.
@@ -248,4 +248,28 @@ func cloneCommitRequest(req *store.CommitRequest) *store.CommitRequest {
 	c.RefWrites = slices.Clone(req.RefWrites)
 	c.Outcome.Result = bytes.Clone(req.Outcome.Result)
 	return &c
+}
+
+// The auth leases (§7.3) are journaled like every other write, so a
+// restored backup holds the leases it was taken with.
+var _ store.LeaseStore = (*journalStore)(nil)
+
+func (j *journalStore) Lease(ctx context.Context, partition, clientID string) (store.Lease, bool, error) {
+	return j.cur().Lease(ctx, partition, clientID)
+}
+
+func (j *journalStore) IssueLease(ctx context.Context, partition, clientID string, l store.Lease) (store.Lease, error) {
+	out, err := j.cur().IssueLease(ctx, partition, clientID, l)
+	return out, j.record(err, func(ctx context.Context, s store.Store) error {
+		_, err := s.(store.LeaseStore).IssueLease(ctx, partition, clientID, l)
+		return err
+	})
+}
+
+func (j *journalStore) RevokeLease(ctx context.Context, partition, clientID, leaseID string) (bool, error) {
+	ok, err := j.cur().RevokeLease(ctx, partition, clientID, leaseID)
+	return ok, j.record(err, func(ctx context.Context, s store.Store) error {
+		_, err := s.(store.LeaseStore).RevokeLease(ctx, partition, clientID, leaseID)
+		return err
+	})
 }

@@ -348,11 +348,11 @@ type faultStore struct {
 }
 
 // GetOutcome implements store.Store.
-func (f *faultStore) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*store.Outcome, error) {
+func (f *faultStore) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string, nowMs int64) (*store.Outcome, error) {
 	if f.failGet.Swap(false) {
 		return nil, store.ErrOutcomeUnreadable
 	}
-	return f.Store.GetOutcome(ctx, partition, clientID, clientCommitID)
+	return f.Store.GetOutcome(ctx, partition, clientID, clientCommitID, nowMs)
 }
 
 // PutRejection implements store.Store.

@@ -78,19 +78,8 @@ func toDriverError(err error) driverError {
 // JSON form: bytes and crdt as {"$bytes": lowercase hex}, json and
 // blob_ref as their raw text, numbers, booleans and null as themselves.
 func driverValue(t rowcodec.Type, v rowcodec.Value) any {
-	if v.Null {
-		return nil
+	if b, ok := v.Plain(t).([]byte); ok {
+		return map[string]string{"$bytes": hex.EncodeToString(b)}
 	}
-	switch t {
-	case rowcodec.TypeInteger:
-		return v.Int
-	case rowcodec.TypeFloat:
-		return v.Float
-	case rowcodec.TypeBoolean:
-		return v.Bool
-	case rowcodec.TypeBytes, rowcodec.TypeCRDT:
-		return map[string]string{"$bytes": hex.EncodeToString(v.Bytes)}
-	default: // string, json, blob_ref
-		return v.Str
-	}
+	return v.Plain(t)
 }

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +133,10 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	platformLogged, err := costmodel.PlatformLogged(filepath.Join(repoRoot(), "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The meter the functions run with (app.DynamoMeter's log fields),
 	// keeping the request's usage for the tables.
 	meter := func(ctx context.Context) (context.Context, func() []slog.Attr) {
@@ -160,9 +165,11 @@ func newRig(t *testing.T) *rig {
 		bytes0, lines0 := lg.bytes, lg.lines
 		r.usage = dynamostore.Usage{}
 		r.meter.Take()
+		cpu0 := processCPU(t)
 		start := time.Now()
 		out, err := handlers[fn](context.Background(), payload)
 		elapsed := time.Since(start)
+		cpuMs := float64((processCPU(t) - cpu0).Microseconds()) / 1000
 		du := r.meter.Take()
 		if err != nil {
 			t.Fatal(err)
@@ -174,13 +181,17 @@ func newRig(t *testing.T) *rig {
 		r.lastUsage, r.lastBody = r.usage, apptest.Body(t, &resp)
 		if r.current != nil {
 			reqBody, respBody := sent(t, ev.Body, ev.IsBase64Encoded), sent(t, resp.Body, resp.IsBase64Encoded)
-			billed := int(math.Ceil(float64(elapsed.Microseconds()) / 1000))
+			billed := costmodel.BilledMs(float64(elapsed.Microseconds())/1000, cpuMs, r.memory[fn])
 			// Lambda's own START/END/REPORT lines: an assumed 40 MB used
 			// (two digits, as a warm Go function reports) of version 12.
+			// None when the template's SystemLogLevel filters them.
 			sysBytes, sysEvents := costmodel.PlatformLog(float64(elapsed.Microseconds())/1000, billed, r.memory[fn], 40, "12")
+			if !platformLogged {
+				sysBytes, sysEvents = 0, 0
+			}
 			r.current.Invocations = append(r.current.Invocations, costmodel.Invocation{
 				Function: fn, MemoryMB: r.memory[fn],
-				BilledMs:         billed,
+				BilledMs: billed, CPUMs: cpuMs,
 				PlatformLogBytes: sysBytes, PlatformLogEvents: sysEvents,
 				RequestBytes: reqBody, ResponseBytes: respBody,
 				DynamoCalls: du.Calls, RRU: du.RRU, WRU: du.WRU,
@@ -344,6 +355,17 @@ func TestCost(t *testing.T) {
 		}
 		p.WriteTable(os.Stdout, op)
 	}
+	// The table against AppSync (docs/OPERATIONS.md holds the one
+	// measured when it was written; checkComparison compares).
+	fmt.Printf("\nAgainst AppSync (docs/OPERATIONS.md):\n\n%s\n", costmodel.ComparisonHeader)
+	var compared []costmodel.ComparisonRow
+	for _, op := range ops[:4] {
+		compared = append(compared, p.Comparison(op))
+		fmt.Println(compared[len(compared)-1].Markdown())
+	}
+	rt := realtimeRow(p)
+	fmt.Println(rt)
+	checkComparison(t, compared, rt)
 	fmt.Println()
 	for _, op := range ops[:4] {
 		fmt.Printf("%s usd_per_million=%.2f\n", op.Name, p.PriceOp(op).Total()*1e6)
@@ -352,4 +374,79 @@ func TestCost(t *testing.T) {
 	// The recommended wss:// shape (TLS in the tasks); the TLS listener's
 	// month is in docs/OPERATIONS.md.
 	fmt.Printf("realtime-idle-10k usd_per_month=%.2f\n", p.RealtimeIdle(10_000, false))
+}
+
+// realtimeRow is the comparison table's row for 10,000 idle realtime
+// sockets a month (TLS in the tasks; AppSync: connection minutes).
+func realtimeRow(p costmodel.Prices) string {
+	return fmt.Sprintf("| `realtime-idle-10k`, a month (not per million) | | | | | **$%.2f** | $%.2f |", p.RealtimeIdle(10_000, false), p.AppSyncIdle(10_000))
+}
+
+// checkComparison compares the table against AppSync in
+// docs/OPERATIONS.md (between its "make cost: comparison" markers) with
+// the rows just measured: the same operations; API Gateway and AppSync
+// to the cent, the logs to a cent either way and 16 bytes an invocation
+// (the digits of a duration); DynamoDB and the total less Lambda to 2% (item
+// sizes carry times whose digits vary, so a read may cross a 4 KB unit
+// from one run to the next). Lambda's share is the billed duration this
+// machine measured when the table was written, which varies run to run:
+// it must only be at least the request price.
+func checkComparison(t *testing.T, measured []costmodel.ComparisonRow, realtime string) {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(repoRoot(), "docs", "OPERATIONS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "<!-- make cost: comparison -->")
+	block, _, ok2 := strings.Cut(block, "<!-- end make cost: comparison -->")
+	if !ok || !ok2 {
+		t.Fatal("docs/OPERATIONS.md has no <!-- make cost: comparison --> ... <!-- end make cost: comparison --> block")
+	}
+	if !strings.Contains(block, costmodel.ComparisonHeader) {
+		t.Errorf("docs/OPERATIONS.md: the comparison table's header is not\n%s", costmodel.ComparisonHeader)
+	}
+	if !strings.Contains(block, realtime) {
+		t.Errorf("docs/OPERATIONS.md: the comparison table lacks the row\n%s", realtime)
+	}
+	written := map[string]costmodel.ComparisonRow{}
+	for line := range strings.Lines(block) {
+		if !strings.HasPrefix(line, "| `") || strings.HasPrefix(line, "| `realtime") {
+			continue
+		}
+		r, err := costmodel.ParseComparisonRow(strings.TrimSpace(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		written[r.Name] = r
+	}
+	if len(written) != len(measured) {
+		t.Errorf("docs/OPERATIONS.md: %d operations in the comparison table, make cost measures %d", len(written), len(measured))
+	}
+	cent := func(a, b float64) bool { return math.Abs(a-b) < 0.0051 }
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 0.02*b+0.0151 }
+	for _, m := range measured {
+		w, ok := written[m.Name]
+		if !ok {
+			t.Errorf("docs/OPERATIONS.md: no row for %s; make cost prints\n%s", m.Name, m.Markdown())
+			continue
+		}
+		invocations := m.AppSync / (costmodel.USEast1.AppSyncQuery * 1e6)
+		if !cent(w.API, m.API) || !near(w.Dynamo, m.Dynamo) || !near(w.RRU, m.RRU) || !near(w.WRU, m.WRU) ||
+			!cent(w.AppSync, m.AppSync) || math.Abs(w.Logs-m.Logs) > 0.0151 || math.Abs(float64(w.LogBytes-m.LogBytes)) > 16*invocations ||
+			!near(w.Total-w.Lambda, m.Total-m.Lambda) || w.Lambda < invocations*costmodel.USEast1.LambdaRequest*1e6-0.005 {
+			t.Errorf("docs/OPERATIONS.md's row disagrees with the measurement:\n%s\nmake cost prints\n%s", strings.TrimSpace(w.Markdown()), m.Markdown())
+		}
+	}
+}
+
+// processCPU is the CPU time (user and system) this process has used: the
+// handler's, and whatever else runs in the process meanwhile (the S3
+// server, the meter's own size reads), so an invocation's share is an
+// upper bound.
+func processCPU(t testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

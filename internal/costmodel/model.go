@@ -1,13 +1,14 @@
 package costmodel
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Invocation is what one function invocation (one HTTP request through
@@ -16,8 +17,11 @@ type Invocation struct {
 	Function string
 	// MemoryMB is the function's configured memory (template.yaml).
 	MemoryMB int
-	// BilledMs is the billed duration (whole milliseconds).
+	// BilledMs is the billed duration (whole milliseconds, BilledMs).
 	BilledMs int
+	// CPUMs is the CPU time the invocation used on the measuring machine
+	// (an upper bound: the whole measuring process's).
+	CPUMs float64
 	// RequestBytes and ResponseBytes are the HTTP bodies as sent.
 	RequestBytes, ResponseBytes int
 	// DynamoCalls counts DynamoDB requests; RRU and WRU are the request
@@ -32,6 +36,23 @@ type Invocation struct {
 	// PlatformLogBytes and PlatformLogEvents are the lines Lambda itself
 	// writes to the function's log group for the invocation (PlatformLog).
 	PlatformLogBytes, PlatformLogEvents int
+}
+
+// FullVCPUMB is the memory at which a Lambda function gets one whole
+// vCPU; below it, a function gets memoryMB/FullVCPUMB of one (CPU is
+// allocated in proportion to memory).
+const FullVCPUMB = 1769
+
+// BilledMs is the billed duration of an invocation that took wallMs on
+// the measuring machine, cpuMs of it on a CPU, when it runs with
+// memoryMB: the time off the CPU (waiting on DynamoDB, S3) as measured,
+// the CPU time stretched by the share of a vCPU the memory buys, rounded
+// up to the millisecond. So a smaller memory is priced with the longer
+// duration it causes, not only its lower rate.
+func BilledMs(wallMs, cpuMs float64, memoryMB int) int {
+	waiting := max(0, wallMs-cpuMs)
+	stretch := max(1, float64(FullVCPUMB)/float64(memoryMB))
+	return int(math.Ceil(waiting + cpuMs*stretch))
 }
 
 // PlatformLog returns the size and count of the log events the Lambda
@@ -52,6 +73,82 @@ func PlatformLog(durationMs float64, billedMs, memoryMB, maxUsedMB int, version 
 		bytes += len(l)
 	}
 	return bytes, len(lines)
+}
+
+// PlatformLogged reports whether Lambda writes the START, END and REPORT
+// events of a successful invocation to the functions' log groups under
+// the SAM template at path: yes in the Text log format (no LoggingConfig)
+// and with a SystemLogLevel of INFO or DEBUG; no at WARN. The level is
+// the Globals value, a literal or the Default of the parameter it
+// references.
+func PlatformLogged(path string) (bool, error) {
+	t, err := readTemplate(path)
+	if err != nil {
+		return false, err
+	}
+	lc := t.Globals.Function.LoggingConfig
+	if lc == nil || lc.LogFormat != "JSON" {
+		return true, nil
+	}
+	level, err := t.value(lc.SystemLogLevel)
+	if err != nil {
+		return false, err
+	}
+	switch level {
+	case "", "INFO", "DEBUG": // INFO is Lambda's default
+		return true, nil
+	case "WARN":
+		return false, nil
+	}
+	return false, fmt.Errorf("costmodel: SystemLogLevel %q", level)
+}
+
+// samTemplate is what the cost model reads of a SAM template.
+type samTemplate struct {
+	Parameters map[string]struct {
+		Default string `yaml:"Default"`
+	} `yaml:"Parameters"`
+	Globals struct {
+		Function samFunction `yaml:"Function"`
+	} `yaml:"Globals"`
+	Resources map[string]struct {
+		Type       string      `yaml:"Type"`
+		Properties samFunction `yaml:"Properties"`
+	} `yaml:"Resources"`
+}
+
+// samFunction is a function's properties (or the Globals') that price it.
+type samFunction struct {
+	MemorySize    yaml.Node `yaml:"MemorySize"`
+	LoggingConfig *struct {
+		LogFormat      string    `yaml:"LogFormat"`
+		SystemLogLevel yaml.Node `yaml:"SystemLogLevel"`
+	} `yaml:"LoggingConfig"`
+}
+
+func readTemplate(path string) (*samTemplate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("costmodel: template: %w", err)
+	}
+	var t samTemplate
+	if err := yaml.Unmarshal(b, &t); err != nil {
+		return nil, fmt.Errorf("costmodel: template %s: %w", path, err)
+	}
+	return &t, nil
+}
+
+// value is a scalar property: a literal, or the Default of the parameter
+// it references (!Ref).
+func (t *samTemplate) value(n yaml.Node) (string, error) {
+	if n.Tag != "!Ref" {
+		return n.Value, nil
+	}
+	p, ok := t.Parameters[n.Value]
+	if !ok {
+		return "", fmt.Errorf("costmodel: template references %q, not a parameter", n.Value)
+	}
+	return p.Default, nil
 }
 
 // Breakdown is the price of some invocations, per service.
@@ -99,12 +196,65 @@ func (p Prices) PriceOp(op Operation) Breakdown {
 // per million operations.
 func (p Prices) WriteTable(w io.Writer, op Operation) {
 	fmt.Fprintf(w, "\n%s\n", op.Name)
-	fmt.Fprintf(w, "  %-8s %6s %6s %9s %9s %5s %8s %8s %13s %8s %8s\n", "function", "MB", "ms", "req B", "resp B", "ddb", "RRU", "WRU", "store est R/W", "log B", "sys B")
+	fmt.Fprintf(w, "  %-8s %6s %6s %7s %9s %9s %5s %8s %8s %13s %8s %8s\n", "function", "MB", "ms", "cpu ms", "req B", "resp B", "ddb", "RRU", "WRU", "store est R/W", "log B", "sys B")
 	for _, in := range op.Invocations {
-		fmt.Fprintf(w, "  %-8s %6d %6d %9d %9d %5d %8.1f %8.1f %6.1f/%6.1f %8d %8d\n", in.Function, in.MemoryMB, in.BilledMs, in.RequestBytes, in.ResponseBytes, in.DynamoCalls, in.RRU, in.WRU, in.StoreRRU, in.StoreWRU, in.LogBytes, in.PlatformLogBytes)
+		fmt.Fprintf(w, "  %-8s %6d %6d %7.2f %9d %9d %5d %8.1f %8.1f %6.1f/%6.1f %8d %8d\n", in.Function, in.MemoryMB, in.BilledMs, in.CPUMs, in.RequestBytes, in.ResponseBytes, in.DynamoCalls, in.RRU, in.WRU, in.StoreRRU, in.StoreWRU, in.LogBytes, in.PlatformLogBytes)
 	}
 	b := p.PriceOp(op)
 	fmt.Fprintf(w, "  per million: lambda $%.2f  api $%.2f  dynamodb $%.2f  logs $%.2f  total $%.2f\n", b.Lambda*1e6, b.API*1e6, b.Dynamo*1e6, b.Logs*1e6, b.Total()*1e6)
+}
+
+// ComparisonRow is one operation of the table against AppSync in
+// docs/OPERATIONS.md, in USD per million operations: the services'
+// shares, the request units and log bytes of one operation, and what
+// AppSync charges for its requests alone (one query or mutation per
+// request, before its data source).
+type ComparisonRow struct {
+	Name                             string
+	Lambda, API, Dynamo, Logs, Total float64
+	RRU, WRU                         float64
+	LogBytes                         int
+	AppSync                          float64
+}
+
+// Comparison is the row of op.
+func (p Prices) Comparison(op Operation) ComparisonRow {
+	b := p.PriceOp(op)
+	r := ComparisonRow{Name: op.Name, Lambda: b.Lambda * 1e6, API: b.API * 1e6, Dynamo: b.Dynamo * 1e6, Logs: b.Logs * 1e6, Total: b.Total() * 1e6,
+		AppSync: float64(len(op.Invocations)) * p.AppSyncQuery * 1e6}
+	for _, in := range op.Invocations {
+		r.RRU += in.RRU
+		r.WRU += in.WRU
+		r.LogBytes += in.LogBytes + in.PlatformLogBytes
+	}
+	return r
+}
+
+// Markdown is the row as docs/OPERATIONS.md's table writes it (cents;
+// request units to the tenth).
+func (r ComparisonRow) Markdown() string {
+	return fmt.Sprintf("| `%s` | $%.2f | $%.2f | $%.2f (%.1f / %.1f) | $%.2f (%d B) | **$%.2f** | ≥ $%.2f |",
+		r.Name, r.Lambda, r.API, r.Dynamo, r.RRU, r.WRU, r.Logs, r.LogBytes, r.Total, r.AppSync)
+}
+
+// ComparisonHeader is the table's header (two lines).
+const ComparisonHeader = "| Per million operations | Lambda | API Gateway | DynamoDB (RRU / WRU each) | Logs (bytes each) | Total | AppSync (requests only) |\n|---|---|---|---|---|---|---|"
+
+// ParseComparisonRow reads a row Markdown wrote.
+func ParseComparisonRow(line string) (ComparisonRow, error) {
+	var r ComparisonRow
+	_, err := fmt.Sscanf(strings.ReplaceAll(line, "`", ""), "| %s | $%f | $%f | $%f (%f / %f) | $%f (%d B) | **$%f** | ≥ $%f |",
+		&r.Name, &r.Lambda, &r.API, &r.Dynamo, &r.RRU, &r.WRU, &r.Logs, &r.LogBytes, &r.Total, &r.AppSync)
+	if err != nil {
+		return r, fmt.Errorf("costmodel: comparison row %q: %w", line, err)
+	}
+	return r, nil
+}
+
+// AppSyncIdle is AppSync's month for sockets idle connections: connection
+// minutes only.
+func (p Prices) AppSyncIdle(sockets int) float64 {
+	return float64(sockets) * HoursPerMonth * 60 * p.AppSyncConnMinute
 }
 
 // RealtimeIdle is the monthly price of the realtime tier holding idle
@@ -134,57 +284,42 @@ func (p Prices) RealtimeIdle(sockets int, tlsListener bool) float64 {
 }
 
 // FunctionMemory reads each function's MemorySize from a SAM template:
-// the Globals value, overridden in a function's Properties. Keys are the
+// the Globals value, overridden in a function's Properties, a literal or
+// the Default of the parameter it references (!Ref). Keys are the
 // resource names (PushFunction, PullFunction, ...).
 func FunctionMemory(path string) (map[string]int, error) {
-	f, err := os.Open(path)
+	t, err := readTemplate(path)
 	if err != nil {
-		return nil, fmt.Errorf("costmodel: template: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	global := 0
-	mem := map[string]int{}
-	section, resource := "", ""
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line != "" && line[0] != ' ' && line[0] != '#' {
-			section = strings.TrimSuffix(strings.TrimSpace(line), ":")
-			resource = ""
-			continue
-		}
-		if section == "Resources" && strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") && strings.HasSuffix(line, ":") {
-			resource = strings.TrimSuffix(strings.TrimSpace(line), ":")
-			if strings.HasSuffix(resource, "Function") {
-				mem[resource] = 0
-			}
-			continue
-		}
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), "MemorySize:")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(v))
+	megabytes := func(n yaml.Node) (int, error) {
+		v, err := t.value(n)
 		if err != nil {
-			return nil, fmt.Errorf("costmodel: template MemorySize %q: %w", v, err)
+			return 0, err
 		}
-		switch {
-		case section == "Globals":
-			global = n
-		case section == "Resources" && resource != "":
-			mem[resource] = n
+		m, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, fmt.Errorf("costmodel: template MemorySize %q: %w", v, err)
 		}
+		return m, nil
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("costmodel: template: %w", err)
-	}
-	if global == 0 {
+	if t.Globals.Function.MemorySize.Value == "" {
 		return nil, fmt.Errorf("costmodel: %s has no Globals MemorySize", path)
 	}
-	for k, v := range mem {
-		if v == 0 {
-			mem[k] = global
+	global, err := megabytes(t.Globals.Function.MemorySize)
+	if err != nil {
+		return nil, err
+	}
+	mem := map[string]int{}
+	for id, r := range t.Resources {
+		if r.Type != "AWS::Serverless::Function" {
+			continue
+		}
+		mem[id] = global
+		if r.Properties.MemorySize.Value != "" {
+			if mem[id], err = megabytes(r.Properties.MemorySize); err != nil {
+				return nil, fmt.Errorf("%s: %w", id, err)
+			}
 		}
 	}
 	return mem, nil

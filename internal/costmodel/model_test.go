@@ -2,6 +2,7 @@ package costmodel_test
 
 import (
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -63,9 +64,52 @@ func TestFunctionMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for fn, want := range map[string]int{"PushFunction": 1024, "PullFunction": 1024, "SegmentFunction": 512, "BlobFunction": 512} {
+	for fn, want := range map[string]int{"PushFunction": 1024, "PullFunction": 512, "SegmentFunction": 512, "BlobFunction": 512} {
 		if mem[fn] != want {
 			t.Errorf("%s: %d MB, want %d", fn, mem[fn], want)
+		}
+	}
+}
+
+// Lambda's own lines of a successful invocation reach the log group in
+// the Text format and at SystemLogLevel INFO, not at WARN; the template's
+// level comes from the parameter it references.
+func TestPlatformLogged(t *testing.T) {
+	dir := t.TempDir()
+	for name, c := range map[string]struct {
+		yaml string
+		want bool
+	}{
+		"text":    {"Globals:\n  Function:\n    MemorySize: 512\n", true},
+		"info":    {"Globals:\n  Function:\n    LoggingConfig:\n      LogFormat: JSON\n      SystemLogLevel: INFO\n", true},
+		"warn":    {"Globals:\n  Function:\n    LoggingConfig:\n      LogFormat: JSON\n      SystemLogLevel: WARN\n", false},
+		"default": {"Globals:\n  Function:\n    LoggingConfig:\n      LogFormat: JSON\n", true},
+		"ref":     {"Parameters:\n  L:\n    Type: String\n    Default: WARN\nGlobals:\n  Function:\n    LoggingConfig:\n      LogFormat: JSON\n      SystemLogLevel: !Ref L\n", false},
+	} {
+		path := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := costmodel.PlatformLogged(path); err != nil || got != c.want {
+			t.Errorf("%s: %t, %v; want %t", name, got, err, c.want)
+		}
+	}
+	if got, err := costmodel.PlatformLogged(filepath.Join(repoRoot(), "template.yaml")); err != nil || got {
+		t.Errorf("template.yaml: platform lines logged %t (%v); its default LambdaSystemLogLevel is WARN", got, err)
+	}
+}
+
+// Below 1,769 MB Lambda gives a function that share of one vCPU, so the
+// CPU part of a duration stretches and the waiting part does not: 10 ms
+// of which 2 on a CPU is 8 + 2×1769/1024 = 11.46 (12 billed) at 1,024 MB,
+// 8 + 2×1769/256 = 21.82 (22) at 256 MB, and 10 at 1,769 MB and above.
+func TestBilledMs(t *testing.T) {
+	for _, c := range []struct {
+		wall, cpu float64
+		mem, want int
+	}{{10, 2, 1024, 12}, {10, 2, 256, 22}, {10, 2, 1769, 10}, {10, 2, 3008, 10}, {1, 3, 1769, 3}, {0.2, 0, 512, 1}} {
+		if got := costmodel.BilledMs(c.wall, c.cpu, c.mem); got != c.want {
+			t.Errorf("BilledMs(%v, %v, %d) = %d, want %d", c.wall, c.cpu, c.mem, got, c.want)
 		}
 	}
 }

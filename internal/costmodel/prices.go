@@ -37,8 +37,9 @@ type Prices struct {
 	SecretMonth   float64 // Secrets Manager, per secret per month
 	SecretCall    float64 // Secrets Manager, per API call
 
-	AppSyncQuery     float64 // per query or mutation operation
-	AppSyncRTMessage float64 // per real-time update message
+	AppSyncQuery      float64 // per query or mutation operation
+	AppSyncRTMessage  float64 // per real-time update message
+	AppSyncConnMinute float64 // per real-time connection minute
 }
 
 // USEast1 are the prices the tables use.
@@ -61,8 +62,9 @@ var USEast1 = Prices{
 	SecretMonth:   0.40,
 	SecretCall:    0.05 / 10_000,
 
-	AppSyncQuery:     4.00 / 1e6,
-	AppSyncRTMessage: 2.00 / 1e6,
+	AppSyncQuery:      4.00 / 1e6,
+	AppSyncRTMessage:  2.00 / 1e6,
+	AppSyncConnMinute: 0.08 / 1e6,
 }
 
 // HoursPerMonth is the month the monthly figures use.

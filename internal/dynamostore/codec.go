@@ -27,6 +27,9 @@ import (
 //	        [format 2: bytes columnVersions]
 //	[refs]  uvarint count (≥ 1) and per write: str child table, str
 //	        column, str parent id, str child id, u8 remove
+//	[reactions] (flag logHasReactions) uvarint count (≥ 1) and per §6.9
+//	        record: str key, str type, varint version, varint
+//	        maxAttempts, bytes payload
 //
 // str/bytes are uvarint length + raw bytes; scopes are uvarint count +
 // (str key, str value) pairs in stored (canonical) order. Table names are
@@ -269,6 +272,9 @@ func changeCVs(changes []store.Change, rows []store.RowWrite) [][]byte {
 const (
 	logHasRows = 1 // explicit row writes follow
 	logHasRefs = 2 // reference-index writes follow (§6.11)
+	// logHasReactions: §6.9 planned reactions follow, logged with the
+	// commit so they are exactly as atomic as it.
+	logHasReactions = 4
 )
 
 // encodeLogBody encodes the commit's changes with their encoded column
@@ -278,7 +284,7 @@ const (
 // refs are the commit's reference-index writes (§6.11), which a
 // roll-forward replays with the rows: they cannot be derived from the
 // changes (a removal names the old parent).
-func encodeLogBody(changes []store.Change, cvs [][]byte, rows []store.RowWrite, refs []store.RefWrite) []byte {
+func encodeLogBody(changes []store.Change, cvs [][]byte, rows []store.RowWrite, refs []store.RefWrite, rxs []store.PlannedReaction) []byte {
 	size := 16
 	tables := map[string]uint64{}
 	var names []string
@@ -324,6 +330,9 @@ func encodeLogBody(changes []store.Change, cvs [][]byte, rows []store.RowWrite, 
 	if len(refs) > 0 {
 		flags |= logHasRefs
 	}
+	if len(rxs) > 0 {
+		flags |= logHasReactions
+	}
 	e.u8(flags)
 	if rows != nil {
 		e.rows(tables, rows)
@@ -341,6 +350,17 @@ func encodeLogBody(changes []store.Change, cvs [][]byte, rows []store.RowWrite, 
 			} else {
 				e.u8(0)
 			}
+		}
+	}
+	if len(rxs) > 0 {
+		e.uvarint(uint64(len(rxs)))
+		for i := range rxs {
+			r := &rxs[i]
+			e.str(r.Key)
+			e.str(r.Type)
+			e.varint(int64(r.Version))
+			e.varint(int64(r.MaxAttempts))
+			e.bytes(r.Payload)
 		}
 	}
 	return e.b
@@ -374,6 +394,8 @@ type logBody struct {
 	cvs     [][]byte         // per change, encoded column versions (nil for format 1)
 	rows    []store.RowWrite // explicit row writes, nil when derived
 	refs    []store.RefWrite // reference-index writes (§6.11), nil when none
+	// reactions are the §6.9 records planned with the commit.
+	reactions []store.PlannedReaction
 }
 
 // materialization returns the row writes of commit seq: the explicit
@@ -421,7 +443,7 @@ func decodeLogBody(b []byte, seq int64) (*logBody, error) {
 		}
 	}
 	flags := d.u8()
-	if flags&^(logHasRows|logHasRefs) != 0 {
+	if flags&^(logHasRows|logHasRefs|logHasReactions) != 0 {
 		d.fail()
 	}
 	if flags&logHasRows != 0 {
@@ -458,6 +480,18 @@ func decodeLogBody(b []byte, seq int64) (*logBody, error) {
 			lb.refs = append(lb.refs, r)
 		}
 		if d.err == nil && len(lb.refs) == 0 {
+			d.fail()
+		}
+	}
+	if flags&logHasReactions != 0 {
+		nr := d.count(5)
+		lb.reactions = make([]store.PlannedReaction, 0, nr)
+		for range nr {
+			r := store.PlannedReaction{Key: d.str(), Type: d.str(), Version: int32(d.varint()), MaxAttempts: int32(d.varint())}
+			r.Payload = d.bytes()
+			lb.reactions = append(lb.reactions, r)
+		}
+		if d.err == nil && len(lb.reactions) == 0 {
 			d.fail()
 		}
 	}

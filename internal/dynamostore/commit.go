@@ -304,7 +304,7 @@ func (s *Store) prepare(partition string, req *store.CommitRequest) (*prepared, 
 			return nil, err
 		}
 	}
-	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs)
+	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions)
 	chunks, err := logItems(partition, &req.Commit, body)
 	if err != nil {
 		return nil, err
@@ -312,7 +312,7 @@ func (s *Store) prepare(partition string, req *store.CommitRequest) (*prepared, 
 	if req.WriterVersion > 0 {
 		chunks[0][lWriter] = N(req.WriterVersion)
 	}
-	oitem := outcomeItem(partition, req.Commit.ClientID, req.Commit.ClientCommitID, &req.Outcome)
+	oitem := s.outcomeItem(partition, req.Commit.ClientID, req.Commit.ClientCommitID, &req.Outcome)
 	if ItemSize(oitem) > itemBudget {
 		return nil, fmt.Errorf("dynamostore: outcome of %d bytes: %w", ItemSize(oitem), store.ErrTooLarge)
 	}
@@ -330,7 +330,9 @@ func (s *Store) commit(ctx context.Context, partition string, req *store.CommitR
 	items := make([]txItem, 0, 2+len(chunks)+len(rows))
 	items = append(items, txItem{}) // head, filled per attempt
 	notExists := aws.String("attribute_not_exists(pk)")
-	items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: oitem, ConditionExpression: notExists}}, size: ItemSize(oitem)})
+	ocond, onames, ovals := outcomeAbsent(req.Outcome.RecordedAtMs)
+	items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: oitem,
+		ConditionExpression: aws.String(ocond), ExpressionAttributeNames: onames, ExpressionAttributeValues: ovals}}, size: ItemSize(oitem)})
 	for _, it := range chunks {
 		items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: it, ConditionExpression: notExists}}, size: ItemSize(it)})
 	}
@@ -463,7 +465,7 @@ func (s *Store) commit(ctx context.Context, partition string, req *store.CommitR
 			return wrap("append commit", err)
 		}
 		if len(codes) > 1 && codes[1] == "ConditionalCheckFailed" {
-			// attribute_not_exists failed: the outcome exists for certain,
+			// The outcome condition failed: a live outcome exists for certain,
 			// whatever else failed (§2.3 replay wins over a lost race).
 			return store.ErrOutcomeExists
 		}

@@ -112,7 +112,7 @@ func checkConverged(t *testing.T, s store.Store, p string, total int64) {
 		t.Fatalf("ReadLog: %v, saw through %d", err, next-1)
 	}
 	for k, seq := range keys {
-		o, err := s.GetOutcome(ctx, p, k[0], k[1])
+		o, err := s.GetOutcome(ctx, p, k[0], k[1], baseMs)
 		if err != nil || o == nil || o.CommitSeq != seq {
 			t.Errorf("outcome %v: %+v %v, want seq %d", k, o, err, seq)
 		}

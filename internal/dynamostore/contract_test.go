@@ -45,3 +45,12 @@ func TestSchemaContract(t *testing.T) {
 		return dynamostore.New(c, newTable(t, c), dynamostore.Options{})
 	})
 }
+
+// TestLeaseStoreContract runs the auth-lease contract (§7.3), one fresh
+// table per subtest.
+func TestLeaseStoreContract(t *testing.T) {
+	c := ddbClient(t)
+	storetest.RunLeaseStore(t, func(t *testing.T) store.LeaseStore {
+		return dynamostore.New(c, newTable(t, c), dynamostore.Options{})
+	})
+}

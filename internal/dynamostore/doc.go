@@ -173,52 +173,26 @@
 // written without entries is conditioned on the head's index being off,
 // so none lands after the index started (logindex.go has the argument).
 //
-// # Read consistency (issue 23)
+// # Outcome expiry (issue 20)
 //
-// A consistent read costs 1 RCU per 4 KB, an eventually consistent one
-// half that, but may miss a write of the last second or so (or, in
-// principle, longer). A read is eventually consistent only where a miss
-// is detected and a stale answer cannot be wrong:
+// A push outcome answers its idempotency key for Options.OutcomeTTL
+// (SYNC_OUTCOME_TTL, 30 days by default) after its RecordedAtMs. The item
+// carries the table's TTL attribute, the second that window ends, written
+// in the same Put (outcomettl.go: outcomeTTL is the one place it is
+// computed, outcomeItem the one place it is set), so expiry costs no
+// write and DynamoDB's deletion no write unit. Because TTL deletes
+// lazily, the store judges expiry itself, by the engine's clock: GetOutcome
+// takes nowMs, and the outcome put of Commit and PutRejection is
+// conditioned on "absent or expired by the new outcome's RecordedAtMs"
+// (outcomeAbsent). A retry after the window is therefore a new commit
+// under the §6.2 rules (docs/OPERATIONS.md, "Idempotency window").
 //
-//   - the commit log of a pull (ReadLog, and the part of ReadLogScoped
-//     read from the log; readLogCheap in read.go): a log item never
-//     changes once written (put-if-absent, all chunks in one
-//     transaction), so a stale answer can only lack items, and commit
-//     seqs are gapless above the horizon, so the first seq that does not
-//     follow the last one handed on ends the cheap read and the rest of
-//     the window is read consistently. A replicated window costs half
-//     the units; a lagging one costs its cheap part on top.
-//
-// Every other read is consistent, because its answer is the base of a
-// conditional write or something a client keeps, and a miss would not
-// show:
-//
-//   - the head (TouchPartition, readHead, the serve gate's re-read): the
-//     commit's expected seq, the writer fence, the gate token, the pull's
-//     cursor and the roll-forward watermark; a stale head would hand a
-//     client a cursor behind commits it then never asks for again, or
-//     let roll-forward skip a commit;
-//   - the rows a push reads with the head (ReadRows conditions rest on
-//     them; a stale row evaluates the push against a state that never
-//     was) and GetRows;
-//   - the outcome (§2.3): a replay must find it;
-//   - bootstrap pages (ScanScopedRows, ScanRows): a copy written just
-//     before the snapshot's cursor and missed would be lost to the
-//     client, which pulls only after the cursor, and rows carry no
-//     sequence to show a miss;
-//   - the log index Query (an entry missed would skip a commit the
-//     client then never sees; the entries of one value are not
-//     contiguous seqs, so nothing shows the miss), and the first
-//     indexed log items, read in the head's BatchGetItem (one consistency
-//     per call; the later batches of listed log items are eventually
-//     consistent, a key missing from the answer read again consistently:
-//     indexedBatches.fetch);
-//   - the reference index (§6.11 enforcement counts children);
-//   - roll-forward's read of the commit it finishes, and the checks of
-//     ActivateCheckpoint and migrate (they go through ReadLog, which
-//     answers as a consistent read would).
-//
-// The schema marker is a cached copy already (schema.go).
+// Log, log-index and tombstone items get no TTL: §4.6 keeps the newest
+// 1,000 commits and the commits of active cursors however old, so an
+// expiry set at write time would delete commits a floor protects, and one
+// set when the horizon moves costs the write a delete costs. Prune deletes
+// them (1 WCU each) with the registry's shards walked in parallel
+// (internal/app Pruner, ListRegistryShard).
 //
 // # Item sizes
 //
@@ -226,7 +200,7 @@
 //	log        ≈ 90 B + ids, + per change ≈ 13 B + rowId + scopes + row
 //	           + column versions (4 B for a full-row write); split into
 //	           chunk items of < 400 KB under the same seq
-//	outcome    ≈ 40 B + clientId + clientCommitId + result
+//	outcome    ≈ 45 B + clientId + clientCommitId + result (ttl included)
 //	row        ≈ 20 B + partition + table + rowId + scopes + payload
 //	           + column versions (5 B for a full-row write)
 //	           (over 400 KB: store.ErrTooLarge)
@@ -406,9 +380,10 @@
 // put before the head's, so creating a partition costs one more round
 // trip and ~1 WCU once; a request to an existing partition writes
 // nothing more). ListRegisteredPartitions Queries them, resumable from a
-// cursor; scheduled pruning, syncular-admin -all and the migration step
-// (the pre-traffic hook and syncular-admin migrate, through
-// EachRegisteredPartition, so both fence the same set) use it.
+// cursor; syncular-admin -all and the migration step (the pre-traffic
+// hook and syncular-admin migrate, through EachRegisteredPartition, so
+// both fence the same set) use it. Scheduled pruning walks the 16 shards
+// in parallel with ListRegistryShard, one resumable cursor per shard.
 // ListPartitions is the one Scan: it reads the whole table and serves
 // only syncular-admin register-partitions, the one-off backfill of
 // partitions created before the registry existed.
@@ -419,4 +394,90 @@
 // of each call on throttling, transaction conflicts and 5xx, after which
 // the error is sync.rate_limited (never a raw AWS error to the client).
 // WithCapacity collects round trips and capacity per context.
+//
+// # Read consistency
+//
+// An eventually consistent read costs half (0.5 RRU per 4 KB) but may
+// miss any write of the last second or so. Two reads are eventually
+// consistent, because a miss there shows and is read again (issue 23):
+//
+//   - A pull's commit log (ReadLog, and the part of ReadLogScoped read
+//     from the log; readLogCheap in read.go): a log item never changes
+//     once written (put-if-absent, every chunk in one write), so a stale
+//     answer can only lack items, and commit seqs are gapless above the
+//     horizon, so the first seq that does not follow the last one handed
+//     on ends the cheap read and the rest of the window is read
+//     consistently (and if even that ends early, the head is read for a
+//     small commit not materialized yet, fast.go).
+//   - ReadLogScoped's later batches of listed log items (after the one
+//     that carries the head; indexedBatches.fetch): a key missing from
+//     the answer is read again consistently before it counts as pruned.
+//
+// Every other read is strongly consistent (getItem, query and batchGet
+// in ops.go set ConsistentRead unless told otherwise); each read below
+// is consistent because a stale answer there is not harmless.
+//
+//   - Partition head: readHead (store.go; Head for pulls, TouchPartition
+//     for pushes) and the push path's batched head read (schema.go,
+//     "read partition head"). The head is maxSeq, the log epoch and the
+//     writer fence. A pull serves cursor < commitSeq <= maxSeq and takes a
+//     cursor past maxSeq for one it does not know, answering a bootstrap
+//     (§4.7, engine/pull.go): a client that has just seen commitSeq N from
+//     an up-to-date replica would be re-bootstrapped by a stale one. A
+//     stale epoch would answer a reset (§2.1) to a client the rotation
+//     already re-bound; a stale fence lets a push through its check only
+//     to lose the transaction's condition. This is the one read of a
+//     quiet pull (1 RRU, $0.125 per million; half that if eventual):
+//     making it eventual needs the engine to answer a cursor past a
+//     stale maxSeq as "nothing new yet", which today it must not, since
+//     such a cursor may really come from an earlier epoch.
+//   - Rows by key in the push path (schema.go, the same BatchGetItem as
+//     the head): their versions are the base of §2.2 optimistic
+//     concurrency; a stale version would reject a valid commit as a
+//     conflict.
+//   - Outcomes: GetOutcome (store.go) is the §2.3 idempotency record; a
+//     stale miss would apply a replayed commit twice.
+//   - Client records: GetClient and the "list client records" Queries of
+//     RotateEpoch and ListClients (store.go). The record binds a client
+//     to an epoch and holds its acknowledged cursor; the pruning horizon
+//     is the least of them, so a stale cursor could prune a commit a
+//     client still needs, and a stale binding answers a needless reset.
+//   - The commit log's reads other than the two above: roll-forward's
+//     read of the commit it finishes, "read pruned log items" (read.go),
+//     the log index Query "read log index" (an entry missed would skip a
+//     commit for good, and the entries of one value are not contiguous
+//     seqs, so nothing shows the miss) and the first batch of "read
+//     indexed commits" (it carries the head). A pull reads the log up to
+//     the maxSeq it read from the head; an item the read missed would be
+//     skipped for good by the cursor it returns (§4.5 gapless delivery).
+//   - Rows for a bootstrap: "read rows", "scan rows" (read.go) and "scan
+//     scoped rows" (scopeindex.go): a page is the snapshot as of its
+//     commitSeq (§5.2); a missed row is lost to that client, whose cursor
+//     then starts after it.
+//   - The §6.11 reference index, listChildren (refs.go): a cascade or a
+//     restrict check that misses a child just written leaves an orphan
+//     or deletes a referenced parent.
+//   - Commit tickets, WaitingTickets (queue.go): the queue's leases; a
+//     stale list skips or waits on the wrong ticket.
+//   - Schema marker and checkpoints: SchemaMarker and the per-partition
+//     checkpoint (schema.go), and the backfill's row reads (backfill.go):
+//     a migration step that reads a stale marker or checkpoint may fence
+//     too little or redo a step (markerCache in schema.go bounds the one
+//     place a cached marker is used).
+//   - Operator paths: the partition registry Query (partitions.go),
+//     JobCursor (the job's saved cursor) and ListPartitions' Scan. A
+//     migration must fence every partition, including one created a
+//     moment ago; a stale job cursor redoes or skips a stretch.
+//   - "read commit times" (read.go), the prune job's read of the
+//     commits past the horizon, could be eventual (a stale answer only
+//     prunes less this run) and is kept consistent: it runs on a
+//     schedule, not per request, and costs a few units a run.
+//
+// Outside this package the same rule holds: the grant read of table
+// scopes mode (auth/resolvers.go) is consistent so a deleted grant
+// revokes on the next pull; the segment publication and object reads
+// (s3segments) are consistent so a page is never rebuilt or served from
+// a record a concurrent build already replaced; the realtime instance
+// registry (rtfanout) is consistent so a new instance receives fanout at
+// once.
 package dynamostore

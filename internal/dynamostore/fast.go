@@ -125,7 +125,9 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 		case pk == headPK(partition) && sk == headSK:
 			hitem = it
 		case pk == outcomePK(partition, req.Commit.ClientID):
-			outcome = true
+			// An outcome past its idempotency window is absent
+			// (outcomettl.go), as for the transaction's put.
+			outcome = outcomeLive(it, req.Outcome.RecordedAtMs)
 		default:
 			r, err := parseRow(it)
 			if err != nil {
@@ -237,19 +239,19 @@ func (s *Store) completeFast(ctx context.Context, p string, seq int64, logItem, 
 		return fmt.Errorf("dynamostore: pending commit %d has writes without a commit seq: %w", seq, errCorrupt)
 	}
 	type write struct {
-		item map[string]types.AttributeValue
-		cond string
+		item  map[string]types.AttributeValue
+		cond  string
+		names map[string]string
+		vals  map[string]types.AttributeValue
 	}
-	ws := []write{{outItem, "attribute_not_exists(pk)"}, {logItem, "attribute_not_exists(pk)"}}
+	at, _ := getN(outItem, oAt)
+	ocond, onames, ovals := outcomeAbsent(at)
+	ws := []write{{outItem, ocond, onames, ovals}, {logItem, "attribute_not_exists(pk)", nil, nil}}
 	for _, a := range acts {
-		ws = append(ws, write{a.w.Put.Item, "attribute_not_exists(pk) OR cs <= :s"})
+		ws = append(ws, write{a.w.Put.Item, "attribute_not_exists(pk) OR cs <= :s", nil, map[string]types.AttributeValue{":s": N(seq)}})
 	}
 	err = fanOut(plainConcurrency, ws, func(w write) error {
-		var vals map[string]types.AttributeValue
-		if w.cond != "attribute_not_exists(pk)" {
-			vals = map[string]types.AttributeValue{":s": N(seq)}
-		}
-		err := s.putItem(ctx, "materialize small commit", w.item, w.cond, vals)
+		err := s.putItemNamed(ctx, "materialize small commit", w.item, w.cond, w.names, w.vals)
 		if isConditionFailed(err) {
 			return nil // written before (this commit's), or a later commit's row
 		}

@@ -65,7 +65,7 @@ func TestSmallCommitCrash(t *testing.T) {
 				if !errors.Is(err, store.ErrOutcomeExists) {
 					t.Fatalf("retry of the crashed commit: %v, want ErrOutcomeExists", err)
 				}
-				o, err := s2.GetOutcome(ctx, p, "client", "small")
+				o, err := s2.GetOutcome(ctx, p, "client", "small", baseMs)
 				if err != nil || o == nil || o.CommitSeq != 1 || string(o.Result) != "ok:small" {
 					t.Fatalf("outcome of the crashed commit: %+v %v", o, err)
 				}

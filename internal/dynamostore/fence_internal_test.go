@@ -97,7 +97,7 @@ func TestLogCodecRoundTrip(t *testing.T) {
 	rows := []store.RowWrite{{Table: "c", Row: store.Row{RowID: "z", Version: 9, Payload: []byte("p"), ColumnVersions: []int64{9, 2, 9}}}, {Table: "a", Delete: true, Row: store.Row{RowID: "1"}}}
 	cvs := [][]byte{encodeCV(nil, []int64{3, 1, 3}, 3), nil, nil}
 	for _, explicit := range [][]store.RowWrite{nil, rows} {
-		b := encodeLogBody(changes, cvs, explicit, nil)
+		b := encodeLogBody(changes, cvs, explicit, nil, nil)
 		lb, err := decodeLogBody(b, 7)
 		if err != nil {
 			t.Fatal(err)
@@ -220,7 +220,7 @@ func TestLogCodecRefs(t *testing.T) {
 		if explicit != nil {
 			ecvs = nil
 		}
-		b := encodeLogBody(changes, ecvs, explicit, refs)
+		b := encodeLogBody(changes, ecvs, explicit, refs, nil)
 		if b[0] != logFormat {
 			t.Fatalf("format %d, want %d", b[0], logFormat)
 		}
@@ -248,11 +248,11 @@ func TestLogCodecRefs(t *testing.T) {
 		}
 	}
 	// A format-2 body without references decodes with no refs.
-	if lb, err := decodeLogBody(encodeLogBody(changes, cvs, nil, nil), 3); err != nil || lb.refs != nil {
+	if lb, err := decodeLogBody(encodeLogBody(changes, cvs, nil, nil, nil), 3); err != nil || lb.refs != nil {
 		t.Errorf("body without refs: refs %v err %v", lb, err)
 	}
 	// An unknown flag bit is corruption, not something to skip.
-	b := encodeLogBody(changes[:1], nil, nil, nil)
+	b := encodeLogBody(changes[:1], nil, nil, nil, nil)
 	b[len(b)-1] = 4
 	if _, err := decodeLogBody(b, 3); err == nil {
 		t.Error("unknown flag bit decoded")

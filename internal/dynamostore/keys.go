@@ -20,7 +20,11 @@ import (
 //	scope copy      P#<p>#V#<table>#<variable>#<value>  R<rowId>   (scopeindex.go)
 //	log index       P#<p>#I#<table>#<variable>#<value>  <seq:020d> (logindex.go)
 //	client record   P#<p>#C                             C<clientId>
+//	auth lease      P#<p>#LS                            L<clientId> (leases.go, §7.3)
 //	reference index P#<p>#X#<table>#<column>#<parentId> R<childRowId>
+//	reaction        P#<p>#RX                            L|T<seq:020d>#<index:03d> (reactions.go)
+//	reaction cursor P#<p>                               RXC
+//	reactions due   RXQ#<0..15>                         M<p>
 //	segment         SEG#<sha256 hex>                    OBJ | PUB#<part>#<epoch>#<digest>#<context> (hashes)
 //	segment lookup  P#<p>#SF                            <key hash>#<sha256 hex>#<context hash>
 //
@@ -62,6 +66,7 @@ func logPK(p string) string               { return PartitionPK(p) + "#L" }
 func outcomePK(p, clientID string) string { return PartitionPK(p) + "#O#" + esc(clientID) }
 func rowPK(p, table string) string        { return PartitionPK(p) + "#T#" + esc(table) }
 func clientPK(p string) string            { return PartitionPK(p) + "#C" }
+func leasePK(p string) string             { return PartitionPK(p) + "#LS" }
 
 // refPK is the reference-index partition of one parent (§6.11): a
 // parent's children are one Query, with no scan of the child table.
@@ -93,6 +98,7 @@ func seqRangeHi(seq int64) string { return seqSK(seq) + "#~" }
 func outcomeSK(clientCommitID string) string { return "O" + clientCommitID }
 func rowSK(rowID string) string              { return "R" + rowID }
 func clientSK(clientID string) string        { return "C" + clientID }
+func leaseSK(clientID string) string         { return "L" + clientID }
 
 // DynamoDB key size limits (bytes of UTF-8).
 const (

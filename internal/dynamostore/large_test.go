@@ -207,7 +207,7 @@ func TestCrashAfterLogWrite(t *testing.T) {
 			if int64(len(seqs)) != h.MaxCommitSeq {
 				t.Errorf("ReadLogScoped after the roll-forward: commits %v, want 1..%d", seqs, h.MaxCommitSeq)
 			}
-			if o, err := s2.GetOutcome(ctx, p, "client", "big"); err != nil || o == nil || o.CommitSeq != 1 {
+			if o, err := s2.GetOutcome(ctx, p, "client", "big", baseMs); err != nil || o == nil || o.CommitSeq != 1 {
 				t.Errorf("outcome of the crashed commit: %+v %v", o, err)
 			}
 		})
@@ -297,7 +297,7 @@ func TestRowItemLimit(t *testing.T) {
 	if m, _ := s.GetRows(ctx, p, "tasks", []string{"small"}); len(m) != 0 {
 		t.Errorf("refused commit wrote a row")
 	}
-	if o, _ := s.GetOutcome(ctx, p, "client", "too-big"); o != nil {
+	if o, _ := s.GetOutcome(ctx, p, "client", "too-big", baseMs); o != nil {
 		t.Errorf("refused commit recorded an outcome")
 	}
 }

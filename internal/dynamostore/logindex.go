@@ -478,7 +478,7 @@ func (s *Store) decodeIndexed(ctx context.Context, p string, seq int64, first ma
 		if err != nil {
 			derr = fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 		} else {
-			c = &store.Commit{Seq: seq, CreatedAtMs: created, ActorID: actor, ClientID: client, ClientCommitID: cc, Changes: lb.changes}
+			c = &store.Commit{Seq: seq, CreatedAtMs: created, ActorID: actor, ClientID: client, ClientCommitID: cc, Changes: lb.changes, Reactions: lb.reactions}
 		}
 		return c, derr
 	}

@@ -62,9 +62,15 @@ func (s *Store) getItem(ctx context.Context, op, pk, sk string, projection *stri
 // putItem writes item, conditioned on cond when non-empty. A failed
 // condition is returned unwrapped-compatible (isConditionFailed).
 func (s *Store) putItem(ctx context.Context, op string, item map[string]types.AttributeValue, cond string, values map[string]types.AttributeValue) error {
+	return s.putItemNamed(ctx, op, item, cond, nil, values)
+}
+
+// putItemNamed is putItem with attribute names for the condition.
+func (s *Store) putItemNamed(ctx context.Context, op string, item map[string]types.AttributeValue, cond string, names map[string]string, values map[string]types.AttributeValue) error {
 	in := &dynamodb.PutItemInput{
 		TableName:                 s.table,
 		Item:                      item,
+		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 		ReturnConsumedCapacity:    total,
 	}

@@ -176,52 +176,83 @@ func (s *Store) EachRegisteredPartition(ctx context.Context, fn func(partition s
 // continues where it stopped. It reads only registry items: about one
 // read unit per 4 KB of names (~100 partitions), never the table.
 func (s *Store) ListRegisteredPartitions(ctx context.Context, cursor string, fn func(partition, cursor string) bool) error {
-	first, after := 0, ""
-	if cursor != "" {
-		if len(cursor) < 3 || cursor[0] < '0' || cursor[0] > '9' || cursor[1] < '0' || cursor[1] > '9' {
-			return fmt.Errorf("dynamostore: malformed partition registry cursor %q", cursor)
-		}
-		first, after = int(cursor[0]-'0')*10+int(cursor[1]-'0'), cursor[2:]
-		if first >= RegistryShards {
-			return nil
-		}
+	first, _, err := parseRegistryCursor(cursor)
+	if err != nil || first >= RegistryShards {
+		return err
 	}
 	for shard := first; shard < RegistryShards; shard++ {
-		in := &dynamodb.QueryInput{
-			KeyConditionExpression:    aws.String("pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(registryPK(shard))},
-		}
-		if shard == first && after != "" {
-			in.ExclusiveStartKey = Key(registryPK(shard), after)
+		from := ""
+		if shard == first {
+			from = cursor
 		}
 		stop := false
-		var perr error
-		err := s.query(ctx, "list partition registry", in, func(items []map[string]types.AttributeValue) bool {
-			for _, it := range items {
-				p, ok := getS(it, regName)
-				sk, _ := getS(it, AttrSK)
-				if !ok {
-					perr = fmt.Errorf("dynamostore: registry item %q has no partition name: %w", sk, errCorrupt)
-					return false
-				}
-				if !fn(p, fmt.Sprintf("%02d%s", shard, sk)) {
-					stop = true
-					return false
-				}
-			}
-			return true
+		err := s.ListRegistryShard(ctx, shard, from, func(p, next string) bool {
+			stop = !fn(p, next)
+			return !stop
 		})
-		if err != nil {
+		if err != nil || stop {
 			return err
-		}
-		if perr != nil {
-			return perr
-		}
-		if stop {
-			return nil
 		}
 	}
 	return nil
+}
+
+// ListRegistryShard is ListRegisteredPartitions within one registry
+// shard (0 ≤ shard < RegistryShards): the partitions of that shard in key
+// order, after cursor ("" = from the shard's start; otherwise a cursor
+// this shard's walk handed out). Jobs that walk the shards in parallel
+// (scheduled pruning) keep one cursor per shard.
+func (s *Store) ListRegistryShard(ctx context.Context, shard int, cursor string, fn func(partition, cursor string) bool) error {
+	if shard < 0 || shard >= RegistryShards {
+		return fmt.Errorf("dynamostore: registry shard %d out of range", shard)
+	}
+	in := &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(registryPK(shard))},
+	}
+	if cursor != "" {
+		cs, after, err := parseRegistryCursor(cursor)
+		if err != nil {
+			return err
+		}
+		if cs != shard {
+			return fmt.Errorf("dynamostore: registry cursor %q is not of shard %d", cursor, shard)
+		}
+		if after != "" {
+			in.ExclusiveStartKey = Key(registryPK(shard), after)
+		}
+	}
+	var perr error
+	err := s.query(ctx, "list partition registry", in, func(items []map[string]types.AttributeValue) bool {
+		for _, it := range items {
+			p, ok := getS(it, regName)
+			sk, _ := getS(it, AttrSK)
+			if !ok {
+				perr = fmt.Errorf("dynamostore: registry item %q has no partition name: %w", sk, errCorrupt)
+				return false
+			}
+			if !fn(p, fmt.Sprintf("%02d%s", shard, sk)) {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return perr
+}
+
+// parseRegistryCursor splits a registry cursor into its shard and the
+// sort key to resume after ("" cursor: shard 0 from the start).
+func parseRegistryCursor(cursor string) (shard int, after string, err error) {
+	if cursor == "" {
+		return 0, "", nil
+	}
+	if len(cursor) < 3 || cursor[0] < '0' || cursor[0] > '9' || cursor[1] < '0' || cursor[1] > '9' {
+		return 0, "", fmt.Errorf("dynamostore: malformed partition registry cursor %q", cursor)
+	}
+	return int(cursor[0]-'0')*10 + int(cursor[1]-'0'), cursor[2:], nil
 }
 
 // JobCursor returns the saved cursor of an operator job ("" when none).

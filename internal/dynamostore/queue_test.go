@@ -84,7 +84,7 @@ func TestCommitChecksRowsAsRead(t *testing.T) {
 	if err != nil || rows["b"] == nil || string(rows["b"].Payload) != "b@2" {
 		t.Fatalf("row b after the refused commit: %+v %v, want commit 2's", rows["b"], err)
 	}
-	if o, _ := s.GetOutcome(ctx, p, "client", "c3"); o != nil {
+	if o, _ := s.GetOutcome(ctx, p, "client", "c3", baseMs); o != nil {
 		t.Fatalf("the refused commit recorded an outcome: %+v", o)
 	}
 	// A read row the commit does not write is checked too.

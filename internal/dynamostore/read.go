@@ -324,7 +324,7 @@ func (s *Store) readLogAt(ctx context.Context, p string, afterSeq, throughSeq in
 			stop = true
 			return
 		}
-		cur.Changes = lb.changes
+		cur.Changes, cur.Reactions = lb.changes, lb.reactions
 		if !fn(cur, lb, nil) {
 			stop = true
 		}
@@ -483,6 +483,13 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 // Log items are read whole; a projection would not lower the read cost,
 // which DynamoDB charges on item size.
 //
+// Deletes go in rounds of about pruneRoundKeys log and index keys: the
+// tombstones of every commit of the round first (pruneConcurrency in
+// flight, across commits), then the round's keys in batches of 25. A
+// round thus waits for its tombstones once, not once per commit, which
+// is what bounds a prune worker on a real table (round trips, not
+// units; docs/SCALE.md, "Lifecycle").
+//
 // indexFrom is the head's first commit with log-index entries (0: none
 // yet): the entries of commits from it on go with their log items;
 // earlier commits have none (logindex.go).
@@ -495,8 +502,18 @@ func (s *Store) pruneLog(ctx context.Context, p string, target, indexFrom int64)
 		want    int  // chunk count from chunk 0; ≤ 0 when incomplete
 		has0    bool // chunk 0 is among keys
 		pending []map[string]types.AttributeValue
+		tombs   []store.RowWrite // tombstones of the commits in pending
 		ferr    error
 	)
+	flush := func() error {
+		// Tombstones before the log items that name them (see above).
+		if err := s.dropTombstones(ctx, p, target, tombs); err != nil {
+			return err
+		}
+		err := s.batchDelete(ctx, "delete pruned log items", pending)
+		pending, tombs = pending[:0], tombs[:0]
+		return err
+	}
 	finish := func() error {
 		if seq < 0 {
 			return nil
@@ -520,16 +537,16 @@ func (s *Store) pruneLog(ctx context.Context, p string, target, indexFrom int64)
 			if err != nil {
 				return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 			}
-			if err := s.dropTombstones(ctx, p, target, rows); err != nil {
-				return err
+			for _, w := range dedupeRows(rows) {
+				if w.Delete {
+					tombs = append(tombs, w)
+				}
 			}
 		}
 		pending = append(pending, keys...)
 		seq, keys, parts, want, has0 = -1, nil, nil, 0, false
-		if len(pending) >= 25 {
-			err := s.batchDelete(ctx, "delete pruned log items", pending)
-			pending = pending[:0]
-			return err
+		if len(pending) >= pruneRoundKeys {
+			return flush()
 		}
 		return nil
 	}
@@ -570,8 +587,8 @@ func (s *Store) pruneLog(ctx context.Context, p string, target, indexFrom int64)
 	if err == nil {
 		err = finish()
 	}
-	if err == nil && len(pending) > 0 {
-		err = s.batchDelete(ctx, "delete pruned log items", pending)
+	if err == nil && (len(pending) > 0 || len(tombs) > 0) {
+		err = flush()
 	}
 	return removed, err
 }
@@ -579,9 +596,15 @@ func (s *Store) pruneLog(ctx context.Context, p string, target, indexFrom int64)
 // pruneConcurrency bounds the conditional tombstone deletes in flight.
 const pruneConcurrency = 8
 
-// dropTombstones deletes the tombstones among rows (one commit's
-// materialization) that are still tombstones at or below horizon: a
-// recreated row, or one deleted again after the horizon, stays.
+// pruneRoundKeys is about how many log and index keys one prune round
+// deletes (4 batches of 25) after dropping their commits' tombstones.
+const pruneRoundKeys = 100
+
+// dropTombstones deletes the tombstones among rows (the materialization
+// of the commits of one prune round) that are still tombstones at or
+// below horizon: a recreated row, or one deleted again after the
+// horizon, stays. A row named twice is deleted once and then fails the
+// condition, which is not an error.
 func (s *Store) dropTombstones(ctx context.Context, p string, horizon int64, rows []store.RowWrite) error {
 	return fanOut(pruneConcurrency, tombstoneKeys(s.table, p, rows), func(key map[string]types.AttributeValue) error {
 		err := s.deleteItem(ctx, "delete pruned tombstone", key,
@@ -593,9 +616,9 @@ func (s *Store) dropTombstones(ctx context.Context, p string, horizon int64, row
 	})
 }
 
-// tombstoneKeys are the keys of the tombstones a commit's row writes
-// (in commit order) leave: the row items of its deletes and the scope
-// copies whose final state is deleted (scopeIndexActions).
+// tombstoneKeys are the keys of the tombstones row deletes leave: the
+// row items and their scope copies (scopeIndexActions; a key named twice
+// is deleted once, the second delete fails its condition).
 func tombstoneKeys(tbl *string, p string, rows []store.RowWrite) []map[string]types.AttributeValue {
 	var keys []map[string]types.AttributeValue
 	for _, w := range dedupeRows(rows) {

@@ -54,6 +54,11 @@ type Options struct {
 	// and before its rows are materialized; a non-nil error aborts Commit
 	// there (crash injection for tests).
 	AfterLogWrite func() error
+	// OutcomeTTL is the idempotency window of push outcomes (§2.3;
+	// outcomettl.go). Zero or negative keeps outcomes forever (no TTL
+	// attribute, as before issue 20); the functions pass SYNC_OUTCOME_TTL
+	// (default store.DefaultOutcomeWindow).
+	OutcomeTTL time.Duration
 }
 
 // Store implements store.Store on one DynamoDB table.
@@ -69,6 +74,8 @@ type Store struct {
 	small     bool
 	marker    markerCache
 	index     indexState
+	// outcomeWindow is the idempotency window of outcomes (outcomettl.go).
+	outcomeWindow time.Duration
 }
 
 var _ store.Store = (*Store)(nil)
@@ -87,6 +94,7 @@ func New(client *dynamodb.Client, table string, opts Options) *Store {
 		indexNew:  opts.IndexNewPartitions,
 		small:     opts.SmallCommits,
 	}
+	s.outcomeWindow = max(opts.OutcomeTTL, 0)
 	s.marker.init(opts.MarkerTTL)
 	if opts.LastSeenRefresh <= 0 {
 		s.refreshMs = DefaultLastSeenRefresh.Milliseconds()
@@ -418,9 +426,14 @@ const (
 	oActor   = "ac" // S actorId that recorded it (absent on older items)
 )
 
-func outcomeItem(p, clientID, clientCommitID string, o *store.Outcome) map[string]types.AttributeValue {
+// outcomeItem is the item of an outcome, with its TTL attribute when it
+// expires (outcomeTTL).
+func (s *Store) outcomeItem(p, clientID, clientCommitID string, o *store.Outcome) map[string]types.AttributeValue {
 	item := Key(outcomePK(p, clientID), outcomeSK(clientCommitID))
 	item[oFormat], item[oApplied], item[oSeq], item[oAt] = N(1), BOOL(o.Applied), N(o.CommitSeq), N(o.RecordedAtMs)
+	if sec, ok := s.outcomeTTL(o.RecordedAtMs); ok {
+		item[TTLAttribute] = N(sec)
+	}
 	if len(o.Result) > 0 {
 		item[oResult] = B(o.Result)
 	}
@@ -446,13 +459,14 @@ func checkOutcomeKey(p, clientID, clientCommitID string) error {
 	return nil
 }
 
-// GetOutcome implements store.Store (§2.3).
-func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*store.Outcome, error) {
+// GetOutcome implements store.Store (§2.3). An outcome past its window
+// is absent (outcomettl.go), whether or not TTL has deleted it yet.
+func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string, nowMs int64) (*store.Outcome, error) {
 	if err := checkOutcomeKey(partition, clientID, clientCommitID); err != nil {
 		return nil, err
 	}
 	item, err := s.getItem(ctx, "read push outcome", outcomePK(partition, clientID), outcomeSK(clientCommitID), nil)
-	if err != nil || item == nil {
+	if err != nil || item == nil || !outcomeLive(item, nowMs) {
 		return nil, err
 	}
 	f, ok1 := getN(item, oFormat)
@@ -480,7 +494,7 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	if err := checkOutcomeKey(partition, clientID, clientCommitID); err != nil {
 		return err
 	}
-	item := outcomeItem(partition, clientID, clientCommitID, &o)
+	item := s.outcomeItem(partition, clientID, clientCommitID, &o)
 	if ItemSize(item) > MaxItemBytes {
 		return fmt.Errorf("dynamostore: rejection outcome of %d bytes: %w", ItemSize(item), store.ErrTooLarge)
 	}
@@ -490,11 +504,14 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	// beside it (fast.go).
 	cond += " AND attribute_not_exists(" + hPendSeq + ")"
 	vals[":z"], vals[":one"] = N(0), N(1)
+	ocond, onames, ovals := outcomeAbsent(o.RecordedAtMs)
 	items := []txItem{
 		{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
-			TableName:           s.table,
-			Item:                item,
-			ConditionExpression: aws.String("attribute_not_exists(pk)"),
+			TableName:                 s.table,
+			Item:                      item,
+			ConditionExpression:       aws.String(ocond),
+			ExpressionAttributeNames:  onames,
+			ExpressionAttributeValues: ovals,
 		}}},
 		{size: 100, w: types.TransactWriteItem{Update: &types.Update{
 			TableName:                           s.table,

@@ -21,8 +21,10 @@ const (
 	AttrPK = "pk"
 	AttrSK = "sk"
 	// TTLAttribute holds an epoch-seconds expiry on items that may be
-	// garbage-collected by DynamoDB TTL (segment publications and their
-	// lookup items; nothing the commit pipeline needs).
+	// garbage-collected by DynamoDB TTL: segment publications and their
+	// lookup items, and push outcomes past their idempotency window
+	// (outcomettl.go; the store treats those as absent before TTL
+	// deletes them).
 	TTLAttribute = "ttl"
 )
 

@@ -109,13 +109,13 @@ func testArenaPrune(t *testing.T, collide bool) {
 		}
 		for q := int64(1); q <= head; q++ {
 			req := arenaCommit(q)
-			o, err := s.GetOutcome(ctx, "p", req.Commit.ClientID, req.Commit.ClientCommitID)
+			o, err := s.GetOutcome(ctx, "p", req.Commit.ClientID, req.Commit.ClientCommitID, 0)
 			if err != nil || o == nil || !reflect.DeepEqual(*o, req.Outcome) {
 				t.Fatalf("horizon %d: outcome of commit %d: %+v, %v; want %+v", horizon, q, o, err, req.Outcome)
 			}
 			if q%7 == 0 {
 				c, id, want := arenaRejection(q)
-				if o, err := s.GetOutcome(ctx, "p", c, id); err != nil || o == nil || !reflect.DeepEqual(*o, want) {
+				if o, err := s.GetOutcome(ctx, "p", c, id, 0); err != nil || o == nil || !reflect.DeepEqual(*o, want) {
 					t.Fatalf("horizon %d: rejection %d: %+v, %v; want %+v", horizon, q, o, err, want)
 				}
 			}
@@ -132,7 +132,7 @@ func testArenaPrune(t *testing.T, collide bool) {
 				t.Fatalf("horizon %d: rejection over commit %d: %v, want ErrOutcomeExists", horizon, q, err)
 			}
 		}
-		if o, err := s.GetOutcome(ctx, "p", "c", "never"); o != nil || err != nil {
+		if o, err := s.GetOutcome(ctx, "p", "c", "never", 0); o != nil || err != nil {
 			t.Fatalf("outcome of an unknown key: %+v, %v", o, err)
 		}
 		// Only the chunk of the first unpruned commit and those after
@@ -205,7 +205,7 @@ func TestArenaConcurrentReadersAndPrune(t *testing.T) {
 				}
 				if q := h.MaxCommitSeq; q > 0 {
 					req := arenaCommit(q)
-					if o, err := s.GetOutcome(ctx, "p", req.Commit.ClientID, req.Commit.ClientCommitID); err != nil || o == nil || !reflect.DeepEqual(*o, req.Outcome) {
+					if o, err := s.GetOutcome(ctx, "p", req.Commit.ClientID, req.Commit.ClientCommitID, 0); err != nil || o == nil || !reflect.DeepEqual(*o, req.Outcome) {
 						t.Errorf("outcome of %d: %+v, %v", q, o, err)
 						return
 					}

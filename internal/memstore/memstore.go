@@ -54,13 +54,19 @@ func WithRefreshInterval(d time.Duration) Option {
 // for another.
 type Store struct {
 	refreshMs int64
+	// outcomeWindow is the idempotency window of outcomes (outcomes.go).
+	outcomeWindow time.Duration
 	// seed hashes outcome keys (arena.go).
 	seed maphash.Seed
 
 	mu         sync.RWMutex // guards partitions (the map, not its values) and marker
 	partitions map[string]*partState
+	// rxDue marks the partitions that may have live §6.9 reactions.
+	rxDue rxDue
 	// marker is the stored schema marker (schema.go).
 	marker int64
+	// leases are the §7.3 auth leases (leases.go), under their own lock.
+	leases leaseTable
 }
 
 var _ store.Store = (*Store)(nil)
@@ -112,6 +118,8 @@ type partState struct {
 	fence       int64
 	gateToken   int64
 	checkpoints map[string]*store.Checkpoint
+	// §6.9 reactions (reactions.go), under their own lock.
+	rx rxState
 }
 
 type tombRef struct {
@@ -168,6 +176,7 @@ func New(opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.outcomeWindow = max(s.outcomeWindow, 0)
 	return s
 }
 
@@ -271,7 +280,7 @@ func (s *Store) RotateEpoch(ctx context.Context, partition, newEpoch string, now
 }
 
 // GetOutcome implements store.Store.
-func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*store.Outcome, error) {
+func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommitID string, nowMs int64) (*store.Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -289,7 +298,7 @@ func (s *Store) GetOutcome(ctx context.Context, partition, clientID, clientCommi
 		o = p.outcomeLocked(r)
 	}
 	p.mu.RUnlock()
-	if !ok {
+	if !ok || s.expiredOutcome(o, nowMs) {
 		return nil, nil
 	}
 	return decodeOutcome(o), nil
@@ -314,7 +323,7 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 	h := p.outcomes.hash(k)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, _, ok := p.findOutcomeLocked(h, k); ok {
+	if s.liveOutcomeLocked(p, h, k, o.RecordedAtMs) {
 		return store.ErrOutcomeExists
 	}
 	if w.WriterVersion < p.fence {
@@ -367,7 +376,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	defer p.mu.Unlock()
 	// The idempotency check goes first: when both fail, replaying the
 	// recorded outcome is what the engine ends up doing anyway.
-	if _, _, ok := p.findOutcomeLocked(h, k); ok {
+	if s.liveOutcomeLocked(p, h, k, req.Outcome.RecordedAtMs) {
 		return store.ErrOutcomeExists
 	}
 	if req.WriterVersion < p.fence {
@@ -438,6 +447,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	copy(dst, entry)
 	p.log = append(p.log, sp)
 	p.indexCommit(req.Commit.Changes, seq)
+	p.rx.logPlanned(seq, req.Commit.Reactions)
 	p.addOutcomeLocked(h, k, outRef{
 		chunk:  sp.chunk,
 		keyOff: sp.off + uint32(l.keyOff), keyLen: uint32(l.keyEnd - l.keyOff),
@@ -667,7 +677,14 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 
 // ReadLog implements store.Store.
 func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, throughSeq int64, fn func(*store.Commit) bool) error {
-	return s.walkLog(ctx, partition, afterSeq, throughSeq, func(e string) bool { return fn(decodeCommit(e)) })
+	p := s.lookup(partition)
+	return s.walkLog(ctx, partition, afterSeq, throughSeq, func(e string) bool {
+		c := decodeCommit(e)
+		if p != nil {
+			c.Reactions = p.rx.planned(c.Seq)
+		}
+		return fn(c)
+	})
 }
 
 // CommitTimes implements store.Store: it reads only the entries' fixed
@@ -848,6 +865,7 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 	p.logFirst += n
 	p.releaseLogLocked()
 	p.pruneIndexLocked(h)
+	p.rx.dropPlanned(h)
 	k := 0
 	for k < len(p.tombs) && p.tombs[k].seq <= h {
 		ref := p.tombs[k]

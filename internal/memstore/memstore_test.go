@@ -101,7 +101,7 @@ func TestCommitSeqMustFollowHead(t *testing.T) {
 	if err := s.Commit(ctx, "p", req); err == nil || errors.Is(err, store.ErrHeadMoved) {
 		t.Fatalf("Commit with Seq != ExpectedMaxSeq+1: %v, want a non-protocol error", err)
 	}
-	if o, _ := s.GetOutcome(ctx, "p", "c", "x"); o != nil {
+	if o, _ := s.GetOutcome(ctx, "p", "c", "x", 0); o != nil {
 		t.Error("rejected request recorded an outcome")
 	}
 }
@@ -361,7 +361,7 @@ func TestOutcomesSurvivePrune(t *testing.T) {
 		t.Fatalf("Prune(2) = %d, %v", n, err)
 	}
 	for _, req := range reqs {
-		o, err := s.GetOutcome(ctx, "p", req.Commit.ClientID, req.Commit.ClientCommitID)
+		o, err := s.GetOutcome(ctx, "p", req.Commit.ClientID, req.Commit.ClientCommitID, 0)
 		if err != nil || o == nil || !reflect.DeepEqual(*o, req.Outcome) {
 			t.Errorf("outcome of %s after pruning: %+v, %v; want %+v", req.Commit.ClientCommitID, o, err, req.Outcome)
 		}
@@ -370,4 +370,19 @@ func TestOutcomesSurvivePrune(t *testing.T) {
 	if err := s.Commit(ctx, "p", again); !errors.Is(err, store.ErrOutcomeExists) {
 		t.Errorf("re-commit of a pruned commit's id: %v, want ErrOutcomeExists", err)
 	}
+}
+
+func TestLeaseStoreContract(t *testing.T) {
+	storetest.RunLeaseStore(t, func(*testing.T) store.LeaseStore { return memstore.New() })
+}
+
+// TestOutcomesExpire runs the idempotency-window contract with the
+// default window and with a short one.
+func TestOutcomesExpire(t *testing.T) {
+	t.Run("default", func(t *testing.T) {
+		storetest.RunOutcomeExpiry(t, store.DefaultOutcomeWindow, func(*testing.T) store.Store { return memstore.New(memstore.WithOutcomeTTL(store.DefaultOutcomeWindow)) })
+	})
+	t.Run("1h", func(t *testing.T) {
+		storetest.RunOutcomeExpiry(t, time.Hour, func(*testing.T) store.Store { return memstore.New(memstore.WithOutcomeTTL(time.Hour)) })
+	})
 }

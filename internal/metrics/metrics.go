@@ -36,8 +36,12 @@ const DefaultNamespace = "Syncular"
 // Unit is a CloudWatch metric unit.
 type Unit string
 
-// The units the catalogue uses.
+// The units the catalogue uses. None is EMF's default unit: the
+// definition names no Unit, which keeps the directive of every request
+// line short (the metrics on every line use it; their names say what
+// they count).
 const (
+	None         Unit = ""
 	Count        Unit = "Count"
 	Milliseconds Unit = "Milliseconds"
 	Bytes        Unit = "Bytes"
@@ -51,7 +55,8 @@ const (
 	// (a field of the request line, no longer a dimension).
 	DimRoute = "route"
 	// DimOutcome is "ok", or the §10 error code the request ended with
-	// (HTTP error or in-band ERROR frame); a field, no longer a dimension.
+	// (HTTP error or in-band ERROR frame); a field of debug lines (info
+	// lines carry ErrorCodeField on failure only), never a dimension.
 	DimOutcome = "outcome"
 )
 
@@ -74,28 +79,30 @@ type Metric struct {
 
 // The catalogue. Request metrics come from every HTTP function's request
 // line; prune metrics from the scheduled prune function's run line.
+//
+// The metrics on an ordinary request line have short names and no unit:
+// each costs its name twice on every line (the field and its definition
+// in the directive), billed as log ingestion on every request. There is
+// no request counter: every request line carries ms exactly once, so
+// its SampleCount is the number of requests (the alarms' denominator).
 var (
-	Requests         = Metric{"requests", Count, byFunction, "Requests served (the line's route and outcome fields say which and how)."}
 	ServerErrors     = Metric{"serverErrors", Count, byFunction, "Requests answered with a 5xx status."}
 	RateLimited      = Metric{"rateLimited", Count, byFunction, "Requests that ended with sync.rate_limited (HTTP 429 or in-band)."}
 	SoftTimeouts     = Metric{"softTimeouts", Count, byFunction, "Requests stopped by the soft deadline before the function timeout."}
-	Duration         = Metric{"durationMs", Milliseconds, byFunction, "Time serving the request (engine and storage)."}
-	CommitsApplied   = Metric{"applied", Count, byFunction, "Pushed commits newly applied."}
+	Duration         = Metric{"ms", None, byFunction, "Milliseconds serving the request (engine and storage); its SampleCount is the number of requests."}
+	CommitsApplied   = Metric{"applied", None, byFunction, "Pushed commits newly applied."}
 	CommitRacesLost  = Metric{"commitRacesLost", Count, byFunction, "Commit attempts that lost the race for the next commitSeq and were retried."}
-	CommitsSent      = Metric{"commitsSent", Count, byFunction, "COMMIT frames returned by pulls."}
+	CommitsSent      = Metric{"sent", None, byFunction, "COMMIT frames returned by pulls."}
 	RowsScanned      = Metric{"rowsScanned", Count, byFunction, "Rows read by bootstrap page builds."}
 	RowsDelivered    = Metric{"rowsDelivered", Count, byFunction, "Rows in the bootstrap pages sent (built or reused)."}
 	SegmentsBuilt    = Metric{"segmentsBuilt", Count, byFunction, "Bootstrap pages built from a row scan."}
 	SegmentsReused   = Metric{"segmentsReused", Count, byFunction, "Bootstrap pages answered with an existing segment publication (§5.1)."}
-	ResponseBytes    = Metric{"bytesOut", Bytes, byFunction, "Response body bytes before compression."}
-	DDBRoundTrips    = Metric{"ddbRoundTrips", Count, byFunction, "DynamoDB requests, retries included."}
-	ReadUnits        = Metric{"rcu", Count, byFunction, "DynamoDB read capacity units consumed."}
-	WriteUnits       = Metric{"wcu", Count, byFunction, "DynamoDB write capacity units consumed."}
 	PrunedPartitions = Metric{"prunedPartitions", Count, byFunction, "Partitions a prune run visited successfully."}
 	PrunedCommits    = Metric{"prunedCommits", Count, byFunction, "Commits a prune run deleted."}
 	PruneFailures    = Metric{"pruneFailures", Count, byFunction, "Partitions a prune run failed on, plus 1 when the registry could not be read."}
 	PruneIncomplete  = Metric{"pruneIncomplete", Count, byFunction, "1 when a prune run stopped at its deadline with partitions left (the next run resumes)."}
 	BlobsSwept       = Metric{"blobsSwept", Count, byFunction, "Orphaned blob objects a prune run deleted after finishing a pass (§5.9.2 sweep)."}
+	LeaseServed      = Metric{"leaseServed", Count, byFunction, "Rounds authorized by the client's auth lease because the scope resolver was unavailable (§7.3.3, SYNC_AUTH_LEASES=on)."}
 	RequestsOverCap  = Metric{"requestsOverCap", Count, byFunction, "Requests refused with 413 because the body exceeds a request cap (as sent, or SYNC_MAX_BODY_BYTES decoded); with function=gateway, every 413 in the HTTP API's access log."}
 	// Connections is the realtime tier's autoscaling metric: every task
 	// writes its open sockets once a minute (function=realtime), so the
@@ -111,11 +118,11 @@ const FunctionGateway = "gateway"
 
 // Catalogue lists every metric the code emits.
 var Catalogue = []Metric{
-	Requests, ServerErrors, RateLimited, SoftTimeouts, Duration,
+	ServerErrors, RateLimited, SoftTimeouts, Duration,
 	CommitsApplied, CommitRacesLost, CommitsSent, RowsScanned, RowsDelivered,
-	SegmentsBuilt, SegmentsReused, ResponseBytes, DDBRoundTrips, ReadUnits, WriteUnits,
+	SegmentsBuilt, SegmentsReused,
 	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete, BlobsSwept,
-	RequestsOverCap,
+	RequestsOverCap, LeaseServed,
 	Connections,
 }
 
@@ -240,7 +247,11 @@ func (e *EMF) directives(declared uint64) cachedDirective {
 			}
 			names = append(names, m.Name...)
 			g := find(m.Dimensions)
-			g.metrics = append(g.metrics, map[string]string{"Name": m.Name, "Unit": string(m.Unit)})
+			def := map[string]string{"Name": m.Name}
+			if m.Unit != None {
+				def["Unit"] = string(m.Unit)
+			}
+			g.metrics = append(g.metrics, def)
 		}
 	}
 	list := make([]any, 0, len(groups))
@@ -347,17 +358,17 @@ func sameDims(a, b [][]string) bool {
 }
 
 // RequestLine derives the per-request counters from a request line's
-// fields (status, outcome, deadlineExceeded) and adds the EMF directive:
-// requests = 1 on every line; serverErrors, rateLimited and softTimeouts
-// 1 on the lines they count and absent otherwise. A metric absent from a
-// line adds nothing to its Sum, so sums stay exact (the template reads
-// these counters by Sum only); a minute without a server error has no
+// fields (status, errorCode, deadlineExceeded) and adds the EMF
+// directive: serverErrors, rateLimited and softTimeouts 1 on the lines
+// they count and absent otherwise. A metric absent from a line adds
+// nothing to its Sum, so sums stay exact (the template reads these
+// counters by Sum only); a minute without a server error has no
 // serverErrors datapoint, which the error-rate alarms treat as not
-// breaching (TreatMissingData), as they would a zero.
+// breaching (TreatMissingData), as they would a zero. The number of
+// requests is the SampleCount of ms, which every request line carries.
 func (e *EMF) RequestLine(attrs []slog.Attr) []slog.Attr {
 	var status int64
-	var outcome string
-	var deadline bool
+	var rateLimited, deadline bool
 	for _, a := range attrs {
 		v := a.Value.Resolve()
 		switch a.Key {
@@ -365,17 +376,16 @@ func (e *EMF) RequestLine(attrs []slog.Attr) []slog.Attr {
 			if v.Kind() == slog.KindInt64 {
 				status = v.Int64()
 			}
-		case DimOutcome:
-			outcome = v.String()
+		case ErrorCodeField, DimOutcome:
+			rateLimited = rateLimited || v.String() == string(syncerr.RateLimited)
 		case "deadlineExceeded":
 			deadline = v.Kind() == slog.KindBool && v.Bool()
 		}
 	}
-	attrs = append(attrs, slog.Int(Requests.Name, 1))
 	if status >= 500 {
 		attrs = append(attrs, slog.Int(ServerErrors.Name, 1))
 	}
-	if outcome == string(syncerr.RateLimited) {
+	if rateLimited {
 		attrs = append(attrs, slog.Int(RateLimited.Name, 1))
 	}
 	if deadline {
@@ -383,6 +393,11 @@ func (e *EMF) RequestLine(attrs []slog.Attr) []slog.Attr {
 	}
 	return e.Annotate(attrs)
 }
+
+// ErrorCodeField is the request line's field naming the §10 code a
+// request ended with (an HTTP error's, or an in-band ERROR frame's in a
+// 200 response); absent when it succeeded.
+const ErrorCodeField = "errorCode"
 
 // Document is one decoded EMF log line.
 type Document map[string]any

@@ -22,8 +22,8 @@ func TestRequestLineIsEMF(t *testing.T) {
 	e := &EMF{Namespace: "Test/NS", Fixed: map[string]string{DimFunction: "push"}, Now: func() time.Time { return time.UnixMilli(1_800_000_000_000) }}
 	line := logLine(t, e,
 		slog.Int("status", 429), slog.String("partition", "tenant-1"), slog.String("route", "sync"),
-		slog.String("outcome", "sync.rate_limited"), slog.Float64("durationMs", 12.5),
-		slog.Int("applied", 0), slog.Float64("rcu", 3), slog.Int64("bytesOut", 0),
+		slog.String("errorCode", "sync.rate_limited"), slog.Float64("ms", 12.5),
+		slog.Int("applied", 0), slog.Float64("rcu", 3), slog.Int64("segmentsBuilt", 0),
 		slog.String("notAMetric", "x"))
 	doc, err := Parse(line)
 	if err != nil {
@@ -34,7 +34,8 @@ func TestRequestLineIsEMF(t *testing.T) {
 	}
 	// softTimeouts and serverErrors are absent (a 429 the deadline did
 	// not stop): a missing counter adds nothing to its sum.
-	want := []string{"requests", "rateLimited", "durationMs", "applied", "bytesOut", "rcu"}
+	// rcu is a plain field (no longer a metric); ms needs no unit.
+	want := []string{"rateLimited", "ms", "applied", "segmentsBuilt"}
 	got := doc.Declared()
 	slices.Sort(got)
 	slices.Sort(want)
@@ -46,7 +47,7 @@ func TestRequestLineIsEMF(t *testing.T) {
 			t.Errorf("%s written on a request it does not count: %s", name, line)
 		}
 	}
-	for name, v := range map[string]float64{"requests": 1, "rateLimited": 1, "durationMs": 12.5} {
+	for name, v := range map[string]float64{"rateLimited": 1, "ms": 12.5} {
 		if n, ok := doc.Number(name); !ok || n != v {
 			t.Errorf("%s = %v (%t), want %v", name, n, ok, v)
 		}
@@ -57,17 +58,22 @@ func TestRequestLineIsEMF(t *testing.T) {
 	if !strings.Contains(string(line), `"Timestamp":1800000000000`) {
 		t.Errorf("timestamp: %s", line)
 	}
+	// A metric of unit None has a definition without Unit (EMF's
+	// default); the others name theirs.
+	if !strings.Contains(string(line), `{"Name":"ms"}`) || !strings.Contains(string(line), `{"Name":"rateLimited","Unit":"Count"}`) {
+		t.Errorf("definitions: %s", line)
+	}
 }
 
 // A 5xx stopped by the deadline counts as a server error and a soft timeout.
 func TestRequestLineCounters(t *testing.T) {
 	e := &EMF{Namespace: "N", Fixed: map[string]string{DimFunction: "pull"}}
-	doc, err := Parse(logLine(t, e, slog.Int("status", 500), slog.String("route", "pull"),
-		slog.String("outcome", "sync.internal_error"), slog.Bool("deadlineExceeded", true)))
+	doc, err := Parse(logLine(t, e, slog.Int("status", 500), slog.String("route", "pull"), slog.Float64("ms", 1),
+		slog.String("errorCode", "sync.internal_error"), slog.Bool("deadlineExceeded", true)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range map[string]float64{"requests": 1, "serverErrors": 1, "softTimeouts": 1} {
+	for name, v := range map[string]float64{"ms": 1, "serverErrors": 1, "softTimeouts": 1} {
 		if n, _ := doc.Number(name); n != v {
 			t.Errorf("%s = %v, want %v", name, n, v)
 		}
@@ -91,7 +97,7 @@ func TestMissingDimensionDeclaresNothing(t *testing.T) {
 // Parse rejects what CloudWatch would reject or what breaks the rules.
 func TestParseRejects(t *testing.T) {
 	for name, line := range map[string]string{
-		"no _aws":           `{"requests":1}`,
+		"no _aws":           `{"ms":1}`,
 		"seconds timestamp": `{"_aws":{"Timestamp":1800000000,"CloudWatchMetrics":[{"Namespace":"N","Dimensions":[["function"]],"Metrics":[{"Name":"applied","Unit":"Count"}]}]},"function":"f","applied":1}`,
 		"unknown metric":    `{"_aws":{"Timestamp":1800000000000,"CloudWatchMetrics":[{"Namespace":"N","Dimensions":[["function"]],"Metrics":[{"Name":"bogus","Unit":"Count"}]}]},"function":"f","bogus":1}`,
 		"partition dim":     `{"_aws":{"Timestamp":1800000000000,"CloudWatchMetrics":[{"Namespace":"N","Dimensions":[["partition"]],"Metrics":[{"Name":"applied","Unit":"Count"}]}]},"partition":"p","applied":1}`,

@@ -2,20 +2,26 @@ package wiring
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/core/migrate"
+	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 )
 
 // Deps are what a handler serves over, built by NewAWS for Lambda or by
@@ -44,6 +50,34 @@ type Deps struct {
 	// OnCommit receives every commit the engine appends (the local
 	// runner's in-process realtime fanout, §8.2).
 	OnCommit func(partition string, c *store.Commit)
+	// Hooks are the app's own code (the public package syncular).
+	Hooks Hooks
+}
+
+// Hooks are what an app adds to the engine through the public API: each
+// is optional.
+type Hooks struct {
+	// Resolver replaces the SYNC_SCOPES_MODE resolver.
+	Resolver engine.ScopeResolver
+	// Reactions plans §6.9 durable reactions.
+	Reactions reactions.Planner
+	// Validators are the app's Go validators (§6.7, §6.8); declarative
+	// rules (LoadValidators) cannot be deployed beside them.
+	Validators *validate.Hooks
+	// Mergers are the app's CRDT mergers by crdtType (§5.10.2), beside
+	// the built-in yjs-doc (which an app may not replace).
+	Mergers crdt.Registry
+}
+
+// mergers is the built-in registry plus the app's own.
+func mergers(app crdt.Registry) crdt.Registry {
+	r := crdt.Default()
+	for name, m := range app {
+		if _, builtin := r[name]; !builtin {
+			r[name] = m
+		}
+	}
+	return r
 }
 
 // NewEngine builds the engine every function serves over: the configured
@@ -68,9 +102,24 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 	default:
 		return nil, fmt.Errorf("app: unknown scopes mode %q", cfg.ScopesMode)
 	}
-	decls, err := migrate.ParseDeclarations(cfg.Checkpoints)
+	if d.Hooks.Resolver != nil {
+		resolver = d.Hooks.Resolver
+	}
+	hooks, err := LoadValidators(cfg, d.Schema)
 	if err != nil {
-		return nil, fmt.Errorf("app: SYNC_CHECKPOINTS: %w", err)
+		return nil, err
+	}
+	if d.Hooks.Validators != nil {
+		if hooks != nil {
+			return nil, errors.New("app: the app's Go validators and declarative validator rules are both present; keep one")
+		}
+		hooks = d.Hooks.Validators
+	}
+	// The build declares (and serves while they backfill) the schema's
+	// backfills and SYNC_CHECKPOINTS: the names the hook declares.
+	decls, err := migrate.Declarations(d.Schema, cfg.Checkpoints, nil)
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
 	}
 	ec := engine.Config{
 		Checkpoints: migrate.Names(decls),
@@ -93,6 +142,17 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		Clock:         d.Clock,
 		Logger:        logger,
 		OnCommit:      d.OnCommit,
+		Validators:    hooks,
+		Reactions:     d.Hooks.Reactions,
+		CRDTMergers:   mergers(d.Hooks.Mergers),
+	}
+	if cfg.AuthLeases {
+		// §7.3: leases live beside the commit log, in the same store.
+		ls, ok := d.Store.(store.LeaseStore)
+		if !ok {
+			return nil, fmt.Errorf("app: SYNC_AUTH_LEASES=on needs a store that keeps leases; %T does not", d.Store)
+		}
+		ec.Leases, ec.LeaseTTL = ls, cfg.AuthLeaseTTL
 	}
 	switch cfg.SignedURLs {
 	case config.SignedNative:
@@ -110,6 +170,65 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	return eng, nil
+}
+
+// LoadValidators reads and compiles the declarative validators
+// (validate.RuleFile) against the schema's served tables: the document at
+// SYNC_VALIDATORS_PATH, else validators.json beside the binary when
+// present, else the "validators" and "commitValidators" members of the
+// schema file itself. nil when there are none. A named document that
+// cannot be read, rules that do not compile, or rules in both a document
+// and the schema file are errors.
+func LoadValidators(cfg *config.Config, sch *schema.Schema) (*validate.Hooks, error) {
+	path, required := cfg.ValidatorsFile()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && !required {
+		data, err = nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("app: read validators %s (SYNC_VALIDATORS_PATH): %w", path, err)
+	}
+	inSchema, err := schemaRules(cfg.SchemaFile())
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case data != nil && inSchema != nil:
+		return nil, fmt.Errorf("app: validators are declared both in %s and in the schema file %s; keep one", path, cfg.SchemaFile())
+	case data == nil && inSchema == nil:
+		return nil, nil
+	case data == nil:
+		data, path = inSchema, cfg.SchemaFile()
+	}
+	h, err := validate.ParseRules(data, engine.TableColumns(sch))
+	if err != nil {
+		return nil, fmt.Errorf("app: %s (SYNC_VALIDATORS_PATH): %w", path, err)
+	}
+	return h, nil
+}
+
+// schemaRules returns the validate.RuleFile members of the schema
+// document at path as a document of their own, nil when it has none (or
+// there is no file there).
+func schemaRules(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // the host handed the schema over another way
+	}
+	if err != nil {
+		return nil, fmt.Errorf("app: read schema %s: %w", path, err)
+	}
+	var doc struct {
+		Validators       json.RawMessage `json:"validators"`
+		CommitValidators json.RawMessage `json:"commitValidators"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("app: schema %s: %w", path, err)
+	}
+	if doc.Validators == nil && doc.CommitValidators == nil {
+		return nil, nil
+	}
+	return json.Marshal(doc)
 }
 
 // Authenticator builds the configured authenticator.

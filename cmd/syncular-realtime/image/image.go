@@ -28,8 +28,11 @@ import (
 const (
 	BinaryPath = "/syncular-realtime"
 	SchemaPath = "/schema.json"
-	CAPath     = "/etc/ssl/certs/ca-certificates.crt"
-	PasswdPath = "/etc/passwd"
+	// ValidatorsPath holds the declarative validators document when the
+	// image carries one (SYNC_VALIDATORS_PATH).
+	ValidatorsPath = "/validators.json"
+	CAPath         = "/etc/ssl/certs/ca-certificates.crt"
+	PasswdPath     = "/etc/passwd"
 	// User is the non-root user the tier runs as (the conventional
 	// "nonroot" uid/gid of distroless images).
 	User = "65532:65532"
@@ -42,6 +45,9 @@ const DefaultCABundle = "/etc/ssl/certs/ca-certificates.crt"
 type Spec struct {
 	// Binary, Schema and CABundle are files on the build machine.
 	Binary, Schema, CABundle string
+	// Validators, when set, is the declarative validators document the
+	// functions run (§6.7, §6.8): sync rounds over the socket push too.
+	Validators string
 	// Arch is the GOARCH of Binary ("arm64" for Fargate ARM64).
 	Arch string
 	// Created stamps the image; the zero time keeps builds reproducible.
@@ -57,6 +63,14 @@ func Build(s Spec) (v1.Image, error) {
 		{CAPath, s.CABundle, 0o444},
 		{BinaryPath, s.Binary, 0o555},
 		{SchemaPath, s.Schema, 0o444},
+	}
+	env := []string{"SYNC_SCHEMA_PATH=" + SchemaPath, "SSL_CERT_FILE=" + CAPath}
+	if s.Validators != "" {
+		files = append(files, struct {
+			path, src string
+			mode      int64
+		}{ValidatorsPath, s.Validators, 0o444})
+		env = append(env, "SYNC_VALIDATORS_PATH="+ValidatorsPath)
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -113,7 +127,7 @@ func Build(s Spec) (v1.Image, error) {
 	cf.Config.Entrypoint = []string{BinaryPath}
 	cf.Config.User = User
 	cf.Config.WorkingDir = "/"
-	cf.Config.Env = []string{"SYNC_SCHEMA_PATH=" + SchemaPath, "SSL_CERT_FILE=" + CAPath}
+	cf.Config.Env = env
 	cf.Config.ExposedPorts = map[string]struct{}{"8080/tcp": {}, "8081/tcp": {}}
 	return mutate.ConfigFile(img, cf)
 }

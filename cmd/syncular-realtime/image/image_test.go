@@ -146,3 +146,54 @@ func TestImageTarball(t *testing.T) {
 		t.Errorf("pushed digest %v, want %v", got, wantDigest)
 	}
 }
+
+// A validators document goes into the image with SYNC_VALIDATORS_PATH
+// pointing at it; without one the variable is not set.
+func TestImageCarriesValidators(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const rules = `{"validators":[]}`
+	spec := Spec{Binary: file("bin", "x"), Schema: file("schema.json", "{}"), CABundle: file("ca.crt", "ca"), Arch: runtime.GOARCH}
+	for _, with := range []bool{false, true} {
+		s := spec
+		if with {
+			s.Validators = file("validators.json", rules)
+		}
+		img, err := Build(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(cf.Config.Env, "SYNC_VALIDATORS_PATH="+ValidatorsPath); got != with {
+			t.Fatalf("validators %v: env %v", with, cf.Config.Env)
+		}
+		var body []byte
+		tr := tar.NewReader(mutate.Extract(img))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if "/"+h.Name == ValidatorsPath {
+				if body, err = io.ReadAll(tr); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if with && string(body) != rules || !with && body != nil {
+			t.Fatalf("validators %v: %s holds %q", with, ValidatorsPath, body)
+		}
+	}
+}

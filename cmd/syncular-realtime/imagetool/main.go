@@ -16,19 +16,20 @@ import (
 func main() {
 	binary := flag.String("binary", "", "the static syncular-realtime binary")
 	schema := flag.String("schema", "", "the schema document served (SYNC_SCHEMA_PATH in the image)")
+	validators := flag.String("validators", "", "the declarative validators document, if any (SYNC_VALIDATORS_PATH in the image)")
 	ca := flag.String("ca", image.DefaultCABundle, "CA certificate bundle of the build machine")
 	arch := flag.String("arch", "arm64", "GOARCH of the binary")
 	out := flag.String("out", "bin/syncular-realtime.tar", "image tarball")
 	tag := flag.String("tag", "syncular-realtime:latest", "tag recorded in the tarball")
 	push := flag.String("push", "", "push the tarball at -out to this reference instead of building")
 	flag.Parse()
-	if err := run(*binary, *schema, *ca, *arch, *out, *tag, *push); err != nil {
+	if err := run(image.Spec{Binary: *binary, Schema: *schema, Validators: *validators, CABundle: *ca, Arch: *arch}, *out, *tag, *push); err != nil {
 		fmt.Fprintln(os.Stderr, "imagetool:", err)
 		os.Exit(1)
 	}
 }
 
-func run(binary, schema, ca, arch, out, tag, push string) error {
+func run(spec image.Spec, out, tag, push string) error {
 	if push != "" {
 		if err := image.Push(out, push, os.Getenv); err != nil {
 			return err
@@ -36,10 +37,10 @@ func run(binary, schema, ca, arch, out, tag, push string) error {
 		fmt.Println("pushed", push)
 		return nil
 	}
-	if binary == "" || schema == "" {
+	if spec.Binary == "" || spec.Schema == "" {
 		return fmt.Errorf("-binary and -schema are required")
 	}
-	img, err := image.Build(image.Spec{Binary: binary, Schema: schema, CABundle: ca, Arch: arch})
+	img, err := image.Build(spec)
 	if err != nil {
 		return err
 	}
@@ -50,6 +51,6 @@ func run(binary, schema, ca, arch, out, tag, push string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s (%s, linux/%s)\n", out, d, arch)
+	fmt.Printf("wrote %s (%s, linux/%s)\n", out, d, spec.Arch)
 	return nil
 }

@@ -6,6 +6,7 @@ package apptest
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -111,6 +112,21 @@ func MustJSON(t testing.TB, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Invoke runs ev through a function handler's Invoke in process and
+// decodes its answer.
+func Invoke(t testing.TB, invoke func(context.Context, []byte) ([]byte, error), ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	out, err := invoke(context.Background(), MustJSON(t, ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(out, &resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
 
 // Body returns the decoded, decompressed body of a v2 response.

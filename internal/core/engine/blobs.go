@@ -25,7 +25,7 @@ type blobCheck struct {
 // collectBlobRefs records the non-NULL blob_ref values an upsert presents
 // (storage columns). A value equal to the stored row's is not re-checked:
 // it was checked when written and a referenced blob is durable (§5.9.2).
-func collectBlobRefs(ev *evaluation, i int, st *schema.Table, stored, nr *store.Row, present []bool) error {
+func (e *Engine) collectBlobRefs(ev *evaluation, i int, st *schema.Table, stored, nr *store.Row, present []bool) error {
 	if len(st.BlobRefColumns) == 0 {
 		return nil
 	}
@@ -35,7 +35,7 @@ func collectBlobRefs(ev *evaluation, i int, st *schema.Table, stored, nr *store.
 	}
 	var old []rowcodec.Value
 	if stored != nil {
-		if old, err = st.Codec.Decode(stored.Payload, nil); err != nil {
+		if old, _, err = e.storedRow(st, stored, nil); err != nil {
 			return syncerr.Wrap(err, syncerr.OperationExecutionFailed, "stored row does not decode")
 		}
 	}
@@ -63,7 +63,7 @@ func collectBlobRefs(ev *evaluation, i int, st *schema.Table, stored, nr *store.
 // actor reference it from its own row and download it — a blobId is
 // never a capability. Both answers read the same, so the rejection does
 // not tell the two apart.
-func (e *Engine) checkBlobs(ctx context.Context, rs *reqState, ev *evaluation, allowed ScopeMap, resolveErr error) error {
+func (e *Engine) checkBlobs(ctx context.Context, rs *reqState, ev *evaluation, g writeGrant) error {
 	if len(ev.blobChecks) == 0 {
 		return nil
 	}
@@ -72,7 +72,7 @@ func (e *Engine) checkBlobs(ctx context.Context, rs *reqState, ev *evaluation, a
 		if done[c.blobID] {
 			continue
 		}
-		ok, err := e.mayReference(ctx, rs, c.blobID, allowed, resolveErr)
+		ok, err := e.mayReference(ctx, rs, c.blobID, g)
 		if err != nil {
 			return err
 		}
@@ -85,7 +85,7 @@ func (e *Engine) checkBlobs(ctx context.Context, rs *reqState, ev *evaluation, a
 	return nil
 }
 
-func (e *Engine) mayReference(ctx context.Context, rs *reqState, blobID string, allowed ScopeMap, resolveErr error) (bool, error) {
+func (e *Engine) mayReference(ctx context.Context, rs *reqState, blobID string, g writeGrant) (bool, error) {
 	if e.blobs == nil {
 		return false, nil
 	}
@@ -97,10 +97,10 @@ func (e *Engine) mayReference(ctx context.Context, rs *reqState, blobID string, 
 		return false, nil
 	}
 	if !st.Proven {
-		if resolveErr != nil {
-			return false, nil
+		if g.err != nil {
+			return false, nil // fail closed (§3.4)
 		}
-		visible, err := e.blobVisible(ctx, rs.auth.Partition, blobID, allowed)
+		visible, err := e.blobVisible(ctx, rs.auth.Partition, blobID, g.allowed)
 		if err != nil || !visible {
 			return false, err
 		}
@@ -235,7 +235,7 @@ func (e *Engine) blobIndexWrites(ctx context.Context, rs *reqState, ev *evaluati
 		if r == nil || r.Deleted {
 			return out, nil
 		}
-		vals, err := t.Codec.Decode(r.Payload, nil)
+		vals, _, err := e.storedRow(t, r, nil)
 		if err != nil {
 			return nil, syncerr.Wrap(err, syncerr.OperationExecutionFailed, "row %s/%s does not decode", t.Name, r.RowID)
 		}

@@ -17,9 +17,12 @@ import (
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/limits"
+	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 )
 
 // ScopeMap is variable → allowed or effective values (§3.2).
@@ -232,11 +235,31 @@ type Config struct {
 	// store.SchemaStore (tests of other concerns; never in production:
 	// commits still carry the writer version and the fence still holds).
 	NoSchemaGate bool
+	// Leases and LeaseTTL, both set, turn auth leases on (§7.3): each
+	// live-authorized round issues or slides its client's lease for
+	// LeaseTTL and sends it in a LEASE frame, and a round whose resolver
+	// signals an outage (ErrResolverUnavailable) is authorized by a valid
+	// lease instead of failing (leases.go). Both unset: the feature is
+	// off and no LEASE frame is ever written.
+	Leases   store.LeaseStore
+	LeaseTTL time.Duration
 	// OnCommit, when set, is called synchronously after each commit is
 	// durably appended, with the stored commit (§8.2 fanout input for an
 	// in-process realtime hub). It must not block for long and must not
 	// modify c.
 	OnCommit func(partition string, c *store.Commit)
+	// Validators are the host's write-validation hooks (§6.7 per table,
+	// §6.8 per commit); nil validates nothing. SetValidators replaces
+	// them at run time.
+	Validators *validate.Hooks
+	// Reactions, when set, plans the §6.9 durable reactions of every
+	// accepted commit; Store must then implement store.ReactionStore.
+	Reactions reactions.Planner
+	// CRDTMergers merges pushed crdt column values into the stored ones
+	// (§5.10.2); crdt.Default() holds yjs-doc. With none, a push carrying
+	// a crdt value fails with sync.crdt_merge_failed; with a registry, New
+	// refuses a schema naming a crdtType it lacks (§5.10.1).
+	CRDTMergers crdt.Registry
 }
 
 // Engine serves SSP2 requests. It is safe for concurrent use.
@@ -269,6 +292,12 @@ type Engine struct {
 	queueMemo queueMemo
 	// spareEpoch: a minted epoch that no partition took (sync.go).
 	spareEpoch spareEpoch
+	// hooks are the installed validators, nil for none (validators.go).
+	hooks atomic.Pointer[validate.Hooks]
+	// leases is Config.Leases when auth leases are on (leases.go), with
+	// the TTL in ms.
+	leases   store.LeaseStore
+	leaseTTL int64
 }
 
 // New validates cfg and returns an Engine.
@@ -279,11 +308,24 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("engine: Config.Store is required")
 	}
+	if cfg.CRDTMergers != nil {
+		if err := cfg.Schema.CheckCRDTTypes(cfg.CRDTMergers.Has); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
 	if cfg.Segments == nil {
 		return nil, errors.New("engine: Config.Segments is required")
 	}
 	if cfg.Resolver == nil {
 		return nil, errors.New("engine: Config.Resolver is required")
+	}
+	if _, ok := cfg.Store.(store.ReactionStore); cfg.Reactions != nil && !ok {
+		// §6.9: a planner without transactional enqueue fails before any
+		// row could change.
+		return nil, errors.New("engine: Config.Reactions needs a store that implements store.ReactionStore")
+	}
+	if (cfg.Leases == nil) != (cfg.LeaseTTL <= 0) {
+		return nil, errors.New("engine: auth leases need both Config.Leases and a positive Config.LeaseTTL")
 	}
 	switch cfg.SignedURLs {
 	case SignedURLsOff:
@@ -319,9 +361,14 @@ func New(cfg Config) (*Engine, error) {
 		log:       cfg.Logger,
 		clients:   newClientCache(4096),
 		blobs:     cfg.Blobs,
+		leases:    cfg.Leases,
+		leaseTTL:  cfg.LeaseTTL.Milliseconds(),
 	}
 	if cfg.BlobPresigner != nil {
 		e.SetBlobPresigner(cfg.BlobPresigner)
+	}
+	if err := e.SetValidators(cfg.Validators); err != nil {
+		return nil, err
 	}
 	if c, ok := cfg.Store.(store.CheapScopedLog); ok {
 		e.cheapScopedLog = c.CheapScopedLog()

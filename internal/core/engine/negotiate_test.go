@@ -121,7 +121,7 @@ func TestOutcomeReplayPerVersion(t *testing.T) {
 
 	// New outcomes are stored at wire version 3, whoever pushed them.
 	wantApplied(t, v2.Push("fresh", up("tasks", "t2", v2.Task("t2", "p1", "y", false), 0)))
-	o, err := h.Store.GetOutcome(context.Background(), "tenant", "dev", "fresh")
+	o, err := h.Store.GetOutcome(context.Background(), "tenant", "dev", "fresh", h.Clock.Now())
 	if err != nil || o == nil {
 		t.Fatalf("outcome: %v", err)
 	}

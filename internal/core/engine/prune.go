@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 
+	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 )
 
@@ -85,6 +86,13 @@ func (e *Engine) Prune(ctx context.Context, partition string, o *RetentionOverri
 	target = max(target, forced)
 	if target <= head.HorizonSeq {
 		return rep, nil
+	}
+	if rxs, ok := e.store.(store.ReactionStore); ok {
+		// §6.9: a pruned commit's reactions must outlive its log entry,
+		// so they are enqueued first (a no-op for what the runner did).
+		if _, err := reactions.Enqueue(ctx, e.store, rxs, partition, target, now); err != nil {
+			return rep, storeErr(err, "enqueue reactions before pruning")
+		}
 	}
 	n, err := e.store.Prune(ctx, partition, target)
 	if err != nil {

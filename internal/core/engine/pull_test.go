@@ -810,7 +810,7 @@ func TestResolverOutageIsRetryable(t *testing.T) {
 				}
 			}
 			for _, id := range []string{"c1", "c2", "c3"} {
-				if o, err := h.Store.GetOutcome(context.Background(), "tenant", "a", id); err != nil || o != nil {
+				if o, err := h.Store.GetOutcome(context.Background(), "tenant", "a", id, h.Clock.Now()); err != nil || o != nil {
 					t.Fatalf("outcome of %s stored during the outage: %+v %v", id, o, err)
 				}
 			}

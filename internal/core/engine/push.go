@@ -15,6 +15,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
+	"github.com/skyfold/syncular-lambda/internal/core/validate"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
 
@@ -25,6 +26,12 @@ const maxCommitAttempts = 64
 // pushCommit runs the §6 pipeline for one PUSH_COMMIT and returns its
 // PUSH_RESULT. Returned errors are request-level (storage unavailable);
 // every protocol outcome is a result.
+//
+// Each attempt evaluates the operations against the rows as stored
+// (evaluate), runs the checks of the staged commit in their §6 order
+// (commitStages), then commits or records the rejection (land). How
+// attempts are paced after a lost race is the store's: a queue or a
+// backoff (commitPacer).
 func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushCommit, duplicate bool) (*wire.PushResult, error) {
 	// Identifiers no store can key by are answered before any storage
 	// read uses them (limits.go).
@@ -35,12 +42,13 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		return e.rejectCommit(ctx, rs, pc, rej)
 	}
 	// §2.3/§6.3: there is no separate idempotency lookup before
-	// evaluating. The key is checked where it matters, inside the atomic
-	// commit (Commit and PutRejection fail with ErrOutcomeExists when the
-	// key already has an outcome) and the stored outcome is replayed then.
-	// A replay therefore costs one wasted evaluation, and every new push
-	// saves a storage round trip. The in-request duplicate rule is the
-	// same replay, answered directly.
+	// evaluating (unless validators are installed, below). The key is
+	// checked where it matters, inside the atomic commit (Commit and
+	// PutRejection fail with ErrOutcomeExists when the key already has an
+	// outcome) and the stored outcome is replayed then. A replay
+	// therefore costs one wasted evaluation, and every new push saves a
+	// storage round trip. The in-request duplicate rule is the same
+	// replay, answered directly.
 	if duplicate {
 		if res, done, err := e.replay(ctx, rs, pc.ClientCommitID); done || err != nil {
 			return res, err
@@ -50,231 +58,41 @@ func (e *Engine) pushCommit(ctx context.Context, rs *reqState, pc *wire.PushComm
 		return cacheMiss(pc.ClientCommitID), nil
 	}
 	allowed, resolveErr := e.allowedScopes(ctx, rs)
-	head := rs.head
-	// On a store with a commit queue (queue.go) a lost race, or a queue
-	// already in use, puts the commit in line instead of backing off.
-	qs := e.commitQueue(rs.auth.Partition, rs.head)
-	if qs != nil && rs.early != nil {
-		qs, rs.early = rs.early, nil
-		qs.adopt(rs)
-	}
-	defer qs.release(ctx)
-	readHead := func() error {
-		h, ok, err := e.store.Head(ctx, rs.auth.Partition)
-		if err != nil {
-			return storeErr(err, "read partition head")
+	run := &pushRun{e: e, rs: rs, pc: pc, grant: writeGrant{allowed: allowed, err: resolveErr}, head: rs.head, hooks: e.installedHooks()}
+	if !run.hooks.Empty() {
+		// §6.8: a commit whose outcome is recorded is replayed without
+		// running any validator again, so with validators installed the
+		// key is looked up before evaluating (one read more per commit).
+		if res, done, err := e.replay(ctx, rs, pc.ClientCommitID); done || err != nil {
+			return res, err
 		}
-		if !ok {
-			return syncerr.New(syncerr.OperationExecutionFailed, "partition registry entry vanished")
-		}
-		head = h
-		return nil
 	}
+	pacer := e.pacerFor(rs)
+	defer pacer.release(ctx)
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
-		// The first attempt uses the head the request read before the rows
-		// evaluation reads (or with them, below); a retry backs off, then
-		// reads it again. A queued retry waits for its turn instead.
-		if qs == nil {
-			if attempt > 0 {
-				if err := retryWait(ctx, attempt, e.localCommits); err != nil {
-					return nil, storeErr(err, "wait after a lost commit race")
-				}
-				if err := readHead(); err != nil {
-					return nil, err
-				}
-			}
-		} else {
-			if qs.queued && qs.ticket == 0 {
-				if err := qs.take(ctx); err != nil {
-					return nil, err
-				}
-				if qs.seen.Turn != qs.ticket-1 {
-					rs.prefetch = nil // read after the wait, not before it
-				}
-			}
-			if err := qs.wait(ctx); err != nil {
-				return nil, storeErr(err, "wait for the commit turn")
-			}
-			qs.readStart = time.Now()
-			if rs.prefetch != nil {
-				qs.readStart = time.Time{} // no read to time
-			}
-			if (attempt > 0 || qs.ticket > 0) && !headWithRows(rs, pc) {
-				// The rows' read will not carry the head: read it first. A
-				// head read after the rows could be newer than they are.
-				if err := readHead(); err != nil {
-					return nil, err
-				}
-			}
+		if err := pacer.prepare(ctx, run, attempt); err != nil {
+			return nil, err
 		}
-		ev, err := e.evaluate(ctx, rs, pc, allowed, resolveErr, qs != nil)
+		ev, err := e.evaluate(ctx, run, pacer.readsHead())
 		if err != nil {
 			return nil, err
 		}
-		if qs != nil {
-			// The head read with the rows is the newest there is; the
-			// commit then also checks the rows are still as read.
-			if ev.head != nil {
-				head = *ev.head
-			}
-			e.queueMemo.note(rs.auth.Partition, head)
-			if qs.ticket > 0 {
-				qs.seen = head
-				if head.Turn != qs.ticket-1 {
-					qs.polls++
-					if qs.polls > maxQueuePolls {
-						return nil, syncerr.New(syncerr.RateLimited, "partition is too busy: commit waited %d reads for its turn", maxQueuePolls)
-					}
-					if err := qs.notInTurn(ctx, head); err != nil {
-						return nil, err
-					}
-					attempt-- // a read for the turn is not a lost race
-					continue
-				}
-			}
-		}
-		if ev.reject == nil {
-			ev.reject = e.checkCommitSize(rs.auth.ActorID, pc, ev)
-		}
-		if ev.reject == nil {
-			// §5.9.6 / §6.6: every blob the commit references must exist
-			// before anything applies (blobs.go).
-			if err := e.checkBlobs(ctx, rs, ev, allowed, resolveErr); err != nil {
-				return nil, err
-			}
-		}
-		if ev.reject == nil {
-			// §6.8 order: declared references once over the candidate state
-			// after every operation is staged (references.go).
-			if err := e.enforceReferences(ctx, rs, pc, ev); err != nil {
-				return nil, err
-			}
-			if ev.reject == nil && ev.cascaded > 0 && e.checkCommitSize(rs.auth.ActorID, pc, ev) != nil {
-				// The client's own writes fit (checked above), so what no
-				// longer fits is the cascade: §6.11 reports it as the cap.
-				ev.reject, ev.details = referenceReject(pc.ClientCommitID, ev.cascadeOrigin, reasonCascadeLimit, nil, nil)
-			}
-		}
-		if ev.reject == nil && e.blobs != nil {
-			// §5.9.4: the blob reference index changes in the same commit.
-			if err := e.blobIndexWrites(ctx, rs, ev); err != nil {
-				return nil, err
-			}
-		}
-		if ev.reject != nil {
-			res, retry, err := e.recordRejection(ctx, rs, pc, head, ev)
-			if retry {
-				continue
-			}
-			return res, err
-		}
-		seq := head.MaxCommitSeq + 1
-		// The result and (for the usual one-operation commit) its record
-		// live in the evaluation's allocation.
-		res := &ev.result
-		*res = wire.PushResult{ClientCommitID: pc.ClientCommitID, Status: wire.PushApplied, CommitSeq: wire.Some(seq)}
-		if len(pc.Operations) <= len(ev.oneResult) {
-			res.Results = ev.oneResult[:len(pc.Operations)]
-		} else {
-			res.Results = make([]wire.OpResult, len(pc.Operations))
-		}
-		for i := range res.Results {
-			res.Results[i] = wire.OpResult{OpIndex: int32(i), Status: wire.OpApplied}
-		}
-		blob, err := encodeOutcome(res, nil)
+		again, err := pacer.settle(ctx, run, ev)
 		if err != nil {
 			return nil, err
 		}
-		creq := &ev.creq
-		*creq = store.CommitRequest{
-			ExpectedMaxSeq: head.MaxCommitSeq,
-			Commit: store.Commit{
-				Seq: seq, CreatedAtMs: rs.now, ActorID: rs.auth.ActorID,
-				ClientID: rs.clientID, ClientCommitID: pc.ClientCommitID, Changes: ev.changes,
-			},
-			Rows:      ev.rows,
-			RefWrites: ev.refs,
-			Outcome:   store.Outcome{Applied: true, CommitSeq: seq, Result: blob, RecordedAtMs: rs.now, ActorID: rs.auth.ActorID},
-		}
-		for i := range creq.Rows {
-			creq.Rows[i].Row.CommitSeq = seq
-		}
-		if ev.head != nil {
-			creq.ReadRows = ev.read
-		}
-		if qs != nil && qs.ticket > 0 {
-			now := time.Now()
-			creq.Ticket, creq.TurnAtUs, creq.TurnGapUs = qs.ticket, now.UnixMicro(), qs.turnGap(now)
-		}
-		if err := e.gateForCommit(rs, head, creq); err != nil {
-			return nil, err
-		}
-		err = e.store.Commit(ctx, rs.auth.Partition, creq)
-		if stopped, retry, refusal := e.gateCommitError(err); stopped {
-			if retry {
-				continue
-			}
-			return nil, refusal
-		}
-		switch {
-		case err == nil:
-			if qs != nil && creq.Ticket > 0 {
-				qs.ticket = 0 // the commit took the turn
-				// The turn moved when the commit landed, not when it was
-				// sent: the next turns are estimated from now.
-				e.queueMemo.noteOwn(rs.auth.Partition, creq.Ticket, time.Now().UnixMicro(), creq.TurnGapUs)
-			}
-			rs.head.MaxCommitSeq = seq
-			rs.report.CommittedSeq = max(rs.report.CommittedSeq, seq)
-			if e.cfg.OnCommit != nil {
-				e.cfg.OnCommit(rs.auth.Partition, &creq.Commit)
-			}
-			return res, nil
-		case errors.Is(err, store.ErrHeadMoved):
-			rs.report.CommitRacesLost++
-			if qs != nil {
-				// Line up; a queued commit whose turn still stands retries
-				// at once (a commit outside the queue took the head), one
-				// skipped as stalled lines up again.
-				qs.queued = true
-				if hm, ok := errors.AsType[*store.HeadMovedError](err); ok {
-					e.queueMemo.note(rs.auth.Partition, hm.Head)
-					qs.seen = hm.Head
-					if qs.ticket > 0 && hm.Head.Turn != qs.ticket-1 {
-						qs.ticket = 0
-					}
-				}
-				continue
-			}
-			// The next attempt reads the head after its backoff. The head
-			// the lost race returns is stale by then whenever others keep
-			// committing, and a commit conditioned on it (§2.1 gapless
-			// commitSeq) loses again: under steady load a writer that
-			// retried from it starved until "lost 64 races".
+		if again {
+			attempt-- // a read for the turn is not a lost race
 			continue
-		case errors.Is(err, store.ErrOutcomeExists):
-			res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
-			return res, err
-		case errors.Is(err, store.ErrOutcomeUnreadable):
-			// The idempotency key could not be checked: report, apply nothing.
-			return cacheMiss(pc.ClientCommitID), nil
-		case errors.Is(err, store.ErrTooLarge):
-			ev.reject = &wire.OpResult{OpIndex: 0, Status: wire.OpError, Code: string(syncerr.ConstraintViolation),
-				Message: "commit exceeds what storage can hold: " + err.Error()}
-			ev.details = nil
-			if ev.cascaded > 0 {
-				// §6.11: a cascade storage cannot hold in one atomic
-				// commit is the cap, reported as such, never half-applied.
-				ev.reject, ev.details = referenceReject(pc.ClientCommitID, ev.cascadeOrigin, reasonCascadeLimit, nil, nil)
-			}
-			res, retry, err := e.recordRejection(ctx, rs, pc, head, ev)
-			if retry {
-				continue
-			}
-			return res, err
-		default:
-			return nil, storeErr(err, "append commit")
 		}
+		if err := run.stages(ctx, ev); err != nil {
+			return nil, err
+		}
+		res, retry, err := e.land(ctx, run, ev, pacer)
+		if retry {
+			continue
+		}
+		return res, err
 	}
 	return nil, syncerr.New(syncerr.RateLimited, "partition is too busy: commit lost %d races", maxCommitAttempts)
 }
@@ -296,19 +114,36 @@ func (e *Engine) recordRejection(ctx context.Context, rs *reqState, pc *wire.Pus
 	if stopped, retry, refusal := e.gateCommitError(err); stopped {
 		return nil, retry, refusal
 	}
-	switch {
-	case err == nil:
+	if err == nil {
 		rs.setDetails(ev.details)
 		return res, false, nil
-	case errors.Is(err, store.ErrOutcomeExists):
-		res, _, err := e.replay(ctx, rs, pc.ClientCommitID)
-		return res, false, err
-	case errors.Is(err, store.ErrOutcomeUnreadable):
-		// The idempotency key could not be checked: report, record nothing.
-		return cacheMiss(pc.ClientCommitID), false, nil
-	default:
-		return nil, false, storeErr(err, "record rejected outcome")
 	}
+	if res, taken, err := e.keyTaken(ctx, rs, pc.ClientCommitID, err); taken {
+		return res, false, err
+	}
+	return nil, false, storeErr(err, "record rejected outcome")
+}
+
+// keyTaken answers a commit or rejection the store refused because the
+// idempotency key already has an outcome (§2.3: the stored outcome is
+// replayed) or because that could not be checked (§6.3: a cache miss is
+// reported and nothing applied). taken is false for any other error.
+func (e *Engine) keyTaken(ctx context.Context, rs *reqState, clientCommitID string, err error) (*wire.PushResult, bool, error) {
+	switch {
+	case errors.Is(err, store.ErrOutcomeExists):
+		res, done, err := e.replay(ctx, rs, clientCommitID)
+		if err == nil && !done {
+			// The outcome is gone when read: its idempotency window ended
+			// (TTL deleted it) since the store's check. Nothing was applied
+			// by this request; the retryable cache miss (§6.3) makes the
+			// client's retry record the key afresh.
+			return cacheMiss(clientCommitID), true, nil
+		}
+		return res, true, err
+	case errors.Is(err, store.ErrOutcomeUnreadable):
+		return cacheMiss(clientCommitID), true, nil
+	}
+	return nil, false, nil
 }
 
 // On a store without a commit queue (memstore), lost commit races back
@@ -356,7 +191,7 @@ func commitBackoff(ctx context.Context, attempt int) error {
 // replay returns the persisted result for an idempotency key: applied
 // replays as cached, rejected as itself (§2.3, §6.3).
 func (e *Engine) replay(ctx context.Context, rs *reqState, clientCommitID string) (*wire.PushResult, bool, error) {
-	o, err := e.store.GetOutcome(ctx, rs.auth.Partition, rs.clientID, clientCommitID)
+	o, err := e.store.GetOutcome(ctx, rs.auth.Partition, rs.clientID, clientCommitID, rs.now)
 	if errors.Is(err, store.ErrOutcomeUnreadable) {
 		return cacheMiss(clientCommitID), true, nil
 	}
@@ -416,6 +251,12 @@ type evaluation struct {
 
 	// blobChecks are the blob references §5.9.6 checks (blobs.go).
 	blobChecks []blobCheck
+
+	// evidence is every operation as the whole-commit validator sees it
+	// (§6.8), recorded only when one is installed; appended lists the
+	// operations §6.11 appended (validators.go).
+	evidence []validate.Operation
+	appended []appendedOp
 
 	changeBuf [1]store.Change
 	rowBuf    [1]store.RowWrite
@@ -671,7 +512,8 @@ func putScratch(sc *opScratch) {
 // withHead (a store with a commit queue): the first row read also
 // returns the head (evaluation.head) when the commit reads at most
 // maxReadChecks rows, and evaluation.read records what was read.
-func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit, allowed ScopeMap, resolveErr error, withHead bool) (*evaluation, error) {
+func (e *Engine) evaluate(ctx context.Context, run *pushRun, withHead bool) (*evaluation, error) {
+	rs, pc, g := run.rs, run.pc, run.grant
 	storageV := e.schema.Versions[e.schema.Latest]
 	rules := rulesFor(rs.version)
 	// One consistent batched read per touched table.
@@ -738,6 +580,7 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	}
 	sc := getScratch()
 	defer putScratch(sc)
+	o := opEval{rules: rules, grant: g, sc: sc}
 	for i := range pc.Operations {
 		op := &pc.Operations[i]
 		t, ok := rs.schemaV.Table(op.Table)
@@ -748,31 +591,32 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 		// The schema loader guarantees every served table is stored.
 		st, _ := storageV.Table(op.Table)
 		k := rowKey{op.Table, op.RowID}
-		stored := current.get(k)
-		var tomb *store.Row // the row's tombstone within the horizon, if any
-		if stored != nil && stored.Deleted {
-			tomb, stored = stored, nil
-		}
+		o.reset(i, op, t, st, current.get(k))
 
 		if op.Op == wire.OpDelete {
-			if stored == nil {
+			if o.stored == nil {
+				run.validateAbsentDelete(ev, &o)
 				continue // §6.2: absent-row delete is applied with no change and no check
 			}
-			if resolveErr != nil || !authorizeRow(st, stored.Scopes, allowed) {
+			if !g.permits(st, o.stored.Scopes) {
 				ev.reject = opError(i, syncerr.Forbidden, "delete denied by scope authorization (§3.4)")
 				return ev, nil
 			}
-			ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpDelete, Scopes: stored.Scopes})
+			// §6.7: decode → scope authorization → validation → write.
+			if err := run.validateOp(ctx, ev, &o, nil); err != nil || ev.reject != nil {
+				return ev, err
+			}
+			ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpDelete, Scopes: o.stored.Scopes})
 			// The tombstone keeps the deleted row's scopes, so a later
 			// upsert is authorized against them before it learns anything.
-			ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Delete: true, Row: store.Row{RowID: op.RowID, Scopes: stored.Scopes}})
+			ev.rows = append(ev.rows, store.RowWrite{Table: op.Table, Delete: true, Row: store.Row{RowID: op.RowID, Scopes: o.stored.Scopes}})
 			// §2.2: the delete leaves a tombstone, also for later
 			// operations of this commit.
-			current.set(k, &store.Row{RowID: op.RowID, Deleted: true, Scopes: stored.Scopes})
+			current.set(k, &store.Row{RowID: op.RowID, Deleted: true, Scopes: o.stored.Scopes})
 			continue
 		}
 
-		reject, nr, err := e.evalUpsert(rules, i, op, t, st, stored, tomb, allowed, resolveErr, sc)
+		reject, nr, err := e.evalUpsert(&o)
 		if err != nil {
 			return nil, err
 		}
@@ -780,7 +624,10 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 			ev.reject = reject
 			return ev, nil
 		}
-		if err := collectBlobRefs(ev, i, st, stored, nr, sc.present(st, t)); err != nil {
+		if err := run.validateOp(ctx, ev, &o, nr); err != nil || ev.reject != nil {
+			return ev, err
+		}
+		if err := e.collectBlobRefs(ev, i, st, o.stored, nr, sc.present(st, t)); err != nil {
 			return nil, err
 		}
 		ev.changes = append(ev.changes, store.Change{Table: op.Table, RowID: op.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: nr.Payload})
@@ -790,37 +637,76 @@ func (e *Engine) evaluate(ctx context.Context, rs *reqState, pc *wire.PushCommit
 	return ev, nil
 }
 
+// opEval is one operation under §6.2 evaluation: what evaluate knows of
+// it (index, operation, the client's and the storage version of its
+// table, its stored row or tombstone) and, once evalUpsert decoded the
+// payload, its values in the storage version's columns. One value serves
+// every operation of a commit (reset), with the commit's rules, grant and
+// scratch buffers.
+type opEval struct {
+	rules pushRules
+	grant writeGrant
+	sc    *opScratch
+
+	i  int
+	op *wire.Operation
+	// t is the client's schema version of the table, st the storage
+	// version.
+	t, st *schema.Table
+	// stored is the live row (nil when absent) and tomb its tombstone
+	// within the horizon (nil when none).
+	stored, tomb *store.Row
+
+	// vals and present are the payload's values and presence flags in
+	// st's columns; full: the payload presents every column.
+	vals    []rowcodec.Value
+	present []bool
+	full    bool
+}
+
+// reset points o at operation i; cur is the row's current state (a live
+// row, a tombstone, or nil).
+func (o *opEval) reset(i int, op *wire.Operation, t, st *schema.Table, cur *store.Row) {
+	o.i, o.op, o.t, o.st = i, op, t, st
+	o.stored, o.tomb = cur, nil
+	if cur != nil && cur.Deleted {
+		o.tomb, o.stored = cur, nil
+	}
+	o.vals, o.present, o.full = nil, nil, false
+}
+
+// fail is the rejecting result record of o.
+func (o *opEval) fail(code syncerr.Code, msg string) (*wire.OpResult, *store.Row, error) {
+	return opError(o.i, code, msg), nil, nil
+}
+
 func opError(i int, code syncerr.Code, msg string) *wire.OpResult {
 	return &wire.OpResult{OpIndex: int32(i), Status: wire.OpError, Code: string(code), Message: msg}
 }
 
-// evalUpsert runs §6.2 for one upsert. t is the client's schema version of
-// the table, st the storage version; stored is the live row (nil when
-// absent) and tomb is its tombstone within the horizon (nil when none). It returns the
-// rejecting result record, or the row to write.
-func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *schema.Table, stored, tomb *store.Row, allowed ScopeMap, resolveErr error, sc *opScratch) (*wire.OpResult, *store.Row, error) {
-	fail := func(code syncerr.Code, msg string) (*wire.OpResult, *store.Row, error) {
-		return opError(i, code, msg), nil, nil
-	}
+// evalUpsert runs §6.2 for one upsert. It returns the rejecting result
+// record, or the row to write.
+func (e *Engine) evalUpsert(o *opEval) (*wire.OpResult, *store.Row, error) {
+	op, t, st, stored, sc := o.op, o.t, o.st, o.stored, o.sc
 	var err error
-	if rules.sparse {
+	if o.rules.sparse {
 		sc.cvals, sc.cpresent, err = t.Codec.DecodeSparse(op.Payload.Value, t.PKIndex, sc.cvals[:0], sc.cpresent[:0])
 	} else {
 		sc.cvals, err = t.Codec.Decode(op.Payload.Value, sc.cvals[:0])
 		sc.cpresent = fill(sc.cpresent, len(t.Columns), true)
 	}
 	if err != nil {
-		return fail(syncerr.InvalidRequest, "row payload failed row-codec decode (§1.7): "+errText(err))
+		return o.fail(syncerr.InvalidRequest, "row payload failed row-codec decode (§1.7): "+errText(err))
 	}
 	if valueText(t.Columns[t.PKIndex].Type, sc.cvals[t.PKIndex]) != op.RowID {
-		return fail(syncerr.InvalidRequest, "payload primary key does not match rowId")
+		return o.fail(syncerr.InvalidRequest, "payload primary key does not match rowId")
 	}
-	full := !slices.Contains(sc.cpresent, false)
+	o.full = !slices.Contains(sc.cpresent, false)
 
 	// Work in the storage version's columns from here on. A column the
 	// client's version lacks is absent: an update keeps its stored value,
 	// an insert stores NULL.
-	vals, present := sc.cvals, sc.cpresent
+	o.vals, o.present = sc.cvals, sc.cpresent
 	if st != t {
 		sc.svals = slices.Grow(sc.svals[:0], len(st.Columns))[:len(st.Columns)]
 		sc.spresent = fill(sc.spresent, len(st.Columns), false)
@@ -831,29 +717,30 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 				sc.svals[j] = rowcodec.Value{Null: true}
 			}
 		}
-		vals, present = sc.svals, sc.spresent
+		o.vals, o.present = sc.svals, sc.spresent
 	}
+	vals, present := o.vals, o.present
 
 	if stored == nil {
-		return e.evalInsert(rules, i, op, t, st, vals, present, full, tomb, allowed, resolveErr)
+		return e.evalInsert(o)
 	}
 
 	// §3.4 step 2 / §6.2 step 1: authorize the stored row, never the
 	// payload, and before disclosing anything in a conflict.
-	if resolveErr != nil || !authorizeRow(st, stored.Scopes, allowed) {
-		return fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
+	if !o.grant.permits(st, stored.Scopes) {
+		return o.fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
 	}
-	sc.stored, err = st.Codec.Decode(stored.Payload, sc.stored[:0])
+	sc.stored, stored, err = e.storedRow(st, stored, sc.stored[:0])
 	if err != nil {
 		return nil, nil, syncerr.Wrap(err, syncerr.OperationExecutionFailed, "stored row %s/%s does not decode", op.Table, op.RowID)
 	}
 	// §3.4 rule 5 / §6.2 step 2: scope columns are immutable on update.
 	// (Version 2 keeps a differing value silently at the stored one.)
-	if rules.rejectScopeChange {
+	if o.rules.rejectScopeChange {
 		for _, p := range st.Scopes {
 			j := p.ColumnIndex
 			if present[j] && !sameScopeValue(st.Columns[j].Type, vals[j], sc.stored[j]) {
-				return fail(syncerr.InvalidRequest, fmt.Sprintf("scope column %q is immutable on update (§3.4 rule 5)", p.Column))
+				return o.fail(syncerr.InvalidRequest, fmt.Sprintf("scope column %q is immutable on update (§3.4 rule 5)", p.Column))
 			}
 		}
 	}
@@ -861,12 +748,12 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 		base := op.BaseVersion.Value
 		var marked []bool // storage columns that conflict
 		switch {
-		case !rules.columnConflicts:
+		case !o.rules.columnConflicts:
 			if base != stored.Version {
 				marked = []bool{}
 			}
 		case base > stored.Version:
-			return fail(syncerr.InvalidRequest, fmt.Sprintf("baseVersion %d exceeds the row's server_version %d (§6.2)", base, stored.Version))
+			return o.fail(syncerr.InvalidRequest, fmt.Sprintf("baseVersion %d exceeds the row's server_version %d (§6.2)", base, stored.Version))
 		default:
 			// §6.2 steps 4–5: baseVersion 0 (lost insert race) marks every
 			// present non-crdt column; otherwise the present non-crdt
@@ -889,9 +776,9 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 			if err != nil {
 				return nil, nil, err
 			}
-			res := &wire.OpResult{OpIndex: int32(i), Status: wire.OpConflict, Code: string(syncerr.VersionConflict),
+			res := &wire.OpResult{OpIndex: int32(o.i), Status: wire.OpConflict, Code: string(syncerr.VersionConflict),
 				Message: "baseVersion does not match the stored row (§6.2)", ServerVersion: stored.Version, ServerRow: row}
-			if rules.columnConflicts {
+			if o.rules.columnConflicts {
 				res.Message = "columns changed after baseVersion (§6.2)"
 				res.ConflictColumns = rowcodec.PresenceBitmap(len(t.Columns), toClientColumns(st, t, marked))
 			}
@@ -904,7 +791,12 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 	for _, p := range st.Scopes {
 		present[p.ColumnIndex] = false
 	}
-	if r := unsupportedValues(i, st, vals, present); r != nil {
+	if r := e.unsupportedValues(o.i, st, vals, present); r != nil {
+		return r, nil, nil
+	}
+	// §5.10.3 rule 2: on a clean apply each present crdt column becomes
+	// merge(stored, incoming), never the pushed bytes.
+	if r := e.mergeCRDT(o.i, st, vals, present, sc.stored); r != nil {
 		return r, nil, nil
 	}
 	// §6.2 apply: present columns replace the stored ones, absent columns
@@ -921,7 +813,7 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 	// plus the new values): one allocation, not one per doubling.
 	payload, err := st.Codec.Append(make([]byte, 0, len(stored.Payload)+len(op.Payload.Value)), merged)
 	if err != nil {
-		return fail(syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
+		return o.fail(syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
 	}
 	// §2.2: every present column except the primary key takes the new
 	// server_version; version-2 writes (full rows) restamp all they carry.
@@ -939,10 +831,8 @@ func (e *Engine) evalUpsert(rules pushRules, i int, op *wire.Operation, t, st *s
 
 // evalInsert is §6.2 for an upsert whose row is absent (never stored,
 // deleted, or pruned past the horizon).
-func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *schema.Table, vals []rowcodec.Value, present []bool, full bool, tomb *store.Row, allowed ScopeMap, resolveErr error) (*wire.OpResult, *store.Row, error) {
-	fail := func(code syncerr.Code, msg string) (*wire.OpResult, *store.Row, error) {
-		return opError(i, code, msg), nil, nil
-	}
+func (e *Engine) evalInsert(o *opEval) (*wire.OpResult, *store.Row, error) {
+	op, st, vals, present, tomb := o.op, o.st, o.vals, o.present, o.tomb
 	// §3.4 step 2: with no stored row the pushed payload is the
 	// authorization row. It is checked before sync.row_missing for a
 	// baseVersion, which would otherwise tell an actor without the scope
@@ -954,15 +844,15 @@ func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *s
 			}
 		}
 		scopes, ok := extractScopes(st, vals)
-		return ok && resolveErr == nil && authorizeRow(st, scopes, allowed)
+		return ok && o.grant.permits(st, scopes)
 	}
 	if op.BaseVersion.Present && op.BaseVersion.Value != 0 {
 		if !authorized() {
-			return fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
+			return o.fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
 		}
-		return fail(syncerr.RowMissing, "baseVersion names a row that does not exist (§6.2)")
+		return o.fail(syncerr.RowMissing, "baseVersion names a row that does not exist (§6.2)")
 	}
-	if rules.deletePrecedence {
+	if o.rules.deletePrecedence {
 		if !op.BaseVersion.Present && tomb != nil {
 			// §3.4 before §6.2: the tombstone's scopes are the deleted
 			// row's, and only an actor allowed to see that row learns it
@@ -971,30 +861,34 @@ func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *s
 			// before tombstones kept scopes has none: the payload is then
 			// the authorization row (fail closed for a partial payload).
 			if len(tomb.Scopes) > 0 {
-				if resolveErr != nil || !authorizeRow(st, tomb.Scopes, allowed) {
-					return fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
+				if !o.grant.permits(st, tomb.Scopes) {
+					return o.fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
 				}
 			} else if !authorized() {
-				return fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
+				return o.fail(syncerr.Forbidden, "write denied by scope authorization (§3.4)")
 			}
 			// §6.2: a delete within the horizon beats an unversioned upsert.
-			return fail(syncerr.RowDeleted, "the row was deleted; an unversioned upsert does not recreate it (baseVersion 0 does) (§6.2)")
+			return o.fail(syncerr.RowDeleted, "the row was deleted; an unversioned upsert does not recreate it (baseVersion 0 does) (§6.2)")
 		}
-		if !full {
-			return fail(syncerr.RowMissing, "a partial payload targets an absent row; an insert presents every column (§6.2)")
+		if !o.full {
+			return o.fail(syncerr.RowMissing, "a partial payload targets an absent row; an insert presents every column (§6.2)")
 		}
 	}
 	if !authorized() {
-		return fail(syncerr.Forbidden, "insert denied by scope authorization (§3.4)")
+		return o.fail(syncerr.Forbidden, "insert denied by scope authorization (§3.4)")
 	}
 	scopes, _ := extractScopes(st, vals)
-	if r := unsupportedValues(i, st, vals, present); r != nil {
+	if r := e.unsupportedValues(o.i, st, vals, present); r != nil {
+		return r, nil, nil
+	}
+	// §5.10.2: a new row's crdt value is merge(null, incoming).
+	if r := e.mergeCRDT(o.i, st, vals, present, nil); r != nil {
 		return r, nil, nil
 	}
 	// An insert presents every column: about the client's payload size.
 	payload, err := st.Codec.Append(make([]byte, 0, len(op.Payload.Value)+16), vals)
 	if err != nil {
-		return fail(syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
+		return o.fail(syncerr.InvalidRequest, "row cannot be encoded: "+errText(err))
 	}
 	// §2.2: an insert sets every column version to 1 (and clears the
 	// tombstone, which the store does when it writes the row).
@@ -1005,15 +899,57 @@ func (e *Engine) evalInsert(rules pushRules, i int, op *wire.Operation, t, st *s
 	return nil, &store.Row{RowID: op.RowID, Version: 1, ColumnVersions: cv, Scopes: scopes, Payload: payload}, nil
 }
 
-// unsupportedValues refuses values this server cannot store yet. It runs
+// unsupportedValues refuses values this server cannot store. It runs
 // after authorization, so an actor without the scope learns only
-// sync.forbidden. No CRDT merger is registered (§5.10.2). Blob references
-// are checked once the commit is staged (checkBlobs, §5.9.6).
-func unsupportedValues(i int, st *schema.Table, vals []rowcodec.Value, present []bool) *wire.OpResult {
+// sync.forbidden. A crdt value needs a merger for its column's crdtType
+// (§5.10.2). Blob references are checked once the commit is staged
+// (checkBlobs, §5.9.6).
+func (e *Engine) unsupportedValues(i int, st *schema.Table, vals []rowcodec.Value, present []bool) *wire.OpResult {
 	for _, j := range st.CRDTColumns {
-		if present[j] && !vals[j].Null {
-			return opError(i, syncerr.CrdtMergeFailed, "no CRDT merger is registered on this server (§5.10.2)")
+		if present[j] && !vals[j].Null && !e.cfg.CRDTMergers.Has(st.Meta[j].CRDTType) {
+			return opError(i, syncerr.CrdtMergeFailed, fmt.Sprintf("no CRDT merger is registered for crdtType %q (§5.10.2)", st.Meta[j].CRDTType))
 		}
+	}
+	return nil
+}
+
+// mergeCRDT replaces each present crdt value in vals by the merge of the
+// stored value (stored[j], or none when stored is nil or the column is
+// NULL) with it (§5.10.2, §5.10.3 rule 2). A pushed NULL keeps the stored
+// state: NULL is the empty document, and merging it changes nothing. A
+// merger error rejects the operation with sync.crdt_merge_failed, so the
+// commit rolls back (§6.4).
+func (e *Engine) mergeCRDT(i int, st *schema.Table, vals []rowcodec.Value, present []bool, stored []rowcodec.Value) *wire.OpResult {
+	for _, j := range st.CRDTColumns {
+		if !present[j] {
+			continue
+		}
+		var old []byte // none: a new row, or NULL (the empty document)
+		if stored != nil && !stored[j].Null && len(stored[j].Bytes) > 0 {
+			old = stored[j].Bytes
+		}
+		if vals[j].Null {
+			if stored != nil {
+				vals[j] = stored[j]
+			}
+			continue
+		}
+		// A value larger than a row could never be stored; refusing it
+		// before the merge bounds the merger's memory by the row limit.
+		if n := len(vals[j].Bytes); n > e.limits.MaxRowBytes {
+			return opError(i, syncerr.ConstraintViolation, fmt.Sprintf("crdt value is %d bytes; one row may hold at most %d", n, e.limits.MaxRowBytes))
+		}
+		m, ok := e.cfg.CRDTMergers.Lookup(st.Meta[j].CRDTType)
+		if !ok {
+			return opError(i, syncerr.CrdtMergeFailed, fmt.Sprintf("no CRDT merger is registered for crdtType %q (§5.10.2)", st.Meta[j].CRDTType))
+		}
+		out, err := m.Merge(old, vals[j].Bytes)
+		if err != nil {
+			// The merger's message says what is wrong with the bytes; it
+			// never echoes them.
+			return opError(i, syncerr.CrdtMergeFailed, fmt.Sprintf("column %q: the %s merger refused the value: %v (§5.10.2)", st.Columns[j].Name, st.Meta[j].CRDTType, err))
+		}
+		vals[j] = rowcodec.Value{Bytes: out}
 	}
 	return nil
 }

@@ -471,11 +471,11 @@ type unreadableOutcomes struct {
 	broken bool
 }
 
-func (u *unreadableOutcomes) GetOutcome(ctx context.Context, p, c, id string) (*store.Outcome, error) {
+func (u *unreadableOutcomes) GetOutcome(ctx context.Context, p, c, id string, nowMs int64) (*store.Outcome, error) {
 	if u.broken {
 		return nil, store.ErrOutcomeUnreadable
 	}
-	return u.Store.GetOutcome(ctx, p, c, id)
+	return u.Store.GetOutcome(ctx, p, c, id, nowMs)
 }
 
 // §6.3: when a commit storage cannot hold is rejected and the rejection's
@@ -516,7 +516,7 @@ func TestIdentifierRejectionRecordsActor(t *testing.T) {
 	h.Grants.Set("alice", projects("p1"))
 	a := h.Client("tenant", "alice", "a")
 	wantRejected(t, mustPushAll(t, a, cmt("c1", up("tasks", "", nil, 0)))[0], 0, wire.OpError, syncerr.InvalidRequest)
-	o, err := st.GetOutcome(context.Background(), "tenant", "a", "c1")
+	o, err := st.GetOutcome(context.Background(), "tenant", "a", "c1", h.Clock.Now())
 	if err != nil || o == nil {
 		t.Fatalf("outcome: %v %v", o, err)
 	}

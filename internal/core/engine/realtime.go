@@ -407,10 +407,11 @@ func (e *Engine) EncodeDelta(version uint16, schemaVersion int32, logEpoch strin
 		if f == nil {
 			continue
 		}
-		if st, _ := latest.Table(r.Table); st != t {
-			if err := e.transcodeFrame(f, st, t); err != nil {
-				return nil, err
-			}
+		// Also for the same version: a commit from before a schema bump
+		// carries rows in the previous layout (transcode).
+		st, _ := latest.Table(r.Table)
+		if err := e.transcodeFrame(f, st, t); err != nil {
+			return nil, err
 		}
 		if enc == nil {
 			enc = wire.NewEncoder(&buf, version, wire.KindResponse)

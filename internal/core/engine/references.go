@@ -160,7 +160,7 @@ func refValue(t *schema.Table, ref *schema.Reference, vals []rowcodec.Value) (st
 }
 
 func (p *refPass) decode(t *schema.Table, r *store.Row) ([]rowcodec.Value, error) {
-	vals, err := t.Codec.Decode(r.Payload, nil)
+	vals, _, err := p.e.storedRow(t, r, nil)
 	if err != nil {
 		return nil, syncerr.Wrap(err, syncerr.OperationExecutionFailed, "stored row %s/%s does not decode", t.Name, r.RowID)
 	}
@@ -386,19 +386,20 @@ func (p *refPass) deletes() (bool, error) {
 				}
 				if p.appended == p.cap {
 					p.ev.cascaded, p.ev.cascadeOrigin = p.appended+1, int32(d.origin)
-					return p.reject(d.origin, reasonCascadeLimit, nil, nil)
+					p.ev.rejectCascadeLimit(p.pc.ClientCommitID)
+					return true, nil
 				}
 				p.appended++
 				p.ev.cascaded, p.ev.cascadeOrigin = p.appended, int32(d.origin)
 				if ref.OnDelete == schema.Cascade {
-					p.appendDelete(child, row)
+					p.appendDelete(child, row, d.origin)
 					if len(p.sv.ReferencedBy(child.Name)) > 0 && !queued[k] {
 						queued[k] = true
 						queue = append(queue, deleted{child.Name, id, row.Scopes, d.origin})
 					}
 					continue
 				}
-				if err := p.appendSetNull(child, ref, row); err != nil {
+				if err := p.appendSetNull(child, ref, row, d.origin); err != nil {
 					return false, err
 				}
 			}
@@ -553,16 +554,17 @@ func (p *refPass) stillChild(child *schema.Table, ref *schema.Reference, r *stor
 
 // appendDelete stages a CASCADE delete: an ordinary delete change with
 // the child's stored scopes (§6.11, §2.2).
-func (p *refPass) appendDelete(child *schema.Table, row *store.Row) {
+func (p *refPass) appendDelete(child *schema.Table, row *store.Row, origin int) {
 	p.ev.changes = append(p.ev.changes, store.Change{Table: child.Name, RowID: row.RowID, Op: wire.OpDelete, Scopes: row.Scopes})
 	p.ev.rows = append(p.ev.rows, store.RowWrite{Table: child.Name, Delete: true, Row: store.Row{RowID: row.RowID, Scopes: row.Scopes}})
+	p.ev.appended = append(p.ev.appended, appendedOp{row: len(p.ev.rows) - 1, origin: origin, stored: row})
 	p.final[rowKey{child.Name, row.RowID}] = nil
 }
 
 // appendSetNull stages a SET NULL upsert that writes only the reference
 // column: the row version moves and, with column versions, only that
 // column's version (§6.11, §6.2).
-func (p *refPass) appendSetNull(child *schema.Table, ref *schema.Reference, row *store.Row) error {
+func (p *refPass) appendSetNull(child *schema.Table, ref *schema.Reference, row *store.Row, origin int) error {
 	vals, err := p.decode(child, row)
 	if err != nil {
 		return err
@@ -583,6 +585,7 @@ func (p *refPass) appendSetNull(child *schema.Table, ref *schema.Reference, row 
 	nr.ColumnVersions[ref.ColumnIndex] = nr.Version
 	p.ev.changes = append(p.ev.changes, store.Change{Table: child.Name, RowID: row.RowID, Op: wire.OpUpsert, RowVersion: nr.Version, Scopes: nr.Scopes, Row: payload})
 	p.ev.rows = append(p.ev.rows, store.RowWrite{Table: child.Name, Row: nr})
+	p.ev.appended = append(p.ev.appended, appendedOp{row: len(p.ev.rows) - 1, origin: origin, stored: row})
 	p.final[rowKey{child.Name, row.RowID}] = &p.ev.rows[len(p.ev.rows)-1].Row
 	return nil
 }

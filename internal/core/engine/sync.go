@@ -52,6 +52,11 @@ type Report struct {
 	SchemaFloor    bool
 	ErrorCode      string // in-band ERROR frame code, if any
 	ResolverFailed bool
+	// LeaseIssued: the response carries a LEASE frame (§7.3.3);
+	// LeaseServed: the resolver signalled an outage and the round was
+	// authorized by the client's auth lease.
+	LeaseIssued bool
+	LeaseServed bool
 	// Pulled is set when the request carried PULL_HEADER and its pull
 	// half completed; Registrations are then its active subscriptions
 	// (§8.7 registration at round end), SchemaVersion the request's.
@@ -101,6 +106,10 @@ type reqState struct {
 	allowedDone bool
 	allowed     ScopeMap
 	allowedErr  error
+	// resolvedLive: the resolver answered (not a throw, not an outage),
+	// so the round may issue its lease (§7.3.3); lease is the frame.
+	resolvedLive bool
+	lease        wire.Lease
 
 	report *Report
 
@@ -360,16 +369,28 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 	// so a resolver that cannot answer fails the request with a retryable
 	// error (nothing applied, nothing recorded, nothing revoked) instead
 	// of forbidding commits one by one.
-	if len(req.Commits) > 0 {
+	// With auth leases on every round resolves, so each authorized round
+	// slides its lease (§7.3.3).
+	if len(req.Commits) > 0 || e.leases != nil {
 		if _, err := e.allowedScopes(ctx, rs); err != nil {
 			return rep, err
 		}
+	}
+	lease, err := e.issueLease(ctx, rs)
+	if err != nil {
+		return rep, err
 	}
 
 	enc := wire.AcquireEncoder(cw, req.WireVersion, wire.KindResponse)
 	defer enc.Release()
 	if err := enc.WriteFrame(e.respHeader(rs, false)); err != nil {
 		return rep, fmt.Errorf("write response header: %w", err)
+	}
+	if lease != nil {
+		// §7.3.2: at most one LEASE, right after RESP_HEADER.
+		if err := enc.WriteFrame(lease); err != nil {
+			return rep, fmt.Errorf("write LEASE: %w", err)
+		}
 	}
 	if err := e.serve(ctx, rs, req, plans, enc, cw); err != nil {
 		se := syncerr.As(err)
@@ -552,6 +573,16 @@ func (e *Engine) allowedScopes(ctx context.Context, rs *reqState) (ScopeMap, err
 		if threw || rs.allowedErr != nil {
 			rs.report.ResolverFailed = true
 		}
+		switch {
+		case rs.allowedErr == nil:
+			rs.resolvedLive = !threw
+		case e.leases != nil && errors.Is(rs.allowedErr, ErrResolverUnavailable):
+			// §7.3.3: the host's outage signal; the stored lease, if
+			// valid, authorizes the round (never a throw: that revoked
+			// above, §3.2 rule 5).
+			rs.allowed, rs.allowedErr = e.leaseScopes(ctx, rs)
+			rs.report.LeaseServed = rs.allowedErr == nil
+		}
 	}
 	return rs.allowed, rs.allowedErr
 }
@@ -595,7 +626,7 @@ func (e *Engine) resolveScopes(ctx context.Context, auth Auth, clientID string) 
 		e.log.WarnContext(ctx, "scope resolver answered an error", "partition", auth.Partition, "actor", auth.ActorID, "error", err.Error())
 		return nil, false, err
 	case errors.Is(err, ErrResolverUnavailable):
-		e.log.WarnContext(ctx, "scope resolver unavailable; the request fails retryably", "partition", auth.Partition, "actor", auth.ActorID, "error", err.Error())
+		e.log.WarnContext(ctx, "scope resolver unavailable; the request fails retryably unless an auth lease authorizes it", "partition", auth.Partition, "actor", auth.ActorID, "error", err.Error())
 		return nil, false, syncerr.Wrap(err, syncerr.InternalError, "scope resolution is unavailable; retry")
 	default:
 		e.log.ErrorContext(ctx, "scope resolver failed; subscriptions revoke and writes are forbidden (§3.2 rule 5)", "partition", auth.Partition, "actor", auth.ActorID, "error", err.Error())

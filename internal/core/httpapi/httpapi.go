@@ -10,6 +10,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -158,26 +161,50 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 
 // requestLine is the attributes of a request's one log line, which is
 // also its EMF metrics document (Line).
+//
+// At info the line is short, since it is billed as log ingestion on
+// every request: who (partition and actor, ShortID), the status, the
+// time and the counters that are not zero (a missing counter sums as
+// zero; internal/metrics), plus, when the request failed, the §10 code
+// and what traces it (request id, route, client id). At debug every
+// field is written, zeros included, with the DynamoDB usage (Meter)
+// and the response size.
 func (h *Handler) requestLine(ctx context.Context, r *Request, resp *Response, rep *engine.Report, partition, actor string, elapsed time.Duration, meterAttrs func() []slog.Attr) []slog.Attr {
+	verbose := h.Logger.Enabled(ctx, slog.LevelDebug)
 	// Sized for the whole line, the metrics' additions included, so
 	// it is allocated once.
-	// At info the line is short (it is billed as log ingestion on
-	// every request): identifiers, the outcome, and the counters that
-	// are not zero (a missing counter sums as zero; internal/metrics).
-	// At debug every field is written, zeros included.
-	verbose := h.Logger.Enabled(ctx, slog.LevelDebug)
 	attrs := make([]slog.Attr, 0, 48)
-	attrs = append(attrs, slog.String("requestId", r.RequestID))
-	if verbose {
-		attrs = append(attrs, slog.String("method", r.Method), slog.String("path", r.Path))
+	if !verbose {
+		partition, actor = ShortID(partition), ShortID(actor)
 	}
 	attrs = append(attrs,
-		slog.String("route", h.routeName(r.Path)),
 		slog.Int("status", resp.Status),
 		slog.String("partition", partition),
 		slog.String("actor", actor),
-		slog.Float64("durationMs", float64(elapsed.Microseconds())/1000),
+		// Microsecond resolution: the time as a metric (p50/p99) and,
+		// through its SampleCount, the number of requests.
+		slog.Float64(msField, float64(elapsed.Microseconds())/1000),
 	)
+	outcome := "ok"
+	if rep != nil && rep.ErrorCode != "" {
+		outcome = rep.ErrorCode
+	}
+	if resp.Status >= 400 {
+		outcome = resp.Header.Get("X-Syncular-Error")
+		if outcome == "" {
+			outcome = "http." + strconv.Itoa(resp.Status)
+		}
+	}
+	failed := outcome != "ok"
+	if failed {
+		attrs = append(attrs, slog.String(errorCodeField, outcome))
+	}
+	if verbose || failed {
+		attrs = append(attrs, slog.String("requestId", r.RequestID), slog.String("route", h.routeName(r.Path)))
+	}
+	if verbose {
+		attrs = append(attrs, slog.String("method", r.Method), slog.String("path", r.Path), slog.String("outcome", outcome))
+	}
 	if resp.Header.Get(overCapHeader) != "" {
 		// Refused unread: the clientId from the body's first bytes,
 		// and the counter (never the payload).
@@ -188,28 +215,15 @@ func (h *Handler) requestLine(ctx context.Context, r *Request, resp *Response, r
 		)
 	}
 	if rep != nil {
-		attrs = reportAttrs(attrs, rep, verbose)
+		attrs = reportAttrs(attrs, rep, verbose, failed)
 	}
 	if meterAttrs != nil {
-		for _, a := range meterAttrs() {
-			if verbose || !zeroNumber(a.Value) {
-				attrs = append(attrs, a)
-			}
+		// Called at every level: the meter may keep the request's
+		// usage for its host (the cost measurement does).
+		if m := meterAttrs(); verbose {
+			attrs = append(attrs, m...)
 		}
 	}
-	outcome := "ok"
-	if rep != nil && rep.ErrorCode != "" {
-		outcome = rep.ErrorCode
-	}
-	if resp.Status >= 400 {
-		code := resp.Header.Get("X-Syncular-Error")
-		attrs = append(attrs, slog.String("errorCode", code))
-		outcome = code
-		if outcome == "" {
-			outcome = "http." + strconv.Itoa(resp.Status)
-		}
-	}
-	attrs = append(attrs, slog.String("outcome", outcome))
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// The host's soft deadline (lambdahttp) or a caller's
 		// deadline ended the request before it finished.
@@ -221,53 +235,72 @@ func (h *Handler) requestLine(ctx context.Context, r *Request, resp *Response, r
 	return attrs
 }
 
+// The request line's fields read by internal/metrics (the duration
+// metric, the §10 code of a failed request); this package does not
+// import it; internal/app's request-line tests check they agree.
+const (
+	msField        = "ms"
+	errorCodeField = "errorCode"
+)
+
 // reportAttrs appends the engine report's part of the request line: the
-// counters only when not zero, unless verbose (debug).
-func reportAttrs(attrs []slog.Attr, rep *engine.Report, verbose bool) []slog.Attr {
+// counters only when not zero, unless verbose (debug); the client id and
+// the number of commits pushed on a failed request's line or at debug
+// (when a request succeeds, the commits pushed are the sum of applied,
+// cached, rejected and deferred).
+func reportAttrs(attrs []slog.Attr, rep *engine.Report, verbose, failed bool) []slog.Attr {
 	count := func(attrs []slog.Attr, name string, v int64) []slog.Attr {
 		if v != 0 || verbose {
 			attrs = append(attrs, slog.Int64(name, v))
 		}
 		return attrs
 	}
-	attrs = append(attrs, slog.String("clientId", rep.ClientID))
+	if verbose || failed {
+		attrs = append(attrs, slog.String("clientId", rep.ClientID), slog.Int("pushCommits", rep.Commits))
+	}
 	if verbose {
 		attrs = append(attrs,
 			slog.Int("wireVersion", int(rep.WireVersion)),
 			slog.Int("subscriptions", rep.Subscriptions),
+			slog.Int64("bytesOut", rep.BytesOut),
 		)
 	}
-	attrs = count(attrs, "pushCommits", int64(rep.Commits))
 	attrs = count(attrs, "applied", int64(rep.Applied))
 	attrs = count(attrs, "cached", int64(rep.Cached))
 	attrs = count(attrs, "rejected", int64(rep.Rejected))
 	attrs = count(attrs, "deferred", int64(rep.Deferred))
-	attrs = count(attrs, "commitsSent", int64(rep.CommitsSent))
+	attrs = count(attrs, "sent", int64(rep.CommitsSent))
 	attrs = count(attrs, "segmentsSent", int64(rep.SegmentsSent))
-	attrs = count(attrs, "bytesOut", rep.BytesOut)
 	attrs = count(attrs, "commitRacesLost", int64(rep.CommitRacesLost))
 	attrs = count(attrs, "segmentsBuilt", int64(rep.SegmentsBuilt))
 	attrs = count(attrs, "segmentsReused", int64(rep.SegmentsReused))
 	attrs = count(attrs, "rowsScanned", int64(rep.RowsScanned))
 	attrs = count(attrs, "rowsDelivered", int64(rep.RowsDelivered))
-	if rep.ErrorCode != "" {
-		attrs = append(attrs, slog.String("inBandError", rep.ErrorCode))
+	if rep.LeaseServed {
+		// §7.3.3: the resolver was unavailable; the client's auth lease
+		// authorized the round (a counter, so it is also a metric).
+		attrs = count(attrs, "leaseServed", 1)
 	}
 	return attrs
 }
 
-// zeroNumber reports whether v is a numeric zero (a counter the info
-// line leaves out).
-func zeroNumber(v slog.Value) bool {
-	switch v.Kind() {
-	case slog.KindInt64:
-		return v.Int64() == 0
-	case slog.KindUint64:
-		return v.Uint64() == 0
-	case slog.KindFloat64:
-		return v.Float64() == 0
+// ShortID is a partition or actor id as the info request line writes
+// it: unchanged up to 24 bytes, else its first 8 bytes (whole runes),
+// "~" and the first 8 hex digits of the SHA-256 of the whole id (a
+// Cognito sub of 36 characters becomes 17). An operator finds a known
+// id's lines by prefix, or exactly with
+// printf %s "$ID" | sha256sum | cut -c1-8.
+func ShortID(id string) string {
+	const max, keep = 24, 8
+	if len(id) <= max {
+		return id
 	}
-	return false
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(id[cut]) {
+		cut--
+	}
+	sum := sha256.Sum256([]byte(id))
+	return id[:cut] + "~" + hex.EncodeToString(sum[:4])
 }
 
 // bodySize is the request body's size as sent (-1 when the host refused

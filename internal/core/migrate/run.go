@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/skyfold/syncular-lambda/internal/core/store"
 )
 
 // ParseDeclarations reads SYNC_CHECKPOINTS: comma-separated
@@ -24,6 +22,10 @@ func ParseDeclarations(s string) ([]Declaration, error) {
 		name, tables, ok := strings.Cut(part, "=")
 		if !ok || name == "" || tables == "" {
 			return nil, fmt.Errorf("checkpoint %q: want name=table[+table...]", part)
+		}
+		if strings.Contains(name, "/") {
+			// Backfill commits' idempotency keys are "backfill/<name>/…".
+			return nil, fmt.Errorf("checkpoint %q: a name has no '/'", part)
 		}
 		out = append(out, Declaration{Name: name, Sources: strings.Split(tables, "+")})
 	}
@@ -46,8 +48,9 @@ type RunOptions struct {
 	// Timeout stops the backfills between batches (0: none): a Lambda
 	// hook passes its remaining time; a later run resumes.
 	Timeout time.Duration
-	// Transform projects source rows; nil verifies only (scans and
-	// advances the watermark, writes no rows).
+	// Transform is used for declarations without their own; nil (and
+	// no Declaration.Transform) verifies only: the backfill scans and
+	// advances the watermark, writes no rows.
 	Transform Transform
 }
 
@@ -64,10 +67,6 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 		end := time.Now().Add(o.Timeout)
 		deadline = func() bool { return time.Now().After(end) }
 	}
-	fn := o.Transform
-	if fn == nil {
-		fn = func(string, *store.Row) []store.RowWrite { return nil }
-	}
 	if out != nil {
 		fmt.Fprintln(out, "partition\tcheckpoint\tstate\twatermark\tobservedRows")
 	}
@@ -77,7 +76,10 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 	)
 	err = eachPartition(ctx, p.Partitions, p.Parallel, func(part string) bool {
 		for _, d := range p.Checkpoints {
-			bp, err := Backfill(ctx, b, part, d.Name, fn, BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now})
+			if d.Transform == nil {
+				d.Transform = o.Transform
+			}
+			bp, err := RunBackfill(ctx, b, part, d, BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now})
 			var line string
 			if out != nil {
 				if c, err := b.GetCheckpoint(ctx, part, d.Name); err == nil && c != nil {

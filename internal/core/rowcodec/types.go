@@ -35,3 +35,24 @@ type Value struct {
 	Str   string
 	Bytes []byte
 }
+
+// Plain is v as a plain Go value for a column of type t: nil for NULL,
+// int64, float64, bool, []byte (bytes and crdt), or string (string, json
+// and blob_ref, their text verbatim).
+func (v Value) Plain(t Type) any {
+	if v.Null {
+		return nil
+	}
+	switch t {
+	case TypeInteger:
+		return v.Int
+	case TypeFloat:
+		return v.Float
+	case TypeBoolean:
+		return v.Bool
+	case TypeBytes, TypeCRDT:
+		return v.Bytes
+	default:
+		return v.Str
+	}
+}

@@ -27,6 +27,9 @@ type rawDoc struct {
 	Extensions     json.RawMessage `json:"extensions"`
 
 	Tables []rawTable `json:"tables"`
+
+	// Backfills is a local extension (backfill.go).
+	Backfills []rawBackfill `json:"backfills"`
 }
 
 // rawHistory is one typegen schemaVersions entry. Tables is a local
@@ -136,10 +139,15 @@ func compilePlain(doc *rawDoc) (*Schema, error) {
 	if err := p.err(); err != nil {
 		return nil, err
 	}
+	backfills := compileBackfills(p, v, doc.Backfills)
+	if err := p.err(); err != nil {
+		return nil, err
+	}
 	return &Schema{
-		Versions: map[int32]*Version{n: v},
-		Latest:   n,
-		Floor:    n,
+		Versions:  map[int32]*Version{n: v},
+		Latest:    n,
+		Floor:     n,
+		Backfills: backfills,
 	}, nil
 }
 
@@ -214,6 +222,11 @@ func compileIR(doc *rawDoc) (*Schema, error) {
 	all = append(all, p.list...)
 	if len(all) == 0 {
 		all = checkServedVersions(s)
+	}
+	if len(all) == 0 {
+		bp := &problems{version: latest}
+		s.Backfills = compileBackfills(bp, s.Versions[latest], doc.Backfills)
+		all = bp.list
 	}
 	if len(all) > 0 {
 		return nil, &Error{Problems: all}

@@ -41,6 +41,10 @@ type Schema struct {
 	// metadata, kept verbatim; the server core does not interpret them.
 	Subscriptions json.RawMessage
 	Extensions    json.RawMessage
+
+	// Backfills are the document's declared backfills (backfill.go), on
+	// tables of the latest version.
+	Backfills []*Backfill
 }
 
 // HistoryEntry is one typegen schemaVersions entry.

@@ -176,6 +176,9 @@ type Commit struct {
 	// it). Stores record CommitRequest.WriterVersion here; the field of
 	// CommitRequest.Commit is ignored.
 	WriterVersion int64
+	// Reactions are the §6.9 records planned for the commit, logged with
+	// it (nil for most commits).
+	Reactions []PlannedReaction
 }
 
 // Outcome is a persisted push result (§2.3, §6.3). Result holds the
@@ -366,10 +369,14 @@ type Store interface {
 	RotateEpoch(ctx context.Context, partition, newEpoch string, nowMs int64) error
 
 	// GetOutcome returns the recorded outcome of an idempotency key (§2.3),
-	// nil when none; ErrOutcomeUnreadable when one exists but cannot be read.
-	GetOutcome(ctx context.Context, partition, clientID, clientCommitID string) (*Outcome, error)
+	// nil when none or when its idempotency window (the store's; see
+	// OutcomeExpiry) ended by nowMs; ErrOutcomeUnreadable when one exists
+	// but cannot be read.
+	GetOutcome(ctx context.Context, partition, clientID, clientCommitID string, nowMs int64) (*Outcome, error)
 	// PutRejection records a rejected outcome unless one exists; it returns
-	// ErrOutcomeExists when the key already has an outcome. The write is
+	// ErrOutcomeExists when the key already has an outcome. An outcome
+	// whose window ended by o.RecordedAtMs counts as none, here and in
+	// Commit (by req.Outcome.RecordedAtMs): the key is recorded again. The write is
 	// fenced like a commit (w; rolling schema upgrades): ErrWriterFenced
 	// when w.WriterVersion is below the partition's writer fence,
 	// ErrGateMoved when w.CheckGate and the gate token is no longer

@@ -111,7 +111,7 @@ func (e *partitionT) log(afterSeq, throughSeq int64) []*store.Commit {
 
 func (e *partitionT) outcome(clientID, clientCommitID string) *store.Outcome {
 	e.t.Helper()
-	o, err := e.s.GetOutcome(e.ctx, e.p, clientID, clientCommitID)
+	o, err := e.s.GetOutcome(e.ctx, e.p, clientID, clientCommitID, baseMs)
 	if err != nil {
 		e.t.Fatalf("GetOutcome: %v", err)
 	}

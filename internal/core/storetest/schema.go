@@ -287,7 +287,7 @@ func testHeadMovedGate(t *testing.T, e *schemaT) {
 // outcomeOf reads the recorded outcome of (client-a, id).
 func (e *schemaT) outcomeOf(id string) *store.Outcome {
 	e.t.Helper()
-	o, err := e.s.GetOutcome(e.ctx, e.p, "client-a", id)
+	o, err := e.s.GetOutcome(e.ctx, e.p, "client-a", id, baseMs)
 	if err != nil {
 		e.t.Fatalf("GetOutcome(%s): %v", id, err)
 	}

@@ -7,6 +7,7 @@ import type {
   BlobDownloadResult,
   BlobUploadGrantResult,
   BytesResult,
+  CommitValidatorInstallSpec,
   DriverError,
   DriverScopeMap,
   RealtimeConnectResult,
@@ -17,6 +18,7 @@ import type {
   ServerDriver,
   ServerInstance,
   ServerRowState,
+  ValidatorInstallSpec,
 } from '../src/driver';
 
 const SYNC_CONTENT_TYPE = 'application/vnd.syncular.sync.v2';
@@ -86,6 +88,8 @@ class HttpServerInstance implements ServerInstance {
       'uploadBlobGrant',
       'putBlobUrl',
       'setBlobPresign',
+      'installValidators',
+      'installCommitValidator',
     ] as const;
     for (const name of optional) {
       if (!methods.includes(name)) {
@@ -280,8 +284,30 @@ class HttpServerInstance implements ServerInstance {
     await this.#control('setAllowedScopes', actorId, allowed);
   }
 
+  async installValidators(
+    specs: readonly ValidatorInstallSpec[],
+  ): Promise<void> {
+    await this.#control('installValidators', specs);
+  }
+
+  async installCommitValidator(
+    spec?: CommitValidatorInstallSpec,
+  ): Promise<void> {
+    await this.#control('installCommitValidator', spec ?? null);
+  }
+
   async setResolverFailing(failing: boolean): Promise<void> {
     await this.#control('setResolverFailing', failing);
+  }
+
+  // §7.3.3: the resolver signals an outage (not a throw).
+  async setResolverOutage(outage: boolean): Promise<void> {
+    await this.#control('setResolverOutage', outage);
+  }
+
+  // §7.3.4: revoke a lease by id.
+  async revokeLease(leaseId: string): Promise<void> {
+    await this.#control('revokeLease', leaseId);
   }
 
   async advanceClock(ms: number): Promise<void> {

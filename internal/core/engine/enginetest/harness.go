@@ -10,9 +10,12 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/blobs"
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/reactions"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/segment"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -126,6 +129,13 @@ type Options struct {
 	BlobPresigner blobs.Presigner
 	// OnCommit is passed to the engine (realtime fanout input).
 	OnCommit func(partition string, c *store.Commit)
+	// Reactions is the §6.9 planner passed to the engine.
+	Reactions reactions.Planner
+	// LeaseTTL > 0 turns auth leases on (§7.3), kept by the store, which
+	// must then implement store.LeaseStore.
+	LeaseTTL time.Duration
+	// CRDTMergers is passed to the engine (§5.10.2); nil has none.
+	CRDTMergers crdt.Registry
 }
 
 // New builds a harness over st and segs.
@@ -148,12 +158,20 @@ func New(t testing.TB, st store.Store, segs store.SegmentStore, o Options) *Harn
 		}
 	}
 	h := &Harness{T: t, Schema: sc, Store: st, Segments: segs, Clock: &Clock{ms: 1_780_000_000_000}, Grants: &Grants{}}
+	var leases store.LeaseStore
+	if o.LeaseTTL > 0 {
+		var ok bool
+		if leases, ok = st.(store.LeaseStore); !ok {
+			t.Fatalf("auth leases: %T is not a store.LeaseStore", st)
+		}
+	}
 	h.Engine, err = engine.New(engine.Config{
+		Leases: leases, LeaseTTL: o.LeaseTTL,
 		Schema: sc, Store: st, Segments: segs, Resolver: h.Grants, Presigner: o.Presigner,
 		SignedURLs: o.SignedURLs, SigningKey: SigningKey, Limits: o.Limits, Clock: h.Clock.Now,
 		Checkpoints: o.Checkpoints,
 		Blobs:       o.Blobs, BlobPresigner: o.BlobPresigner,
-		OnCommit: o.OnCommit,
+		OnCommit: o.OnCommit, Reactions: o.Reactions, CRDTMergers: o.CRDTMergers,
 	})
 	if err != nil {
 		t.Fatalf("engine: %v", err)

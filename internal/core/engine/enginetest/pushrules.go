@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skyfold/syncular-lambda/internal/core/crdt"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/rowcodec"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -92,7 +93,11 @@ func PushRules(t *testing.T, stores Stores) {
 			if schema == "" {
 				schema = PushRulesSchema
 			}
-			h := New(t, st, segs, Options{Schema: schema, OlderSchemas: sc.older})
+			o := Options{Schema: schema, OlderSchemas: sc.older}
+			if sc.crdt {
+				o.CRDTMergers = crdt.Default()
+			}
+			h := New(t, st, segs, o)
 			sc.run(t, h)
 		})
 	}
@@ -102,7 +107,9 @@ type pushRuleScenario struct {
 	name   string
 	schema string
 	older  []string
-	run    func(t *testing.T, h *Harness)
+	// crdt: the engine has the default CRDT mergers (yjs-doc, §5.10.2).
+	crdt bool
+	run  func(t *testing.T, h *Harness)
 }
 
 var p1 = engine.ScopeMap{"project_id": {"p1"}}
@@ -263,6 +270,32 @@ var pushRuleScenarios = []pushRuleScenario{
 		doc := rowcodec.Value{Bytes: []byte{1, 2, 3}}
 		rejected(t, a.Push("a1", Upsert("notes", "n1", a.Patch("notes", Cols{"id": S("n1"), "doc": doc}), 1)), 0, wire.OpError, syncerr.CrdtMergeFailed)
 		wantStored(t, h, "notes", "n1", 2, Cols{"title": S("b-title"), "doc": Null()})
+	}},
+	// §5.10.3 rule 2 with the yjs-doc merger: each push merges into the
+	// stored document; a crdt-only patch from a stale baseVersion applies
+	// clean (B.21(d)); bytes that are no Yjs update are refused with
+	// sync.crdt_merge_failed and change nothing (§5.10.2). The Yjs bytes
+	// are written out by hand from the update format: client 1 inserts
+	// "hi" and client 2 inserts "yo" into the root text "t".
+	{name: "crdt-patch-merges-into-stored-doc", crdt: true, run: func(t *testing.T, h *Harness) {
+		h.Grants.Set("actor-a", p1)
+		h.Grants.Set("actor-b", p1)
+		a := h.ClientV3("tenant", "actor-a", "client-a")
+		b := h.ClientV3("tenant", "actor-b", "client-b")
+		hi := []byte{1, 1, 1, 0, 4, 1, 1, 't', 2, 'h', 'i', 0}
+		yo := []byte{1, 1, 2, 0, 4, 1, 1, 't', 2, 'y', 'o', 0}
+		// Clients in descending order, each with its one item; no deletes.
+		both := []byte{2, 1, 2, 0, 4, 1, 1, 't', 2, 'y', 'o', 1, 1, 0, 4, 1, 1, 't', 2, 'h', 'i', 0}
+		applied(t, a.Push("seed", Upsert("notes", "n1", a.Row("notes", Cols{"id": S("n1"), "project_id": S("p1"), "title": S("t"), "doc": {Bytes: hi}}), -1)))
+		wantStored(t, h, "notes", "n1", 1, Cols{"doc": {Bytes: hi}})
+		applied(t, b.Push("b1", Upsert("notes", "n1", b.Patch("notes", Cols{"id": S("n1"), "title": S("b-title")}), 1)))
+		applied(t, a.Push("a1", Upsert("notes", "n1", a.Patch("notes", Cols{"id": S("n1"), "doc": {Bytes: yo}}), 1)))
+		wantStored(t, h, "notes", "n1", 3, Cols{"title": S("b-title"), "doc": {Bytes: both}})
+		// Replaying an update already merged changes nothing (§5.10.3).
+		applied(t, b.Push("b2", Upsert("notes", "n1", b.Patch("notes", Cols{"id": S("n1"), "doc": {Bytes: hi}}), -1)))
+		wantStored(t, h, "notes", "n1", 4, Cols{"doc": {Bytes: both}})
+		rejected(t, a.Push("bad", Upsert("notes", "n1", a.Patch("notes", Cols{"id": S("n1"), "doc": {Bytes: []byte{1, 2, 3}}}), -1)), 0, wire.OpError, syncerr.CrdtMergeFailed)
+		wantStored(t, h, "notes", "n1", 4, Cols{"doc": {Bytes: both}})
 	}},
 	// B.21(f), sparse-rows/present-scope-column-change-rejects (§3.4 rule 5).
 	{name: "present-scope-column-change-rejects", run: func(t *testing.T, h *Harness) {

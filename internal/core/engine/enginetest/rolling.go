@@ -203,7 +203,7 @@ func rollingRacingRejection(t *testing.T, st SchemaBackend, segs store.SegmentSt
 	} else {
 		wantNotReady(t, err, "fenced rejection")
 	}
-	if o, _ := st.GetOutcome(context.Background(), "tenant", "client-a", "c1"); o != nil {
+	if o, _ := st.GetOutcome(context.Background(), "tenant", "client-a", "c1", h.Clock.Now()); o != nil {
 		t.Fatalf("the fenced writer recorded a rejected outcome: %+v", o)
 	}
 }
@@ -236,7 +236,7 @@ func rollingRacingWriter(t *testing.T, st SchemaBackend, segs store.SegmentStore
 	if got := headSeq(t, st, "tenant"); got != 1 {
 		t.Fatalf("the fenced writer committed: head %d", got)
 	}
-	if o, _ := st.GetOutcome(context.Background(), "tenant", "client-a", "c2"); o != nil {
+	if o, _ := st.GetOutcome(context.Background(), "tenant", "client-a", "c2", h.Clock.Now()); o != nil {
 		t.Fatal("the fenced writer recorded an outcome")
 	}
 }

@@ -30,8 +30,8 @@ func Run(t *testing.T, newBackend func(t *testing.T) migrate.Backend) {
 func now() int64 { return 1_780_000_000_000 }
 
 // project copies a tasks row into tasks_proj (a derived projection).
-func project(table string, r *store.Row) []store.RowWrite {
-	return []store.RowWrite{{Table: "tasks_proj", Row: store.Row{RowID: r.RowID, Version: 1, Payload: r.Payload, Scopes: r.Scopes}}}
+func project(_ context.Context, table string, r *store.Row) ([]store.RowWrite, error) {
+	return []store.RowWrite{{Table: "tasks_proj", Row: store.Row{RowID: r.RowID, Version: 1, Payload: r.Payload, Scopes: r.Scopes}}}, nil
 }
 
 func partitions(names ...string) func(context.Context, func(string) bool) error {
