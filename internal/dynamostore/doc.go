@@ -369,7 +369,8 @@
 // group is one transaction, never the small-commit path (fast.go). A
 // member is left out, with the members after it, when it does not fit,
 // touches an item an earlier member touches (a row both write or read),
-// carries another writer version or gate token, or cancels the
+// carries another writer version or gate token, raises the writer fence
+// (RaiseFence: it lands alone, through Commit), or cancels the
 // transaction by its own condition (its outcome exists: exactly once,
 // §2.3; a row it read changed): the transaction is retried without it,
 // and it lands in its own turn. The waiter finds the turn past its

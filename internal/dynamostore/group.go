@@ -109,13 +109,15 @@ func (s *Store) PublishedCommits(ctx context.Context, partition string, from int
 // one of them inline (rows with the log). A member is left out, with
 // those after it, when its items would exceed 100 actions / 4 MB, touch
 // an item an earlier member touches (a row written or read by two
-// members: the later one was evaluated without the earlier's write), or
-// carry another writer version or gate token; when the transaction is
-// cancelled by a member's own condition (its outcome exists, a row it
-// read changed) it is retried without that member. A group written
-// without log-index entries that meets a head whose index is on is
-// written again with them (errIndexOn for a lone commit). A failure of
-// reqs[0] is answered by Commit alone, with its exact error.
+// members: the later one was evaluated without the earlier's write),
+// carry another writer version or gate token, or raise the writer fence
+// (store.CommitRequest.RaiseFence: the group's head update would not
+// raise it, so such a commit lands alone, through Commit); when the
+// transaction is cancelled by a member's own condition (its outcome
+// exists, a row it read changed) it is retried without that member. A
+// group written without log-index entries that meets a head whose index
+// is on is written again with them (errIndexOn for a lone commit). A
+// failure of reqs[0] is answered by Commit alone, with its exact error.
 func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store.CommitRequest) (int, error) {
 	if len(reqs) == 0 {
 		return 0, nil
@@ -171,7 +173,7 @@ func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store
 // the first fit members can go in one group.
 func (s *Store) groupItems(partition string, reqs []*store.CommitRequest, indexed bool) (items []txItem, owner []int, fit int, err error) {
 	lead := reqs[0]
-	if lead.Advance != nil {
+	if lead.Advance != nil || lead.RaiseFence > 0 {
 		return nil, nil, 1, nil
 	}
 	items = append(items, txItem{})
@@ -179,7 +181,7 @@ func (s *Store) groupItems(partition string, reqs []*store.CommitRequest, indexe
 	keys := map[string]bool{headPK(partition) + "\x00" + headSK: true}
 	total := 200
 	for i, r := range reqs {
-		ok := r.Advance == nil && r.ExpectedMaxSeq == lead.ExpectedMaxSeq+int64(i) &&
+		ok := r.Advance == nil && r.RaiseFence == 0 && r.ExpectedMaxSeq == lead.ExpectedMaxSeq+int64(i) &&
 			r.WriterVersion == lead.WriterVersion && r.CheckGate == lead.CheckGate && r.GateToken == lead.GateToken &&
 			(lead.Ticket == 0 || r.Ticket == lead.Ticket+int64(i))
 		var parts *commitParts

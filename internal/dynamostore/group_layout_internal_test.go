@@ -79,3 +79,54 @@ func TestGroupCommitLogIndex(t *testing.T) {
 		t.Fatalf("commits of a across both parts: %v, want %v", got, want)
 	}
 }
+
+// TestGroupCommitRaiseFence: a commit that raises the writer fence
+// (store.CommitRequest.RaiseFence) is never folded into a group, whose
+// head update could not raise it: as the lead it lands alone and raises
+// the fence; as a later member it ends the group before it.
+func TestGroupCommitRaiseFence(t *testing.T) {
+	c, table := freshTable(t, "groupfence")
+	ctx := context.Background()
+	s := New(c, table, Options{})
+	p := "fenced"
+	h, err := s.TouchPartition(ctx, p, 1, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok int64
+	if h.Gate != nil {
+		tok = h.Gate.Token
+	}
+	gated := func(seq int64, raise int64) *store.CommitRequest {
+		req := orgCommit(seq, fmt.Sprintf("f%02d", seq), "a")
+		req.WriterVersion, req.CheckGate, req.GateToken, req.RaiseFence = 2, true, tok, raise
+		return req
+	}
+	// A member raising the fence ends the group before it.
+	n, err := s.CommitGroup(ctx, p, []*store.CommitRequest{gated(1, 0), gated(2, 2), gated(3, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("group with a fence-raising second member landed %d, want 1", n)
+	}
+	// As the lead, it lands alone and raises the fence.
+	n, err = s.CommitGroup(ctx, p, []*store.CommitRequest{gated(2, 2), gated(3, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("group led by a fence-raising commit landed %d, want 1", n)
+	}
+	after, _, err := s.readHead(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := after.Head; h.MaxCommitSeq != 2 || h.Gate == nil || h.Gate.WriterFence != 2 || h.Gate.Token == tok {
+		t.Fatalf("after the raising lead: max %d gate %+v, want 2, fence 2 and a new token", h.MaxCommitSeq, h.Gate)
+	}
+	// The old token no longer passes.
+	if _, err := s.CommitGroup(ctx, p, []*store.CommitRequest{gated(3, 0), gated(4, 0)}); err == nil {
+		t.Fatal("a group on the token from before the raise landed")
+	}
+}
