@@ -107,7 +107,7 @@ func TestLogIndexBeforeFirstIndexedCommit(t *testing.T) {
 	if err := CreateTable(ctx, c, table); err != nil {
 		t.Fatal(err)
 	}
-	s := New(c, table, Options{})
+	s := New(c, table, Options{IndexNewPartitions: true})
 	p := "old"
 	if _, err := s.TouchPartition(ctx, p, 1, "e"); err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestPruneDeletesLogIndex(t *testing.T) {
 	if err := CreateTable(ctx, c, table); err != nil {
 		t.Fatal(err)
 	}
-	s := New(c, table, Options{})
+	s := New(c, table, Options{IndexNewPartitions: true})
 	p := "tenant"
 	if _, err := s.TouchPartition(ctx, p, 1, "e"); err != nil {
 		t.Fatal(err)

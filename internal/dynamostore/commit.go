@@ -228,9 +228,103 @@ func logItems(p string, c *store.Commit, body []byte) ([]map[string]types.Attrib
 // A commit that does not fit writes [0..] without rows, then materializes
 // the rows (rollForward) and advances appliedSeq. Because every commit
 // requires appliedSeq = maxCommitSeq, at most one commit per partition is
-// ever unmaterialized, and it is finished before the next one lands.
+// ever unmaterialized, and it is finished before the next one lands. A
+// small commit takes no transaction (fast.go, commitFast).
+//
+// Further per-commit items (planned reactions, say) are encoded in
+// prepare (type prepared); the transaction takes them with the log items
+// in commitParts (shared by commit and CommitGroup), and fastCandidate sends a commit that has them the
+// transactional way until completeFast writes them too.
 func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitRequest) error {
-	parts, err := s.commitParts(partition, req)
+	pc, err := s.prepare(partition, req)
+	if err != nil {
+		return err
+	}
+	if s.fastCandidate(partition, req, pc) {
+		// A small commit goes without a transaction (fast.go).
+		if err := s.commitFast(ctx, partition, req, pc); !errors.Is(err, errNotFast) {
+			return err
+		}
+	}
+	err = s.commit(ctx, partition, req, pc, s.indexOn(partition))
+	if errors.Is(err, errIndexOn) {
+		// The head's log index is on (logindex.go, adaptive): the same
+		// commit with its entries.
+		err = s.commit(ctx, partition, req, pc, true)
+	}
+	return err
+}
+
+// prepared is a commit checked and encoded for the store: its final
+// row writes, reference writes, scope copies, log items and outcome item.
+type prepared struct {
+	seq     int64
+	rows    []store.RowWrite // the last write of each row
+	refs    []store.RefWrite
+	index   []txItem // scope-copy writes
+	body    []byte   // the log body
+	chunks  []map[string]types.AttributeValue
+	outcome map[string]types.AttributeValue
+}
+
+// prepare checks req's keys and sizes and encodes its items.
+func (s *Store) prepare(partition string, req *store.CommitRequest) (*prepared, error) {
+	seq := req.ExpectedMaxSeq + 1
+	if req.Commit.Seq != seq {
+		return nil, fmt.Errorf("dynamostore: commit seq %d does not follow expected head %d", req.Commit.Seq, req.ExpectedMaxSeq)
+	}
+	if err := checkOutcomeKey(partition, req.Commit.ClientID, req.Commit.ClientCommitID); err != nil {
+		return nil, err
+	}
+	rows := dedupeRows(req.Rows)
+	for i := range req.Rows {
+		if err := checkRowKey(partition, &req.Rows[i]); err != nil {
+			return nil, err
+		}
+		if err := checkScopeKeys(&req.Rows[i]); err != nil {
+			return nil, err
+		}
+	}
+	index := scopeIndexActions(s.table, partition, seq, req.Rows)
+	// The log carries what roll-forward needs to write the rows again:
+	// the changes plus each one's column versions, or explicit rows when
+	// the changes do not imply them.
+	var explicit []store.RowWrite
+	cvs := changeCVs(req.Commit.Changes, req.Rows)
+	derived, err := rowsFromChanges(seq, req.Commit.Changes, cvs)
+	if err != nil {
+		return nil, err
+	}
+	if !sameRows(dedupeRows(derived), rows) {
+		explicit, cvs = req.Rows, nil
+	}
+	refs := dedupeRefs(req.RefWrites)
+	for i := range refs {
+		if err := checkRefKey(partition, &refs[i]); err != nil {
+			return nil, err
+		}
+	}
+	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions)
+	chunks, err := logItems(partition, &req.Commit, body)
+	if err != nil {
+		return nil, err
+	}
+	if req.WriterVersion > 0 {
+		chunks[0][lWriter] = N(req.WriterVersion)
+	}
+	oitem := s.outcomeItem(partition, req.Commit.ClientID, req.Commit.ClientCommitID, &req.Outcome)
+	if ItemSize(oitem) > itemBudget {
+		return nil, fmt.Errorf("dynamostore: outcome of %d bytes: %w", ItemSize(oitem), store.ErrTooLarge)
+	}
+	return &prepared{seq: seq, rows: rows, refs: refs, index: index, body: body, chunks: chunks, outcome: oitem}, nil
+}
+
+// commit is Commit with or without the log-index entries: indexed is
+// what this instance knows of the partition's log index. A commit
+// without entries is conditioned on the index being off and fails with
+// errIndexOn when it is on.
+func (s *Store) commit(ctx context.Context, partition string, req *store.CommitRequest, pc *prepared, indexed bool) error {
+	parts, err := s.commitParts(partition, req, pc, indexed)
 	if err != nil {
 		return err
 	}
@@ -247,9 +341,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		return fmt.Errorf("dynamostore: commit of %d bytes in %d log items exceeds one transaction: %w", logBytes, parts.chunks, store.ErrTooLarge)
 	}
 	inline := len(items)+len(parts.rows)+len(parts.checks) <= txMaxActions && logBytes+rowBytes <= txMaxBytes
-	update := "SET mx = :n, li = if_not_exists(li, :n)"
+	update := "SET mx = :n"
 	if inline {
-		update = "SET mx = :n, ap = :n, li = if_not_exists(li, :n)"
+		update = "SET mx = :n, ap = :n"
 		items = append(items, parts.rows...)
 		items = append(items, parts.checks...)
 	} else if len(parts.allChecks) > 0 {
@@ -260,6 +354,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	}
 	cond, vals := commitCondition(req)
 	vals[":n"] = N(seq)
+	update, cond = indexHead(update, cond, ":n", indexed)
 	if req.Ticket > 0 {
 		// A queued commit (store.CommitQueue) also takes its turn.
 		cond += " AND " + turnCondition(req.Ticket-1)
@@ -273,14 +368,7 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		cond += " AND (attribute_not_exists(rwv) OR rwv < :rf)"
 		vals[":rf"], vals[":one"] = N(req.RaiseFence), N(1)
 	}
-	items[0] = txItem{size: 100, w: types.TransactWriteItem{Update: &types.Update{
-		TableName:                           s.table,
-		Key:                                 Key(headPK(partition), headSK),
-		UpdateExpression:                    aws.String(update),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeValues:           vals,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}}}
+	items[0] = s.headUpdate(partition, update, cond, vals)
 
 	for range 4 {
 		err := s.transact(ctx, "append commit", items)
@@ -338,6 +426,10 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 				// engine's retry starts from it without reading it again.
 				return &store.HeadMovedError{Head: h.Head}
 			}
+			s.noteIndex(partition, h)
+			if !indexed && h.indexOn() {
+				return errIndexOn
+			}
 			// The head is where the caller read it but its last commit is
 			// not materialized yet: finish it, then try again.
 			if err := s.rollForward(ctx, partition, h); err != nil {
@@ -358,13 +450,40 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	return store.ErrHeadMoved
 }
 
-// commitParts are the per-commit items of one commit request at its
+// headUpdate is the head action of a commit's (or a group's)
+// transaction; a failed condition returns the head as it was.
+func (s *Store) headUpdate(partition, update, cond string, vals map[string]types.AttributeValue) txItem {
+	return txItem{size: 100, w: types.TransactWriteItem{Update: &types.Update{
+		TableName:                           s.table,
+		Key:                                 Key(headPK(partition), headSK),
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeValues:           vals,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}}
+}
+
+// indexHead adds the adaptive log index (logindex.go) to the update and
+// condition of a head update that moves maxCommitSeq: with entries
+// (indexed), the first commit written with them, whose seq is the value
+// first, starts the index; without, the head must have the index off,
+// so no commit lacking entries lands once it is on.
+func indexHead(update, cond, first string, indexed bool) (string, string) {
+	if indexed {
+		return update + ", " + hLogIndexFrom + " = if_not_exists(" + hLogIndexFrom + ", " + first + ")", cond
+	}
+	return update, cond + " AND " + indexOffCondition
+}
+
+// commitParts are the transaction actions of one prepared commit at its
 // seq (ExpectedMaxSeq+1), everything but the partition head's update:
-// the outcome, log and log-index items (log, outcome first), the row,
-// reference and scope-copy writes (rows, each row conditioned on being
-// as read when the evaluation read it), and the checks of rows read but
-// not written. Commit and CommitGroup (group.go) build their
-// transactions from them alone.
+// the outcome, log and, when indexed, log-index items (log, outcome
+// first), the row, reference and scope-copy writes (rows, each row
+// conditioned on being as read when the evaluation read it; a deleted
+// scope copy is a tombstone), and the checks of rows read but not
+// written. commit and CommitGroup (group.go) build their transactions
+// from them alone; the head update of either takes indexHead with the
+// same indexed.
 type commitParts struct {
 	seq  int64
 	body []byte
@@ -380,56 +499,10 @@ type commitParts struct {
 	rowBytes          int // rows plus checks
 }
 
-func (s *Store) commitParts(partition string, req *store.CommitRequest) (*commitParts, error) {
-	seq := req.ExpectedMaxSeq + 1
-	if req.Commit.Seq != seq {
-		return nil, fmt.Errorf("dynamostore: commit seq %d does not follow expected head %d", req.Commit.Seq, req.ExpectedMaxSeq)
-	}
-	if err := checkOutcomeKey(partition, req.Commit.ClientID, req.Commit.ClientCommitID); err != nil {
-		return nil, err
-	}
-	rows := dedupeRows(req.Rows)
-	for i := range req.Rows {
-		if err := checkRowKey(partition, &req.Rows[i]); err != nil {
-			return nil, err
-		}
-		if err := checkScopeKeys(&req.Rows[i]); err != nil {
-			return nil, err
-		}
-	}
-	index := scopeIndexActions(s.table, partition, seq, req.Rows)
-	// The log carries what roll-forward needs to write the rows again:
-	// the changes plus each one's column versions, or explicit rows when
-	// the changes do not imply them.
-	var explicit []store.RowWrite
-	cvs := changeCVs(req.Commit.Changes, req.Rows)
-	derived, err := rowsFromChanges(seq, req.Commit.Changes, cvs)
-	if err != nil {
-		return nil, err
-	}
-	if !sameRows(dedupeRows(derived), rows) {
-		explicit, cvs = req.Rows, nil
-	}
-	refs := dedupeRefs(req.RefWrites)
-	for i := range refs {
-		if err := checkRefKey(partition, &refs[i]); err != nil {
-			return nil, err
-		}
-	}
-	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions)
-	chunks, err := logItems(partition, &req.Commit, body)
-	if err != nil {
-		return nil, err
-	}
-	if req.WriterVersion > 0 {
-		chunks[0][lWriter] = N(req.WriterVersion)
-	}
-	cp := &commitParts{seq: seq, body: body, advIdx: -1, chunks: len(chunks)}
+func (s *Store) commitParts(partition string, req *store.CommitRequest, pc *prepared, indexed bool) (*commitParts, error) {
+	seq, rows, refs, index, chunks, oitem := pc.seq, pc.rows, pc.refs, pc.index, pc.chunks, pc.outcome
+	cp := &commitParts{seq: seq, body: pc.body, advIdx: -1, chunks: len(chunks)}
 	items := make([]txItem, 0, 1+len(chunks))
-	oitem := s.outcomeItem(partition, req.Commit.ClientID, req.Commit.ClientCommitID, &req.Outcome)
-	if ItemSize(oitem) > itemBudget {
-		return nil, fmt.Errorf("dynamostore: outcome of %d bytes: %w", ItemSize(oitem), store.ErrTooLarge)
-	}
 	notExists := aws.String("attribute_not_exists(pk)")
 	ocond, onames, ovals := outcomeAbsent(req.Outcome.RecordedAtMs)
 	items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: oitem,
@@ -437,8 +510,11 @@ func (s *Store) commitParts(partition string, req *store.CommitRequest) (*commit
 	for _, it := range chunks {
 		items = append(items, txItem{w: types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: it, ConditionExpression: notExists}}, size: ItemSize(it)})
 	}
-	// The log's scope index (logindex.go) lands with the log itself.
-	items = append(items, logIndexActions(s.table, partition, seq, req.Commit.Changes)...)
+	// The log's scope index (logindex.go) lands with the log itself, once
+	// the partition has it on.
+	if indexed {
+		items = append(items, logIndexActions(s.table, partition, seq, req.Commit.Changes)...)
+	}
 	// A backfill batch moves its checkpoint in the same transaction,
 	// conditioned on its owner epoch (store.CommitRequest.Advance).
 	if req.Advance != nil {
@@ -694,17 +770,28 @@ func (s *Store) materialize(ctx context.Context, p string, seq int64, acts []txI
 		return s.advanceApplied(ctx, p, seq)
 	}
 	plan := planPrint(batches)
+	plain := monotonic(acts)
 	for k := h.rollDone(seq, plan); k < len(batches); {
-		items := make([]txItem, 0, 1+len(batches[k]))
-		items = append(items, s.progressUpdate(p, seq, plan, k, len(batches)))
-		items = append(items, batches[k]...)
-		err := s.transact(ctx, "materialize rows", items)
+		var err error
+		if plain {
+			err = s.writeBatchPlain(ctx, p, seq, plan, k, batches)
+		} else {
+			items := make([]txItem, 0, 1+len(batches[k]))
+			items = append(items, s.progressUpdate(p, seq, plan, k, len(batches)))
+			items = append(items, batches[k]...)
+			err = s.transact(ctx, "materialize rows", items)
+			if codes, _ := cancelReasons(err); len(codes) > 0 && codes[0] == "ConditionalCheckFailed" {
+				err = errProgressMoved
+			} else if err != nil {
+				err = wrap("materialize rows", err)
+			}
+		}
 		if err == nil {
 			k++
 			continue
 		}
-		if codes, _ := cancelReasons(err); len(codes) == 0 || codes[0] != "ConditionalCheckFailed" {
-			return wrap("materialize rows", err)
+		if !errors.Is(err, errProgressMoved) {
+			return err
 		}
 		// Another instance wrote this batch (or finished the commit), or
 		// this one's batch landed but its answer was lost: read where the
@@ -728,12 +815,71 @@ func (s *Store) materialize(ctx context.Context, p string, seq int64, acts []txI
 	return nil
 }
 
+// errProgressMoved: the head's progress of a materialization is not
+// where the batch being written expected it.
+var errProgressMoved = errors.New("dynamostore: materialization progress moved")
+
+// monotonic reports whether every action of a materialization is a Put
+// of an item carrying its commit seq (rows, tombstones, scope copies and
+// their tombstones): such a materialization is written with plain
+// conditional writes instead of transactions (writeBatchPlain). The
+// reference index's puts and deletes carry no seq, so a commit with
+// reference writes keeps the fenced transactions.
+func monotonic(acts []txItem) bool {
+	for _, a := range acts {
+		if a.w.Put == nil || a.w.Put.Item[rSeq] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// plainConcurrency is how many of a batch's plain writes are in flight.
+const plainConcurrency = 16
+
+// writeBatchPlain writes batch k of commit seq's materialization as one
+// conditional PutItem per action, then records the batch with the same
+// head update a transactional batch carries (progressUpdate: the fence
+// and the progress; the last batch advances appliedSeq). Each Put is
+// conditioned on the stored item's commit seq being at most seq
+// ("attribute_not_exists(pk) OR cs <= seq"), so writing it again is
+// idempotent and a late write never lowers an item: where a later
+// commit wrote or deleted the row or copy (deletes are tombstones with
+// their cs), the condition fails and the item stays. That per-item
+// condition is what lets the writes go outside a transaction: the fence
+// on the head keeps a stale roller from recording progress, and the cs
+// condition keeps its writes from mattering. A batch cut off before its
+// head update is written again by the next roller (one batch at most).
+// Each write costs 1 WCU per KB instead of 2 in a transaction.
+func (s *Store) writeBatchPlain(ctx context.Context, p string, seq int64, plan string, k int, batches [][]txItem) error {
+	err := fanOut(plainConcurrency, batches[k], func(a txItem) error {
+		err := s.putItem(ctx, "materialize rows", a.w.Put.Item, "attribute_not_exists(pk) OR cs <= :s",
+			map[string]types.AttributeValue{":s": N(seq)})
+		if isConditionFailed(err) {
+			return nil // a later commit wrote or deleted it: it stays
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	u := s.progressUpdate(p, seq, plan, k, len(batches)).w.Update
+	_, err = s.updateItem(ctx, "materialize rows: progress", &dynamodb.UpdateItemInput{
+		Key: u.Key, UpdateExpression: u.UpdateExpression, ConditionExpression: u.ConditionExpression,
+		ExpressionAttributeValues: u.ExpressionAttributeValues,
+	})
+	if isConditionFailed(err) {
+		return errProgressMoved
+	}
+	return err
+}
+
 // advanceApplied moves appliedSeq to seq once its rows are written (a
 // commit whose materialization has no actions).
 func (s *Store) advanceApplied(ctx context.Context, p string, seq int64) error {
 	_, err := s.updateItem(ctx, "advance applied seq", &dynamodb.UpdateItemInput{
 		Key:                       Key(headPK(p), headSK),
-		UpdateExpression:          aws.String("SET ap = :s REMOVE " + hRollSeq + ", " + hRollDone + ", " + hRollPlan),
+		UpdateExpression:          aws.String("SET ap = :s REMOVE " + hRollSeq + ", " + hRollDone + ", " + hRollPlan + ", " + hPendSeq + ", " + hPendLog + ", " + hPendOutcome),
 		ConditionExpression:       aws.String("ap < :s AND mx >= :s"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":s": N(seq)},
 	})
@@ -748,6 +894,11 @@ func (s *Store) advanceApplied(ctx context.Context, p string, seq int64) error {
 // batch the head records as written.
 func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 	for seq := h.applied + 1; seq <= h.MaxCommitSeq; seq++ {
+		if done, err := s.rollForwardFast(ctx, p, &h, seq); err != nil {
+			return err
+		} else if done {
+			continue // a small commit, finished from the head (fast.go)
+		}
 		var c *store.Commit
 		var body *logBody
 		var derr error

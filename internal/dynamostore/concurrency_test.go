@@ -138,6 +138,11 @@ func checkConverged(t *testing.T, s store.Store, p string, total int64) {
 
 // TestConcurrentInstances: 8 instances × 50 commits on one partition.
 func TestConcurrentInstances(t *testing.T) {
+	t.Run("transaction", func(t *testing.T) { concurrentInstances(t, dynamostore.Options{}) })
+	t.Run("small commits", func(t *testing.T) { concurrentInstances(t, dynamostore.Options{SmallCommits: true}) })
+}
+
+func concurrentInstances(t *testing.T, opts dynamostore.Options) {
 	const workers, perWorker = 8, 50
 	table := newTable(t, ddbClient(t))
 	ctx := context.Background()
@@ -147,7 +152,7 @@ func TestConcurrentInstances(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for w := range workers {
-		s := instance(t, table, dynamostore.Options{})
+		s := instance(t, table, opts)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -170,6 +175,11 @@ func TestConcurrentInstances(t *testing.T) {
 // instances racing each other: exactly one delivery applies, the other
 // gets ErrOutcomeExists.
 func TestConcurrentDuplicates(t *testing.T) {
+	t.Run("transaction", func(t *testing.T) { concurrentDuplicates(t, dynamostore.Options{}) })
+	t.Run("small commits", func(t *testing.T) { concurrentDuplicates(t, dynamostore.Options{SmallCommits: true}) })
+}
+
+func concurrentDuplicates(t *testing.T, opts dynamostore.Options) {
 	const pairs, perWorker = 8, 50
 	table := newTable(t, ddbClient(t))
 	ctx := context.Background()
@@ -182,7 +192,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 	dups := 0
 	var wg sync.WaitGroup
 	for w := range pairs * 2 {
-		s := instance(t, table, dynamostore.Options{})
+		s := instance(t, table, opts)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

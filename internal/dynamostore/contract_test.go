@@ -17,6 +17,26 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// TestContractLogIndexOn runs the log-index parts of the contract on
+// partitions created with the index on (new partitions start without it
+// until a pull shows them wide, logindex.go), so both read paths of
+// ReadLogScoped and Prune's entry deletes meet the contract.
+func TestContractLogIndexOn(t *testing.T) {
+	c := ddbClient(t)
+	storetest.RunStore(t, func(t *testing.T) store.Store {
+		return dynamostore.New(c, newTable(t, c), dynamostore.Options{IndexNewPartitions: true})
+	})
+}
+
+// TestContractSmallCommits runs the contract with small commits written
+// without a transaction (fast.go).
+func TestContractSmallCommits(t *testing.T) {
+	c := ddbClient(t)
+	storetest.RunStore(t, func(t *testing.T) store.Store {
+		return dynamostore.New(c, newTable(t, c), dynamostore.Options{SmallCommits: true})
+	})
+}
+
 // TestSchemaContract runs the rolling-upgrade contract, one fresh table
 // per subtest (the schema marker is table-wide).
 func TestSchemaContract(t *testing.T) {

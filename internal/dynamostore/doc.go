@@ -1,8 +1,10 @@
 // Package dynamostore is the DynamoDB implementation of store.Store: one
 // table (keys.go has the item layout) written with conditional
 // transactions, so commits stay gapless and exactly-once across any
-// number of Lambda instances (SPEC §2.1, §2.3, §6.4). Every correctness
-// read is strongly consistent; the table has no GSI.
+// number of Lambda instances (SPEC §2.1, §2.3, §6.4). Every read whose
+// answer a write or a client relies on is strongly consistent, except a
+// pull's log read, whose misses show and are read again consistently
+// ("Read consistency" below); the table has no GSI.
 //
 // # Push: log first, roll forward
 //
@@ -15,24 +17,78 @@
 // maxCommitSeq. A larger commit advances only maxCommitSeq; its rows are
 // materialized afterwards in batches of at most 99 actions, planned from
 // the log body alone (so every instance cuts the same batches). Each
-// batch is one transaction with a head update conditioned on the fence
-// "appliedSeq < seq" and on the progress recorded there (fs = seq,
-// fb = batches written, fp = a print of the batch plan, so a build that
-// cuts other batches starts over instead of skipping); it records one
-// more batch, and the last batch advances appliedSeq itself. Any reader that depends on rows (GetRows,
-// ScanRows, Commit, Prune) first finishes such a commit from the log,
-// starting at the first batch not written: a materialization cut off by
-// a crash or a request's deadline is never redone, so a partition
-// recovers within a few requests whatever the commit's size
-// (TestRollForwardResumes: a 499-operation commit cut off after 2 of its
-// 11 batches is finished by the 4th push of at most 4 write transactions
-// each, and by the 3rd such prune; before, every request restarted at
-// the first batch and none finished). Concurrent rollers take the
-// batches in turn: the loser of one reads the head and goes on from
-// there. The fence, rather than a per-row commitSeq condition, is what
-// makes replays safe: once appliedSeq passed a commit no stale roller can
-// write, so it can neither regress a row nor resurrect one a later commit
-// deleted.
+// batch ends with a head update conditioned on the fence "appliedSeq <
+// seq" and on the progress recorded there (fs = seq, fb = batches
+// written, fp = a print of the batch plan, so a build that cuts other
+// batches starts over instead of skipping); it records one more batch,
+// and the last batch advances appliedSeq itself. Any reader that depends
+// on rows (GetRows, ScanRows, Commit, Prune) first finishes such a
+// commit from the log, starting at the first batch not recorded: a
+// materialization cut off by a crash or a request's deadline is not
+// redone (at most the batch it was in), so a partition recovers within a
+// few requests whatever the commit's size (TestRollForwardResumes: a
+// 499-operation commit cut off after 2 of its 11 batches is finished by
+// the 4th push of at most 4 write rounds each, and by the 3rd such
+// prune; before progress was recorded, every request restarted at the
+// first batch and none finished). Concurrent rollers take the batches in
+// turn: the loser of one reads the head and goes on from there.
+//
+// Plain batches (issue 23). A batch whose actions are all Puts of items
+// carrying their commit seq (rows, tombstones, scope copies and their
+// tombstones: every commit without reference-index writes) is written
+// outside any transaction, one PutItem per action (16 in flight) at
+// 1 WCU per KB instead of 2, then recorded by the head update alone
+// (writeBatchPlain). Each Put is conditioned "attribute_not_exists(pk)
+// OR cs <= seq". Why that is as safe as the transaction was:
+//
+//   - Visibility does not change: readers still see the commit's rows
+//     only through appliedSeq, which only the last batch's head update
+//     moves, after every batch's writes returned; until then every reader
+//     that depends on rows rolls the commit forward first (§2.1: a commit
+//     becomes visible whole).
+//   - Replays are idempotent: writing an item again with the same seq
+//     stores the same item.
+//   - A stale roller (one still writing after another instance finished
+//     the commit and later commits changed its rows) can no longer record
+//     progress (the fence), and its writes cannot lower an item: a later
+//     commit's write or delete left a higher cs there, deletes included,
+//     because a deleted row and a deleted scope copy are tombstones
+//     carrying the deleting commit's cs (not absent items), so the
+//     condition fails and the item stays. The one absent item a stale
+//     write could fill is a tombstone Prune already deleted; Prune only
+//     reaches commits older than the partition's retention, far beyond
+//     any request's deadline, which bounds how late a roller's write can
+//     arrive.
+//   - Reference-index entries carry no seq (a stale put could bring an
+//     entry back, a stale delete remove one), so a commit with reference
+//     writes keeps the fenced transactions, whose head condition stops a
+//     stale roller before any write.
+//
+// A 50-operation insert's materialization (50 rows and 50 scope copies)
+// was two transactions at 2 WCU per item and is now 100 PutItems and 2
+// head updates: 216 → 116 WCU for the push, 12 more round trips.
+//
+// Small commits (issue 23, fast.go; Options.SmallCommits, off by
+// default). A commit whose log is one item,
+// without reference writes or a backfill checkpoint, in a partition whose
+// log index is off, whose head stays under 1 KB with the commit on it,
+// takes no transaction at all: a consistent read of the head, its outcome
+// key and the rows it read (after the caller's head read: a replay is
+// found, a stale row read is refused), one conditional UpdateItem of the
+// head that moves maxCommitSeq and carries the log and outcome items (the
+// commit point; it also requires no pending commit and PutRejection's
+// count unchanged), then the outcome, log item, row and scope copies as
+// plain writes (put-if-absent, or conditioned on the stored cs), then
+// appliedSeq. Until appliedSeq moves, readers finish it from the head as
+// they finish a large commit from its log (rollForward), and ReadLog does
+// when the log ends before its window. A 1-op push is 6 WCU (10 in the
+// transaction, 12 with the log-index entry) for 8 DynamoDB calls in 5
+// waves (2 in the transaction) and about 3 more RCU. It stays off by
+// default because of what it does under contention: the next writer of
+// the partition may find the previous small commit still on the head and
+// finish it again (its writes change nothing the second time, but cost
+// their units), and the queue's turn (issue 11) is held across 5 waves
+// instead of 2; the queue tests pin the transactional round trips.
 //
 // # Column versions and tombstones (§2.2, §4.6 of the wire-3 spec)
 //
@@ -53,13 +109,15 @@
 //   - The log body (format 2) carries each change's encoded column
 //     versions (1 byte when none), so a large commit's roll-forward writes
 //     the same column versions and tombstones as an inline one; the
-//     appliedSeq fence keeps replays idempotent. Format-1 bodies, from
+//     appliedSeq fence and each write's cs condition keep replays
+//     idempotent. Format-1 bodies, from
 //     before, still decode (rows with nil column versions).
 //   - Prune never scans the row table: for each commit at or below the
 //     new horizon it reads the commit's log items (which it deletes
-//     anyway), deletes that commit's tombstones with a conditional
-//     DeleteItem (dl = true AND cs ≤ horizon, so a recreated or re-deleted
-//     row stays; 8 in flight), and only then the log items: an interrupted
+//     anyway), deletes that commit's tombstones (rows and scope copies)
+//     with a conditional DeleteItem (dl = true AND cs ≤ horizon, so a
+//     recreated or re-deleted row stays; 8 in flight), and only then the
+//     log items: an interrupted
 //     prune leaves no tombstone behind a deleted log item.
 //
 // # Reference index (§6.11)
@@ -83,26 +141,37 @@
 //
 // Every live row of a scoped table also lives once per stored scope
 // under a pk of its (table, variable, value) (scopeindex.go), written
-// and deleted in the same transaction as the row item (scope values are
-// immutable after insert, §3.4, so a copy never moves). A bootstrap page
+// with the row item, in its transaction or its roll-forward (scope
+// values are immutable after insert, §3.4, so a copy never moves); a
+// delete leaves a tombstone there too, skipped by reads and removed by
+// Prune (issue 23: the plain roll-forward relies on it). A bootstrap page
 // Queries only the pks of the requested values (ScanScopedRows), so a
 // 1% scope of a table costs about 1% of the table's read units; the row
 // item, keyed by rowId, stays what a push reads (GetRows), so a push
 // still reads head and rows in one BatchGetItem. The copy costs one more
 // item per scope variable on every row write: a 1-op insert is 10 WCU
-// (was 8; 12 with the log index below), and a commit inlines at most
+// (was 8; 12 with a log-index entry, below), and a commit inlines at most
 // about 48 one-variable rows (each row is two actions of the
 // transaction's 100) before it takes the log-then-materialize path. Partitions created before the index read
 // the row items per value until syncular-admin backfills them
 // (BackfillScopeIndex, resumable and safe under traffic).
 //
-// # Log scope index (§3.1; issue 11)
+// # Log scope index (§3.1; issues 11 and 23)
 //
-// Each commit also writes, in its log transaction, one key-only entry per
-// (table, scope variable, value) it touches (a single "*" entry per table
-// past 16 of them), so an incremental pull of a long window reads the
-// entries of its values and then only those commits (logindex.go): +2 WCU
-// on a 1-op push. Prune deletes the entries with their commit.
+// A commit of a partition whose log index is on also writes, in its log
+// transaction, one key-only entry per (table, scope variable, value) it
+// touches (a single "*" entry per table past 16 of them), so an
+// incremental pull of a long window reads the entries of its values and
+// then only those commits (logindex.go): +2 WCU on a 1-op push. Prune
+// deletes the entries with their commit. The index is adaptive (issue
+// 23): a new partition starts without it, so its 1-op push is 10 WCU, not
+// 12; the first scoped pull that reads a window of at least 64 commits
+// from the log and finds fewer than 1 in 8 of them touching its values
+// turns it on for every later commit (one UpdateItem of the head, once
+// per partition; Options.IndexNewPartitions starts it on). Partitions
+// written before keep theirs (their head has hLogIndexFrom). A commit
+// written without entries is conditioned on the head's index being off,
+// so none lands after the index started (logindex.go has the argument).
 //
 // # Outcome expiry (issue 20)
 //
@@ -148,12 +217,16 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (head+rows read, Commit)    2    2   12   (TouchPartitionRows)
-//	push, 50 ops (large-commit path)       5   53  218   (appliedSeq moves with the last batch;
-//	                                                      measured with the marker read)
-//	push, 1 delete (tombstone Put)         2    2   12
+//	push, 1 op (head+rows read, Commit)    2    2   10   (TouchPartitionRows; 12 with the log
+//	                                                      index on; SmallCommits: 8 calls,
+//	                                                      5 RCU, 6 WCU)
+//	push, 50 ops (large-commit path)     105   52  114   (log transaction, 100 plain Puts,
+//	                                                      2 progress updates; was 5 / 216
+//	                                                      with transactional batches)
+//	push, 1 delete (tombstone Put)         2    2   10   (SmallCommits: 8 / 5 / 6)
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
-//	incremental pull, 64 commits           1    6    0   (store read: the log)
+//	incremental pull, 100 commits          1    4    0   (store read: the log, eventually
+//	                                                      consistent; 8 consistent)
 //	incremental pull, 1 of 1,001 commits   6    8    0   (engine, scope index and
 //	                                                       serve-gate re-read; make load-dynamodb)
 //	bootstrap page, 1000 rows of a scope   2   61    0   (whatever the table's size)
@@ -284,19 +357,28 @@
 // (one consistent Query, issued beside its own read so its turn gains no
 // round trip) and lands its commit and theirs in one TransactWriteItems:
 // one head update (mx and ap to the last seq, tn to the last ticket),
-// then each member's items from commitParts (commit.go, the one function
-// that builds a commit's items) at consecutive seqs, every one inline,
-// within 100 actions / 4 MB. A member is left out, with the members
-// after it, when it does not fit, touches an item an earlier member
-// touches (a row both write or read), carries another writer version or
-// gate token, or cancels the transaction by its own condition (its
-// outcome exists: exactly once, §2.3; a row it read changed): the
-// transaction is retried without it, and it lands in its own turn. The
-// waiter finds the turn past its ticket and reads its outcome (one
-// GetItem) to answer. The engine publishes only evaluations that depend
-// on nothing but the rows read with the head (no validators, references,
-// blob checks or reactions) and never evaluates a member itself, so a
-// member has exactly its own request's authority (TestGroupCommit).
+// then each member's items from prepare and commitParts (commit.go, the
+// functions that build a lone transactional commit's items, scope-copy
+// tombstones included) at consecutive seqs, every one inline, within
+// 100 actions / 4 MB. The adaptive log index applies to the group as a
+// whole: every member writes its entries when the holder's instance
+// knows the index is on (the head update then starts hLogIndexFrom at
+// the first member's seq if unset), else none does and the head update
+// carries the index-off condition; a group refused by that condition is
+// written again with the entries, as a lone commit is (errIndexOn). A
+// group is one transaction, never the small-commit path (fast.go). A
+// member is left out, with the members after it, when it does not fit,
+// touches an item an earlier member touches (a row both write or read),
+// carries another writer version or gate token, raises the writer fence
+// (RaiseFence: it lands alone, through Commit), or cancels the
+// transaction by its own condition (its outcome exists: exactly once,
+// §2.3; a row it read changed): the transaction is retried without it,
+// and it lands in its own turn. The waiter finds the turn past its
+// ticket and reads its outcome (one GetItem) to answer. The engine
+// publishes only evaluations that depend on nothing but the rows read
+// with the head (no validators, references, blob checks or reactions)
+// and never evaluates a member itself, so a member has exactly its own
+// request's authority (TestGroupCommit, TestGroupCommitLogIndex).
 //
 // # Rolling schema upgrades (schema.go)
 //
@@ -356,11 +438,25 @@
 //
 // # Read consistency
 //
-// Every read of this package is strongly consistent: getItem, query and
-// batchGet (ops.go) set ConsistentRead, and no call site overrides it. An
-// eventually consistent read costs half (0.5 RRU per 4 KB) but may miss
-// any write of the last second or so; each read below is consistent
-// because a stale answer there is not harmless.
+// An eventually consistent read costs half (0.5 RRU per 4 KB) but may
+// miss any write of the last second or so. Two reads are eventually
+// consistent, because a miss there shows and is read again (issue 23):
+//
+//   - A pull's commit log (ReadLog, and the part of ReadLogScoped read
+//     from the log; readLogCheap in read.go): a log item never changes
+//     once written (put-if-absent, every chunk in one write), so a stale
+//     answer can only lack items, and commit seqs are gapless above the
+//     horizon, so the first seq that does not follow the last one handed
+//     on ends the cheap read and the rest of the window is read
+//     consistently (and if even that ends early, the head is read for a
+//     small commit not materialized yet, fast.go).
+//   - ReadLogScoped's later batches of listed log items (after the one
+//     that carries the head; indexedBatches.fetch): a key missing from
+//     the answer is read again consistently before it counts as pruned.
+//
+// Every other read is strongly consistent (getItem, query and batchGet
+// in ops.go set ConsistentRead unless told otherwise); each read below
+// is consistent because a stale answer there is not harmless.
 //
 //   - Partition head: readHead (store.go; Head for pulls, TouchPartition
 //     for pushes) and the push path's batched head read (schema.go,
@@ -387,11 +483,14 @@
 //     to an epoch and holds its acknowledged cursor; the pruning horizon
 //     is the least of them, so a stale cursor could prune a commit a
 //     client still needs, and a stale binding answers a needless reset.
-//   - The commit log and its indexes: "read commit log", "read pruned
-//     log items" (read.go), "read log index" and "read indexed commits"
-//     (logindex.go). A pull reads the log up to the maxSeq it read from
-//     the head; an item the read missed would be skipped for good by the
-//     cursor it returns (§4.5 gapless delivery).
+//   - The commit log's reads other than the two above: roll-forward's
+//     read of the commit it finishes, "read pruned log items" (read.go),
+//     the log index Query "read log index" (an entry missed would skip a
+//     commit for good, and the entries of one value are not contiguous
+//     seqs, so nothing shows the miss) and the first batch of "read
+//     indexed commits" (it carries the head). A pull reads the log up to
+//     the maxSeq it read from the head; an item the read missed would be
+//     skipped for good by the cursor it returns (§4.5 gapless delivery).
 //   - Rows for a bootstrap: "read rows", "scan rows" (read.go) and "scan
 //     scoped rows" (scopeindex.go): a page is the snapshot as of its
 //     commitSeq (§5.2); a missed row is lost to that client, whose cursor

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/testenv"
@@ -13,7 +15,8 @@ import (
 
 // TestStaleRollerFenced: a roller that is still replaying commit 1 after
 // another instance finished it and commit 2 deleted a row must not
-// resurrect the row (the appliedSeq fence in materialize).
+// resurrect the row nor its scope copy (the appliedSeq fence on the
+// head; the cs condition of each plain write, and the copy's tombstone).
 func TestStaleRollerFenced(t *testing.T) {
 	c := testenv.DynamoDB(t).Client(t)
 	table := testenv.UniqueName(t, "fence")
@@ -26,28 +29,42 @@ func TestStaleRollerFenced(t *testing.T) {
 	if _, err := s.TouchPartition(ctx, p, 1, "e"); err != nil {
 		t.Fatal(err)
 	}
+	sc := wire.StoredScopes{{Key: "org", Value: "a"}}
 	row := store.RowWrite{Table: "tasks", Row: store.Row{RowID: "x", Version: 1, Payload: []byte("v1"), CommitSeq: 1}}
+	scoped := store.RowWrite{Table: "tasks", Row: store.Row{RowID: "y", Version: 1, Payload: []byte("v1"), Scopes: sc, CommitSeq: 1}}
 	c1 := &store.CommitRequest{ExpectedMaxSeq: 0,
-		Commit:  store.Commit{Seq: 1, ClientID: "c", ClientCommitID: "1", Changes: []store.Change{{Table: "tasks", RowID: "x", Op: wire.OpUpsert, RowVersion: 1, Row: []byte("v1")}}},
-		Rows:    []store.RowWrite{row},
+		Commit: store.Commit{Seq: 1, ClientID: "c", ClientCommitID: "1", Changes: []store.Change{
+			{Table: "tasks", RowID: "x", Op: wire.OpUpsert, RowVersion: 1, Row: []byte("v1")},
+			{Table: "tasks", RowID: "y", Op: wire.OpUpsert, RowVersion: 1, Row: []byte("v1"), Scopes: sc}}},
+		Rows:    []store.RowWrite{row, scoped},
 		Outcome: store.Outcome{Applied: true, CommitSeq: 1}}
 	if err := s.Commit(ctx, p, c1); err != nil {
 		t.Fatal(err)
 	}
 	c2 := &store.CommitRequest{ExpectedMaxSeq: 1,
-		Commit:  store.Commit{Seq: 2, ClientID: "c", ClientCommitID: "2", Changes: []store.Change{{Table: "tasks", RowID: "x", Op: wire.OpDelete}}},
-		Rows:    []store.RowWrite{{Table: "tasks", Delete: true, Row: store.Row{RowID: "x"}}},
+		Commit: store.Commit{Seq: 2, ClientID: "c", ClientCommitID: "2", Changes: []store.Change{
+			{Table: "tasks", RowID: "x", Op: wire.OpDelete}, {Table: "tasks", RowID: "y", Op: wire.OpDelete, Scopes: sc}}},
+		Rows: []store.RowWrite{{Table: "tasks", Delete: true, Row: store.Row{RowID: "x"}},
+			{Table: "tasks", Delete: true, Row: store.Row{RowID: "y", Scopes: sc}}},
 		Outcome: store.Outcome{Applied: true, CommitSeq: 2}}
 	if err := s.Commit(ctx, p, c2); err != nil {
 		t.Fatal(err)
 	}
 	// The stale roller replays commit 1.
-	acts := append([]txItem{rowAction(s.table, p, 1, &row)}, scopeIndexActions(s.table, p, 1, []store.RowWrite{row})...)
+	writes := []store.RowWrite{row, scoped}
+	acts := append([]txItem{rowAction(s.table, p, 1, &row), rowAction(s.table, p, 1, &scoped)}, scopeIndexActions(s.table, p, 1, writes)...)
 	if err := s.materialize(ctx, p, 1, acts, nil); !errors.Is(err, errApplied) {
 		t.Fatalf("stale materialize: %v, want errApplied", err)
 	}
-	if m, err := s.GetRows(ctx, p, "tasks", []string{"x"}); err != nil || len(m) != 1 || !m["x"].Deleted || m["x"].CommitSeq != 2 {
-		t.Fatalf("row x resurrected by a stale replay: %v %v", m["x"], err)
+	if m, err := s.GetRows(ctx, p, "tasks", []string{"x", "y"}); err != nil || len(m) != 2 || !m["x"].Deleted || m["x"].CommitSeq != 2 || !m["y"].Deleted {
+		t.Fatalf("row x or y resurrected by a stale replay: %v %v %v", m["x"], m["y"], err)
+	}
+	var copies []string
+	if err := s.ScanScopedRows(ctx, p, "tasks", "org", []string{"a"}, nil, 0, func(_ string, r *store.Row) bool {
+		copies = append(copies, r.RowID)
+		return true
+	}); err != nil || len(copies) != 0 {
+		t.Fatalf("scope copies of org a after a stale replay: %v (%v), want none", copies, err)
 	}
 	h, _, _ := s.readHead(ctx, p)
 	if err := s.rollForward(ctx, p, head{Head: h.Head, applied: 0}); err != nil {
@@ -55,6 +72,19 @@ func TestStaleRollerFenced(t *testing.T) {
 	}
 	if m, err := s.GetRows(ctx, p, "tasks", []string{"x"}); err != nil || len(m) != 1 || !m["x"].Deleted || m["x"].CommitSeq != 2 {
 		t.Fatalf("row x resurrected by a stale roll-forward: %v %v", m["x"], err)
+	}
+	// Prune takes the copy's tombstone with the row's.
+	copyKey := Key(scopePK(p, "tasks", "org", "a"), rowSK("y"))
+	if it, err := s.getItem(ctx, "test", copyKey[AttrPK].(*types.AttributeValueMemberS).Value, rowSK("y"), nil); err != nil || it == nil {
+		t.Fatalf("copy tombstone of y before the prune: %v %v", it, err)
+	}
+	if _, err := s.Prune(ctx, p, 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []map[string]types.AttributeValue{copyKey, Key(rowPK(p, "tasks"), rowSK("y"))} {
+		if it, err := s.getItem(ctx, "test", k[AttrPK].(*types.AttributeValueMemberS).Value, rowSK("y"), nil); err != nil || it != nil {
+			t.Fatalf("tombstone %v after the prune: %v %v", k[AttrPK], it, err)
+		}
 	}
 }
 

@@ -20,8 +20,13 @@ import (
 // reads the publications after its ticket (one consistent Query) and
 // lands its own commit and theirs in one TransactWriteItems: one head
 // update moving maxCommitSeq, appliedSeq and the turn past the whole
-// group, then each member's per-commit items (commitParts) at its own
-// seq. Publications expire by TTL (groupPubTTL); a publication whose
+// group, then each member's per-commit items (commitParts, built from
+// prepare exactly as a lone transactional commit builds them) at its own
+// seq. The group writes log-index entries for every member or for none,
+// as this instance knows the partition's index (logindex.go): without,
+// the head update carries the index-off condition; with, it starts the
+// index at the group's first seq. A group never takes the small-commit
+// path (fast.go): it is one transaction. Publications expire by TTL (groupPubTTL); a publication whose
 // ticket the turn passed is never read again.
 const (
 	groupPubData = "d" // B gob of the store.CommitRequest
@@ -104,18 +109,23 @@ func (s *Store) PublishedCommits(ctx context.Context, partition string, from int
 // one of them inline (rows with the log). A member is left out, with
 // those after it, when its items would exceed 100 actions / 4 MB, touch
 // an item an earlier member touches (a row written or read by two
-// members: the later one was evaluated without the earlier's write), or
-// carry another writer version or gate token; when the transaction is
-// cancelled by a member's own condition (its outcome exists, a row it
-// read changed) it is retried without that member. A failure of reqs[0]
-// is answered by Commit alone, with its exact error.
+// members: the later one was evaluated without the earlier's write),
+// carry another writer version or gate token, or raise the writer fence
+// (store.CommitRequest.RaiseFence: the group's head update would not
+// raise it, so such a commit lands alone, through Commit); when the
+// transaction is cancelled by a member's own condition (its outcome
+// exists, a row it read changed) it is retried without that member. A
+// group written without log-index entries that meets a head whose index
+// is on is written again with them (errIndexOn for a lone commit). A
+// failure of reqs[0] is answered by Commit alone, with its exact error.
 func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store.CommitRequest) (int, error) {
 	if len(reqs) == 0 {
 		return 0, nil
 	}
 	n := len(reqs)
 	for n > 1 {
-		items, owner, fit, err := s.groupItems(partition, reqs[:n])
+		indexed := s.indexOn(partition)
+		items, owner, fit, err := s.groupItems(partition, reqs[:n], indexed)
 		if err != nil {
 			return 0, err
 		}
@@ -127,9 +137,17 @@ func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store
 		if err == nil {
 			return n, nil
 		}
-		codes, _ := cancelReasons(err)
+		codes, olds := cancelReasons(err)
 		if codes == nil {
 			return 0, wrap("append commit group", err)
+		}
+		if !indexed && codes[0] == "ConditionalCheckFailed" && olds[0] != nil {
+			if h, perr := parseHead(olds[0]); perr == nil {
+				s.noteIndex(partition, h)
+				if h.indexOn() {
+					continue // the same group with its log-index entries
+				}
+			}
 		}
 		failed := -1
 		for i, c := range codes {
@@ -153,9 +171,9 @@ func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store
 // groupItems builds the transaction of reqs as one group, and which
 // request owns each item (−1 for the head). fit < len(reqs) says only
 // the first fit members can go in one group.
-func (s *Store) groupItems(partition string, reqs []*store.CommitRequest) (items []txItem, owner []int, fit int, err error) {
+func (s *Store) groupItems(partition string, reqs []*store.CommitRequest, indexed bool) (items []txItem, owner []int, fit int, err error) {
 	lead := reqs[0]
-	if lead.Advance != nil {
+	if lead.Advance != nil || lead.RaiseFence > 0 {
 		return nil, nil, 1, nil
 	}
 	items = append(items, txItem{})
@@ -163,12 +181,16 @@ func (s *Store) groupItems(partition string, reqs []*store.CommitRequest) (items
 	keys := map[string]bool{headPK(partition) + "\x00" + headSK: true}
 	total := 200
 	for i, r := range reqs {
-		ok := r.Advance == nil && r.ExpectedMaxSeq == lead.ExpectedMaxSeq+int64(i) &&
+		ok := r.Advance == nil && r.RaiseFence == 0 && r.ExpectedMaxSeq == lead.ExpectedMaxSeq+int64(i) &&
 			r.WriterVersion == lead.WriterVersion && r.CheckGate == lead.CheckGate && r.GateToken == lead.GateToken &&
 			(lead.Ticket == 0 || r.Ticket == lead.Ticket+int64(i))
 		var parts *commitParts
 		if ok {
-			if parts, err = s.commitParts(partition, r); err != nil {
+			var pc *prepared
+			if pc, err = s.prepare(partition, r); err == nil {
+				parts, err = s.commitParts(partition, r, pc, indexed)
+			}
+			if err != nil {
 				if i == 0 {
 					return nil, nil, 0, err
 				}
@@ -207,20 +229,17 @@ func (s *Store) groupItems(partition string, reqs []*store.CommitRequest) (items
 	}
 	last := reqs[len(reqs)-1]
 	cond, vals := commitCondition(lead)
-	vals[":n"], vals[":first"] = N(last.Commit.Seq), N(lead.Commit.Seq)
-	update := "SET mx = :n, ap = :n, li = if_not_exists(li, :first)"
+	vals[":n"] = N(last.Commit.Seq)
+	update, cond := indexHead("SET mx = :n, ap = :n", cond, ":first", indexed)
+	if indexed {
+		vals[":first"] = N(lead.Commit.Seq)
+	}
 	if lead.Ticket > 0 {
 		cond += " AND " + turnCondition(lead.Ticket-1)
 		update += ", tn = :t, tt = :at, tg = :gap"
 		vals[":tp"], vals[":t"], vals[":at"], vals[":gap"] = N(lead.Ticket-1), N(last.Ticket), N(lead.TurnAtUs), N(lead.TurnGapUs)
 	}
-	items[0] = txItem{size: 100, w: types.TransactWriteItem{Update: &types.Update{
-		TableName:                 s.table,
-		Key:                       Key(headPK(partition), headSK),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeValues: vals,
-	}}}
+	items[0] = s.headUpdate(partition, update, cond, vals)
 	return items, owner, len(reqs), nil
 }
 

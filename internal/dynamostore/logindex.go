@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -16,8 +17,9 @@ import (
 )
 
 // The log's scope index (SPEC §3.1 inverted index; issue 11 item 2).
-// Every commit writes, in its log transaction, one key-only item per
-// (table, scope variable, value) its changes touch:
+// Once a partition has it on, every commit writes, in its log
+// transaction, one key-only item per (table, scope variable, value) its
+// changes touch:
 //
 //	pk P#<p>#I#<table>#<variable>#<value key>   sk <seq:020d>
 //
@@ -35,6 +37,34 @@ import (
 // log item is gone, or a horizon past its window, lets the engine decide
 // (§4.6) — the horizon is read after the entries, and it advances before
 // any delete.
+//
+// # Adaptive (issue 23)
+//
+// The entries pay off only where pulls skip most commits: in a partition
+// whose commits all touch the values its clients pull (one project, one
+// user) the log read is already what the client sees, and each entry is
+// 2 WCU of every 1-op commit (a sixth of it) that no read ever uses. So a
+// partition starts without the index (a partition created before this
+// has hLogIndexFrom once it has a commit, and keeps its index), and turns
+// it on when a pull shows it is wide: ReadLogScoped, reading a window
+// from the log itself, counts the commits it read and those touching the
+// requested values, and when at least logIndexWideMin were read and
+// fewer than 1 in logIndexWideRatio matched it sets hLogIndexOn on the
+// head (one conditional UpdateItem, once per partition). From then on
+// every commit writes entries and the first sets hLogIndexFrom; commits
+// before it are read from the log, as they were for partitions older than
+// the index.
+//
+// Why no commit without entries lands at or above hLogIndexFrom: a
+// commit without entries is conditioned on the head having neither
+// hLogIndexOn nor hLogIndexFrom (indexOffCondition), in the same head
+// update that moves maxCommitSeq; hLogIndexFrom = k is set by the update
+// that moves maxCommitSeq to k, so any later commit's head condition
+// (maxCommitSeq = its expected seq ≥ k) sees it. The index never turns
+// off. Which way a commit goes is this instance's memory of the head
+// (noteIndex, from the head reads every push makes first); a memory that
+// is behind costs one failed transaction and a retry with entries
+// (errIndexOn), never a commit without its entries.
 
 const (
 	// scopedFirstBatch is how many keys (the head and the first listed
@@ -44,6 +74,91 @@ const (
 	logIndexMaxKeys  = 16
 	logIndexAny      = "*"
 )
+
+const (
+	hLogIndexOn       = "io" // BOOL the log index is on (set by a wide pull)
+	logIndexWideMin   = 64
+	logIndexWideRatio = 8
+	// indexOffCondition is the head condition of a commit written
+	// without log-index entries.
+	indexOffCondition = "attribute_not_exists(" + hLogIndexFrom + ") AND attribute_not_exists(" + hLogIndexOn + ")"
+	// indexMemoryMax bounds indexState: past it the memory is dropped
+	// and refilled from the next head reads.
+	indexMemoryMax = 4096
+)
+
+// errIndexOn: a commit without log-index entries met a head whose index
+// is on; Commit writes it again with its entries.
+var errIndexOn = errors.New("dynamostore: the partition's log index is on")
+
+// indexOn reports whether the head has the log index on.
+func (h head) indexOn() bool { return h.indexFrom > 0 || h.indexRequested }
+
+// indexState is what this Store last saw of each partition's log index
+// (true: on). It only ever learns "on" late, never wrongly: the index
+// does not turn off.
+type indexState struct {
+	mu sync.Mutex
+	on map[string]bool
+}
+
+// noteIndex records the log-index state of a head just read.
+func (s *Store) noteIndex(p string, h head) {
+	s.index.mu.Lock()
+	defer s.index.mu.Unlock()
+	if s.index.on == nil || len(s.index.on) >= indexMemoryMax {
+		s.index.on = make(map[string]bool)
+	}
+	s.index.on[p] = h.indexOn()
+}
+
+// indexOn is this Store's memory of p's log index: false when it has
+// none (the commit's condition then checks it).
+func (s *Store) indexOn(p string) bool {
+	s.index.mu.Lock()
+	defer s.index.mu.Unlock()
+	return s.index.on[p]
+}
+
+// wideWindow reports whether a window read from the log (read commits,
+// matched of them touching the requested values) shows a wide partition.
+func wideWindow(read, matched int) bool {
+	return read >= logIndexWideMin && matched*logIndexWideRatio < read
+}
+
+// touches reports whether c changes a row of table under one of values
+// of variable.
+func touches(c *store.Commit, table, variable string, values []string) bool {
+	for i := range c.Changes {
+		ch := &c.Changes[i]
+		if ch.Table != table {
+			continue
+		}
+		for _, sc := range ch.Scopes {
+			if sc.Key == variable && slices.Contains(values, sc.Value) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// turnIndexOn sets hLogIndexOn on p's head (once: conditioned on its
+// absence). The commits after it write their entries.
+func (s *Store) turnIndexOn(ctx context.Context, p string) error {
+	_, err := s.updateItem(ctx, "turn log index on", &dynamodb.UpdateItemInput{
+		Key:                 Key(headPK(p), headSK),
+		UpdateExpression:    aws.String("SET " + hLogIndexOn + " = :t"),
+		ConditionExpression: aws.String("attribute_exists(pk) AND attribute_not_exists(" + hLogIndexOn + ")"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":t": BOOL(true),
+		},
+	})
+	if isConditionFailed(err) {
+		return nil // on already
+	}
+	return err
+}
 
 func logIndexPK(p, table, variable, value string) string {
 	base := PartitionPK(p) + "#I#" + esc(table) + "#" + esc(variable) + "#"
@@ -139,7 +254,21 @@ func (s *Store) ReadLogScoped(ctx context.Context, partition, table, variable st
 		if ok {
 			upto = min(throughSeq, idx-1)
 		}
-		stop, err := s.readLogUntil(ctx, partition, afterSeq, upto, fn)
+		// Only the commits of the values go to fn, as from the index.
+		read, matched := 0, 0
+		stop, err := s.readLogUntil(ctx, partition, afterSeq, upto, func(c *store.Commit) bool {
+			read++
+			if !touches(c, table, variable, values) {
+				return true
+			}
+			matched++
+			return fn(c)
+		})
+		if err == nil && !h.indexOn() && wideWindow(read, matched) {
+			// Most of the window was other values' commits: index the
+			// commits from here on (adaptive, above).
+			err = s.turnIndexOn(ctx, partition)
+		}
 		if err != nil || stop {
 			return h.HorizonSeq, err
 		}
@@ -205,16 +334,42 @@ func newIndexedBatches(s *Store, partition string, seqs []int64) *indexedBatches
 	return &indexedBatches{s: s, keys: keys, firsts: map[int64]map[string]types.AttributeValue{}}
 }
 
-// fetch reads the next batch of keys.
+// fetch reads the next batch of keys. The first carries the head and is
+// consistent; the later ones hold only log items and are read
+// eventually consistently (half the units), any key missing from that
+// answer read again consistently: an index entry is written in its
+// commit's transaction with the log item, which never changes once
+// written, so a stale answer can only lack an item, and a lacking one
+// is either not replicated yet (the consistent read finds it) or pruned
+// (it does not).
 func (b *indexedBatches) fetch(ctx context.Context) error {
 	n := batchGetMax
 	if b.fetched == 0 {
 		n = scopedFirstBatch
 	}
 	end := min(len(b.keys), b.fetched+n)
-	items, err := b.s.batchGet(ctx, "read indexed commits", b.keys[b.fetched:end])
+	keys := b.keys[b.fetched:end]
+	items, err := b.s.batchGetAt(ctx, "read indexed commits", keys, b.fetched == 0)
 	if err != nil {
 		return err
+	}
+	if b.fetched > 0 && len(items) < len(keys) {
+		got := make(map[string]bool, len(items))
+		for _, it := range items {
+			sk, _ := getS(it, AttrSK)
+			got[sk] = true
+		}
+		var missing []map[string]types.AttributeValue
+		for _, k := range keys {
+			if sk, _ := getS(k, AttrSK); !got[sk] {
+				missing = append(missing, k)
+			}
+		}
+		again, err := b.s.batchGet(ctx, "read indexed commits", missing)
+		if err != nil {
+			return err
+		}
+		items = append(items, again...)
 	}
 	b.fetched = end
 	for _, it := range items {
@@ -238,7 +393,7 @@ func (b *indexedBatches) fetch(ctx context.Context) error {
 // order; stop reports that fn asked to stop.
 func (s *Store) readLogUntil(ctx context.Context, partition string, afterSeq, upto int64, fn func(*store.Commit) bool) (stop bool, err error) {
 	var derr error
-	err = s.readLog(ctx, partition, afterSeq, upto, func(c *store.Commit, _ *logBody, err error) bool {
+	err = s.readLogCheap(ctx, partition, afterSeq, upto, func(c *store.Commit, _ *logBody, err error) bool {
 		if err != nil {
 			derr = err
 			return false

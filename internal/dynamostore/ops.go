@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -61,9 +62,15 @@ func (s *Store) getItem(ctx context.Context, op, pk, sk string, projection *stri
 // putItem writes item, conditioned on cond when non-empty. A failed
 // condition is returned unwrapped-compatible (isConditionFailed).
 func (s *Store) putItem(ctx context.Context, op string, item map[string]types.AttributeValue, cond string, values map[string]types.AttributeValue) error {
+	return s.putItemNamed(ctx, op, item, cond, nil, values)
+}
+
+// putItemNamed is putItem with attribute names for the condition.
+func (s *Store) putItemNamed(ctx context.Context, op string, item map[string]types.AttributeValue, cond string, names map[string]string, values map[string]types.AttributeValue) error {
 	in := &dynamodb.PutItemInput{
 		TableName:                 s.table,
 		Item:                      item,
+		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 		ReturnConsumedCapacity:    total,
 	}
@@ -138,7 +145,9 @@ func (s *Store) updateItem(ctx context.Context, op string, in *dynamodb.UpdateIt
 // until it returns false or the results end.
 func (s *Store) query(ctx context.Context, op string, in *dynamodb.QueryInput, page func([]map[string]types.AttributeValue) bool) error {
 	in.TableName = s.table
-	in.ConsistentRead = aws.Bool(true)
+	if in.ConsistentRead == nil { // consistent unless asked otherwise
+		in.ConsistentRead = aws.Bool(true)
+	}
 	in.ReturnConsumedCapacity = total
 	for {
 		var out *dynamodb.QueryOutput
@@ -153,7 +162,11 @@ func (s *Store) query(ctx context.Context, op string, in *dynamodb.QueryInput, p
 		if err != nil {
 			return wrap(op, err)
 		}
-		RecordEstimate(ctx, queryUnits(out.Items), 0)
+		ru := queryUnits(out.Items)
+		if !*in.ConsistentRead {
+			ru /= 2
+		}
+		RecordEstimate(ctx, ru, 0)
 		if len(out.Items) > 0 && !page(out.Items) {
 			return nil
 		}
@@ -167,13 +180,19 @@ func (s *Store) query(ctx context.Context, op string, in *dynamodb.QueryInput, p
 // batchGet reads keys (at most 100, distinct) consistently, retrying
 // unprocessed keys with backoff.
 func (s *Store) batchGet(ctx context.Context, op string, keys []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
+	return s.batchGetAt(ctx, op, keys, true)
+}
+
+// batchGetAt is batchGet, eventually consistent unless consistent (half
+// the units; a miss costs half a unit).
+func (s *Store) batchGetAt(ctx context.Context, op string, keys []map[string]types.AttributeValue, consistent bool) ([]map[string]types.AttributeValue, error) {
 	var items []map[string]types.AttributeValue
 	pending := keys
 	for attempt := 1; len(pending) > 0; attempt++ {
 		var out *dynamodb.BatchGetItemOutput
 		err := call(ctx, s.retry, op, func(ctx context.Context) error {
 			o, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{
-				RequestItems:           map[string]types.KeysAndAttributes{*s.table: {Keys: pending, ConsistentRead: aws.Bool(true)}},
+				RequestItems:           map[string]types.KeysAndAttributes{*s.table: {Keys: pending, ConsistentRead: aws.Bool(consistent)}},
 				ReturnConsumedCapacity: total,
 			}, NoSDKRetry)
 			if o != nil {
@@ -193,6 +212,9 @@ func (s *Store) batchGet(ctx context.Context, op string, keys []map[string]types
 		}
 		unp := out.UnprocessedKeys[*s.table].Keys
 		est += float64(len(pending) - len(got) - len(unp)) // misses cost one unit each
+		if !consistent {
+			est /= 2
+		}
 		RecordEstimate(ctx, est, 0)
 		pending = unp
 		if len(pending) == 0 {
@@ -314,4 +336,28 @@ func cancelReasons(err error) ([]string, []map[string]types.AttributeValue) {
 
 func rateLimited(op string, attempts int) error {
 	return syncerr.New(syncerr.RateLimited, "storage is busy (%s: items still unprocessed after %d attempts)", op, attempts)
+}
+
+// fanOut calls fn for each of xs, at most n at a time, and returns the
+// first error any call returned (every call runs).
+func fanOut[T any](n int, xs []T, fn func(T) error) error {
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for _, x := range xs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(x); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
 }

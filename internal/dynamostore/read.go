@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -205,7 +204,7 @@ func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, through
 		return err
 	}
 	var derr error
-	err := s.readLog(ctx, partition, afterSeq, throughSeq, func(c *store.Commit, _ *logBody, err error) bool {
+	err := s.readLogCheap(ctx, partition, afterSeq, throughSeq, func(c *store.Commit, _ *logBody, err error) bool {
 		if err != nil {
 			derr = err
 			return false
@@ -218,11 +217,80 @@ func (s *Store) ReadLog(ctx context.Context, partition string, afterSeq, through
 	return derr
 }
 
+// readLogCheap is readLog at half the read units: the window is read
+// eventually consistently first. That is exact where it answers: a log
+// item never changes once written (put-if-absent, every chunk in the
+// commit's transaction), so an eventually consistent read can only miss
+// items, never return other content. And a miss shows: commit seqs are
+// gapless above the horizon, so the first seq that does not follow the
+// last one handed on (a commit not yet replicated, a chunk missing, the
+// window's tail, or commits pruned away) ends the cheap read, and the
+// rest of the window, from that seq, is read consistently as before.
+// A window reaching below the horizon therefore costs its consistent
+// read on top (the engine reads above its horizon), and the caller sees
+// every commit a consistent read would show, once, in order. When even
+// the consistent read ends before the window, the head is read: a small
+// commit not yet materialized (fast.go) is finished and read.
+func (s *Store) readLogCheap(ctx context.Context, p string, afterSeq, throughSeq int64, fn func(*store.Commit, *logBody, error) bool) error {
+	afterSeq = max(afterSeq, 0)
+	next := afterSeq + 1 // the first seq not handed on
+	stopped := false
+	err := s.readLogAt(ctx, p, afterSeq, throughSeq, false, func(c *store.Commit, lb *logBody, err error) bool {
+		if err != nil {
+			stopped = true
+			return fn(nil, nil, err)
+		}
+		if c.Seq != next {
+			return false // a gap: from here on consistently
+		}
+		next = c.Seq + 1
+		if !fn(c, lb, nil) {
+			stopped = true
+			return false
+		}
+		return true
+	})
+	if err != nil || stopped || next > throughSeq {
+		return err
+	}
+	track := func(c *store.Commit, lb *logBody, err error) bool {
+		if err != nil {
+			stopped = true
+			return fn(nil, nil, err)
+		}
+		next = c.Seq + 1
+		if !fn(c, lb, nil) {
+			stopped = true
+			return false
+		}
+		return true
+	}
+	if err := s.readLogAt(ctx, p, next-1, throughSeq, true, track); err != nil || stopped || next > throughSeq {
+		return err
+	}
+	// The log ends before the window: the window's last commits may be
+	// small commits still on the head (fast.go), whose log items are
+	// written after the head. Finish them, then read the rest.
+	h, ok, err := s.readHead(ctx, p)
+	if err != nil || !ok || h.applied >= h.MaxCommitSeq || h.MaxCommitSeq < next {
+		return err
+	}
+	if err := s.rollForward(ctx, p, h); err != nil {
+		return err
+	}
+	return s.readLogAt(ctx, p, next-1, throughSeq, true, fn)
+}
+
 // readLog queries log items for afterSeq < seq ≤ throughSeq in sk order,
 // reassembles chunked commits and decodes them. A commit with missing
 // chunks can only be one Prune is deleting (the horizon advances before
 // deletes start), so it is skipped like the already deleted ones.
 func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int64, fn func(*store.Commit, *logBody, error) bool) error {
+	return s.readLogAt(ctx, p, afterSeq, throughSeq, true, fn)
+}
+
+// readLogAt is readLog, eventually consistent unless consistent.
+func (s *Store) readLogAt(ctx context.Context, p string, afterSeq, throughSeq int64, consistent bool, fn func(*store.Commit, *logBody, error) bool) error {
 	afterSeq = max(afterSeq, 0)
 	if throughSeq <= afterSeq {
 		return nil
@@ -266,7 +334,8 @@ func (s *Store) readLog(ctx context.Context, p string, afterSeq, throughSeq int6
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":pk": S(logPK(p)), ":lo": S(seqSK(afterSeq + 1)), ":hi": S(seqRangeHi(throughSeq)),
 		},
-		Limit: aws.Int32(s.logPage),
+		Limit:          aws.Int32(s.logPage),
+		ConsistentRead: aws.Bool(consistent),
 	}, func(items []map[string]types.AttributeValue) bool {
 		for _, it := range items {
 			sk, _ := getS(it, AttrSK)
@@ -374,7 +443,7 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 	if err := checkPartition(partition); err != nil {
 		return 0, err
 	}
-	var target int64
+	var target, indexFrom int64
 	for attempt := 0; ; attempt++ {
 		h, ok, err := s.readHead(ctx, partition)
 		if err != nil || !ok {
@@ -385,7 +454,7 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 				return 0, err
 			}
 		}
-		target = min(horizonSeq, h.MaxCommitSeq)
+		target, indexFrom = min(horizonSeq, h.MaxCommitSeq), h.indexFrom
 		if target <= h.HorizonSeq {
 			return 0, nil
 		}
@@ -402,7 +471,7 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 			return 0, err
 		}
 	}
-	return s.pruneLog(ctx, partition, target)
+	return s.pruneLog(ctx, partition, target, indexFrom)
 }
 
 // pruneLog deletes the log items at or below target. Before any item of
@@ -420,7 +489,11 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 // round thus waits for its tombstones once, not once per commit, which
 // is what bounds a prune worker on a real table (round trips, not
 // units; docs/SCALE.md, "Lifecycle").
-func (s *Store) pruneLog(ctx context.Context, p string, target int64) (int, error) {
+//
+// indexFrom is the head's first commit with log-index entries (0: none
+// yet): the entries of commits from it on go with their log items;
+// earlier commits have none (logindex.go).
+func (s *Store) pruneLog(ctx context.Context, p string, target, indexFrom int64) (int, error) {
 	var (
 		removed int
 		seq     = int64(-1)
@@ -455,8 +528,10 @@ func (s *Store) pruneLog(ctx context.Context, p string, target int64) (int, erro
 			}
 			// The commit's log-index entries go with its log items; the
 			// horizon, already advanced, tells readers they may be gone.
-			for _, k := range logIndexKeys(p, lb.changes) {
-				keys = append(keys, Key(k, seqSK(seq)))
+			if indexFrom > 0 && seq >= indexFrom {
+				for _, k := range logIndexKeys(p, lb.changes) {
+					keys = append(keys, Key(k, seqSK(seq)))
+				}
 			}
 			rows, err := lb.materialization(seq)
 			if err != nil {
@@ -531,29 +606,30 @@ const pruneRoundKeys = 100
 // horizon, stays. A row named twice is deleted once and then fails the
 // condition, which is not an error.
 func (s *Store) dropTombstones(ctx context.Context, p string, horizon int64, rows []store.RowWrite) error {
-	sem := make(chan struct{}, pruneConcurrency)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	for i := range rows {
-		w := &rows[i]
-		if !w.Delete {
-			continue
+	return fanOut(pruneConcurrency, tombstoneKeys(s.table, p, rows), func(key map[string]types.AttributeValue) error {
+		err := s.deleteItem(ctx, "delete pruned tombstone", key,
+			"dl = :t AND cs <= :h", map[string]types.AttributeValue{":t": BOOL(true), ":h": N(horizon)})
+		if isConditionFailed(err) {
+			return nil // recreated, deleted again, or gone
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			err := s.deleteItem(ctx, "delete pruned tombstone", Key(rowPK(p, w.Table), rowSK(w.Row.RowID)),
-				"dl = :t AND cs <= :h", map[string]types.AttributeValue{":t": BOOL(true), ":h": N(horizon)})
-			if err != nil && !isConditionFailed(err) {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-		})
+		return err
+	})
+}
+
+// tombstoneKeys are the keys of the tombstones row deletes leave: the
+// row items and their scope copies (scopeIndexActions; a key named twice
+// is deleted once, the second delete fails its condition).
+func tombstoneKeys(tbl *string, p string, rows []store.RowWrite) []map[string]types.AttributeValue {
+	var keys []map[string]types.AttributeValue
+	for _, w := range dedupeRows(rows) {
+		if w.Delete {
+			keys = append(keys, Key(rowPK(p, w.Table), rowSK(w.Row.RowID)))
+		}
 	}
-	wg.Wait()
-	return first
+	for _, a := range scopeIndexActions(tbl, p, 0, rows) {
+		if put := a.w.Put; put != nil && put.Item[rDeleted] != nil {
+			keys = append(keys, Key(put.Item[AttrPK].(*types.AttributeValueMemberS).Value, put.Item[AttrSK].(*types.AttributeValueMemberS).Value))
+		}
+	}
+	return keys
 }

@@ -17,9 +17,11 @@ import (
 )
 
 // cutOffClient forwards to a real HTTP client until a request has sent
-// its budget of TransactWriteItems calls; the next one cancels the
-// request's context instead, the way a request's deadline cuts a
-// roll-forward off between two of its transactions.
+// its budget of write rounds (a TransactWriteItems call, or the head
+// UpdateItem that records a batch written with plain writes); the next
+// one cancels the request's context instead, the way a request's
+// deadline cuts a roll-forward off between two of its batches (a batch
+// of plain writes is then cut after its writes, before its record).
 type cutOffClient struct {
 	base   dynamodb.HTTPClient
 	cancel context.CancelFunc
@@ -30,7 +32,7 @@ type cutOffClient struct {
 }
 
 func (c *cutOffClient) Do(r *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".TransactWriteItems") {
+	if target := r.Header.Get("X-Amz-Target"); strings.HasSuffix(target, ".TransactWriteItems") || strings.HasSuffix(target, ".UpdateItem") {
 		c.mu.Lock()
 		over := c.sent >= c.budget
 		if !over {
@@ -46,7 +48,7 @@ func (c *cutOffClient) Do(r *http.Request) (*http.Response, error) {
 }
 
 // boundedRequest is one request's store: a fresh instance whose context
-// ends after `budget` write transactions (or 25 s, the API's deadline).
+// ends after `budget` write rounds (or 25 s, the API's deadline).
 func boundedRequest(t *testing.T, table string, budget int) (*dynamostore.Store, context.Context, func() int) {
 	t.Helper()
 	base := ddbClient(t)
@@ -62,8 +64,8 @@ func boundedRequest(t *testing.T, table string, budget int) (*dynamostore.Store,
 }
 
 // TestRollForwardResumes (issue 20 item 8): a 499-operation commit is
-// logged and its materialization cut off after two of its transactions.
-// Every later request is bounded (at most four write transactions, as a
+// logged and its materialization cut off after two of its batches.
+// Every later request is bounded (at most four write rounds, as a
 // deadline would cut it); each must keep what it wrote, so a few
 // requests finish the commit and the partition takes pushes again. Then
 // a second such commit is recovered by bounded prunes alone.
@@ -96,13 +98,13 @@ func TestRollForwardResumes(t *testing.T) {
 			rs, ctx, sent := boundedRequest(t, table, budget)
 			t0 := time.Now()
 			err := run(ctx, rs)
-			t.Logf("%s request %d: %d write transactions, %v, err=%v", what, i, sent(), time.Since(t0).Round(time.Millisecond), err)
+			t.Logf("%s request %d: %d write rounds, %v, err=%v", what, i, sent(), time.Since(t0).Round(time.Millisecond), err)
 			if err == nil {
 				t.Logf("%s: a %d-operation commit recovered after %d requests, %v", what, ops, i, time.Since(start).Round(time.Millisecond))
 				return
 			}
 		}
-		t.Fatalf("%s: partition still wedged after %d requests of at most %d write transactions each", what, maxRequests, budget)
+		t.Fatalf("%s: partition still wedged after %d requests of at most %d write rounds each", what, maxRequests, budget)
 	}
 
 	// Later pushes (each updates one row of the large commit).

@@ -206,6 +206,7 @@ func (s *Store) readHeadMarkerRows(ctx context.Context, p string, rowKeys []map[
 			if h, err = parseHead(it); err != nil {
 				return head{}, false, 0, false, nil, err
 			}
+			s.noteIndex(p, h)
 			ok = true
 		default:
 			r, err := parseRow(it)

@@ -30,9 +30,11 @@ import (
 // so its cost follows the rows the client may see, not the table.
 //
 // Scope values are immutable after insert (§3.4), so a copy never moves:
-// an upsert Puts each copy with the row, a delete Deletes them (its
-// RowWrite carries the deleted row's scopes, which the tombstone keeps),
-// all in the commit's transaction or its fenced roll-forward. Rows of
+// an upsert Puts each copy with the row, a delete Puts the row's
+// tombstone in their place (its RowWrite carries the deleted row's
+// scopes, which the tombstone keeps; issue 23), all in the commit's
+// transaction or its roll-forward. Bootstrap pages skip copy tombstones
+// as ScanRows skips row tombstones; Prune deletes both. Rows of
 // tables without scopes have no copies.
 //
 // A partition created before the index existed has no copies of its old
@@ -61,7 +63,7 @@ func scopePK(p, table, variable, value string) string {
 func scopeIndexActions(tbl *string, p string, seq int64, writes []store.RowWrite) []txItem {
 	type copyKey struct{ pk, rowID string }
 	var order []copyKey
-	last := map[copyKey]*store.RowWrite{} // nil: the copy goes
+	last := map[copyKey]*store.RowWrite{}
 	for i := range writes {
 		w := &writes[i]
 		for _, sc := range w.Row.Scopes {
@@ -69,27 +71,21 @@ func scopeIndexActions(tbl *string, p string, seq int64, writes []store.RowWrite
 			if _, seen := last[k]; !seen {
 				order = append(order, k)
 			}
-			if w.Delete {
-				last[k] = nil
-			} else {
-				last[k] = w
-			}
+			last[k] = w
 		}
 	}
 	// An upsert whose row an earlier write of the commit held under other
 	// scopes leaves those copies deleted: a key's final state is set by
 	// the last write that named it, and a later upsert under other scopes
-	// follows a delete (which named it, so it is nil) by the §3.4 rule.
+	// follows a delete (which named it) by the §3.4 rule. A deleted copy
+	// is a tombstone (the row's own tombstone under the copy's key), not
+	// a DeleteItem: a roll-forward's plain write conditioned on the
+	// stored cs then cannot bring a copy back that a later commit deleted
+	// (commit.go, plain materialization); Prune deletes it with the row's.
 	out := make([]txItem, 0, len(order))
 	for _, k := range order {
-		key := Key(k.pk, rowSK(k.rowID))
-		w := last[k]
-		if w == nil {
-			out = append(out, txItem{size: ItemSize(key), w: types.TransactWriteItem{Delete: &types.Delete{TableName: tbl, Key: key}}})
-			continue
-		}
-		item := rowItem(p, seq, w)
-		item[AttrPK] = key[AttrPK]
+		item := rowItem(p, seq, last[k])
+		item[AttrPK] = S(k.pk)
 		out = append(out, txItem{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{TableName: tbl, Item: item}}})
 	}
 	return out
