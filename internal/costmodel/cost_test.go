@@ -424,6 +424,12 @@ func checkComparison(t *testing.T, measured []costmodel.ComparisonRow, realtime 
 	}
 	cent := func(a, b float64) bool { return math.Abs(a-b) < 0.0051 }
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 0.02*b+0.0151 }
+	// A read that crosses a 4 KB boundary in one run and not the other
+	// is one read unit apart, whatever the operation's size (a window of
+	// 100 small commits read 8.5 units in one run and 9.5 in the next):
+	// read units, and the dollars they make, may also differ by one unit.
+	rru := costmodel.USEast1.DynamoRRU * 1e6
+	nearReads := func(a, b, unit float64) bool { return near(a, b) || math.Abs(a-b) <= unit+0.0151 }
 	for _, m := range measured {
 		w, ok := written[m.Name]
 		if !ok {
@@ -431,9 +437,9 @@ func checkComparison(t *testing.T, measured []costmodel.ComparisonRow, realtime 
 			continue
 		}
 		invocations := m.AppSync / (costmodel.USEast1.AppSyncQuery * 1e6)
-		if !cent(w.API, m.API) || !near(w.Dynamo, m.Dynamo) || !near(w.RRU, m.RRU) || !near(w.WRU, m.WRU) ||
+		if !cent(w.API, m.API) || !nearReads(w.Dynamo, m.Dynamo, rru) || !nearReads(w.RRU, m.RRU, 1) || !near(w.WRU, m.WRU) ||
 			!cent(w.AppSync, m.AppSync) || math.Abs(w.Logs-m.Logs) > 0.0151 || math.Abs(float64(w.LogBytes-m.LogBytes)) > 16*invocations ||
-			!near(w.Total-w.Lambda, m.Total-m.Lambda) || w.Lambda < invocations*costmodel.USEast1.LambdaRequest*1e6-0.005 {
+			!nearReads(w.Total-w.Lambda, m.Total-m.Lambda, rru) || w.Lambda < invocations*costmodel.USEast1.LambdaRequest*1e6-0.005 {
 			t.Errorf("docs/OPERATIONS.md's row disagrees with the measurement:\n%s\nmake cost prints\n%s", strings.TrimSpace(w.Markdown()), m.Markdown())
 		}
 	}
