@@ -154,9 +154,15 @@ func (c *conn) round() []byte {
 func (c *conn) wait(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.After(5 * time.Second)
+	// ok may also depend on hub state that changes without a message on
+	// this connection (a session unregistered after its close): look
+	// again every 10 ms too.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for !ok() {
 		select {
 		case <-c.changed:
+		case <-tick.C:
 		case <-deadline:
 			t.Fatalf("timed out waiting for %s", what)
 		}
