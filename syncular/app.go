@@ -3,6 +3,7 @@ package syncular
 import (
 	"context"
 	"errors"
+	"os"
 
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/core/crdt"
@@ -131,7 +132,7 @@ func (a *App) RealtimeMain() {
 // in-memory store, as `make run` does, with the app's hooks; args are the
 // runner's flags (-h lists them). It returns when ctx is cancelled.
 func (a *App) RunLocal(ctx context.Context, args []string) error {
-	return localrun.Run(ctx, args, stdout(), stderr(), localrun.Extensions{Hooks: a.hooks(), ReactionHandlers: a.handlers()})
+	return localrun.Run(ctx, args, os.Stdout, os.Stderr, localrun.Extensions{Hooks: a.hooks(), ReactionHandlers: a.handlers()})
 }
 
 // ErrResolverUnavailable is what a ScopeResolver returns (wrapped) when
