@@ -277,6 +277,10 @@ func TestTemplateReferencesResolve(t *testing.T) {
 		if get(root, "Resources", id, "Properties", "DeploymentPreference") != nil {
 			resources["ServerlessDeploymentApplication"] = true
 		}
+		// and the execution role <Id>Role of a function without a Role.
+		if get(root, "Resources", id, "Properties", "Role") == nil {
+			resources[id+"Role"] = true
+		}
 	}
 	var refs []reference
 	collect(root, "", &refs)

@@ -50,6 +50,13 @@ func notReady(details map[string]any) error {
 	return err
 }
 
+// isGateRefusal reports whether err is the gate's refusal (only the
+// gate answers sync.schema_not_ready).
+func isGateRefusal(err error) bool {
+	se := syncerr.As(err)
+	return se != nil && se.Code == syncerr.SchemaNotReady
+}
+
 // gateRefusal is nil when g lets this build serve the partition.
 //
 // Deploys keep serving (issue 20): what refuses an older build is its
