@@ -67,8 +67,8 @@ import (
 // the old build serves the fenced partitions through the new version.
 // Without forwarding (SSP2_DEPLOY_NOFORWARD=1, the wiring before it)
 // NewColumnRolledBack fails: every client of a fenced partition is
-// refused until it gives up (804 s of Retry-After, 1,400–1,600 refusals
-// after the rollback).
+// refused until it gives up (804–806 s of Retry-After for one client,
+// 1,400 to 9,200 refusals after the rollback in four runs).
 //
 // On the wiring before issue 20 (a PreTraffic hook on all four groups
 // that bumped the marker and fenced every partition before any shift) it
@@ -283,7 +283,8 @@ func (p *inProcessInvoker) Invoke(ctx context.Context, fn, version string, paylo
 	p.calls.Add(1)
 	out, err := b.handlers[fn].Invoke(ctx, payload)
 	if err != nil {
-		return []byte(`{"errorMessage":"` + err.Error() + `"}`), "Unhandled", nil
+		doc, _ := json.Marshal(map[string]string{"errorMessage": err.Error()})
+		return doc, "Unhandled", nil
 	}
 	return out, "", nil
 }
