@@ -410,7 +410,11 @@
 // action on the shared item). A checkpoint activates in one
 // transaction with the head's pending-set removal conditioned on the
 // head still at the watermark the runner caught up to (AdvanceCheckpoint
-// with Activate: the head condition is the lock).
+// with Activate: the head condition keeps it correct). A runner whose
+// first try lost to a commit takes the partition's commit-queue turn
+// (engine.WaitTurn, a ticket like a queued commit's) and holds it until
+// it activated: queued commits wait behind it rather than landing
+// between its check and its write.
 //
 // # Operator paths
 //
