@@ -378,7 +378,12 @@
 // publishes only evaluations that depend on nothing but the rows read
 // with the head (no validators, references, blob checks or reactions)
 // and never evaluates a member itself, so a member has exactly its own
-// request's authority (TestGroupCommit, TestGroupCommitLogIndex).
+// request's authority (TestGroupCommit, TestGroupCommitLogIndex). The
+// push request line counts it (grouped, carried, leftOut;
+// TestGroupCommitMetrics). With 8 ms added to every request, a real
+// table's round trip, 32 writers land 4.3–7.1 commits per head
+// transaction and commit about twice as fast as alone
+// (TestGroupCommitCeiling, docs/SCALE.md).
 //
 // # Rolling schema upgrades (schema.go)
 //
