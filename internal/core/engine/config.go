@@ -99,6 +99,11 @@ type Limits struct {
 	// CursorRecordMaxAge is how old a client cursor record may get before
 	// an unchanged cursor is rewritten anyway (§4.6 active window input).
 	CursorRecordMaxAge time.Duration
+	// CursorRecordInterval is how old a client record must be before a
+	// cursor that moved up is written (a lower one is written at once):
+	// the stored cursor may lag by this much, which only holds the §4.6
+	// horizon lower (recordClient). Keep it far below ActiveWindow.
+	CursorRecordInterval time.Duration
 	// MaxCommitBytes, MaxRowBytes and MaxCommitFrameBytes bound what one
 	// commit may store and deliver (see package limits); a commit over
 	// any of them is rejected with sync.constraint_violation on every
@@ -154,6 +159,7 @@ const (
 	DefaultSignedURLTTL          = 5 * time.Minute
 	MaxSignedURLTTL              = 15 * time.Minute
 	DefaultCursorRecordMaxAge    = 6 * time.Hour
+	DefaultCursorRecordInterval  = 5 * time.Minute
 	DefaultActiveWindow          = 14 * 24 * time.Hour
 	DefaultAgeForce              = 30 * 24 * time.Hour
 	DefaultMinRetainedCommits    = 1000
@@ -187,6 +193,7 @@ func (l Limits) withDefaults() Limits {
 	orDefault(&l.MaxRowBytes, limits.MaxRowBytes)
 	orDefault(&l.MaxCommitFrameBytes, limits.MaxCommitFrameBytes)
 	orDefault(&l.CursorRecordMaxAge, DefaultCursorRecordMaxAge)
+	orDefault(&l.CursorRecordInterval, DefaultCursorRecordInterval)
 	orDefault(&l.MaxCascadeOperationsPerCommit, DefaultMaxCascadeOperations)
 	orDefault(&l.MaxBlobBytes, DefaultMaxBlobBytes)
 	orDefault(&l.BlobOrphanGrace, DefaultBlobOrphanGrace)

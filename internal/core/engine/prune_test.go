@@ -7,7 +7,9 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
+	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
 
 func i64(v int64) *int64 { return &v }
@@ -147,4 +149,14 @@ func TestPruneUnknownPartition(t *testing.T) {
 	if err != nil || rep.NewHorizon != 0 || rep.Removed != 0 {
 		t.Fatalf("prune unknown partition: %+v %v", rep, err)
 	}
+}
+
+// The client record is written at most once per CursorRecordInterval
+// while the cursor moves up, and the lag never lets pruning pass a
+// client's cursor (memstore; internal/dynamostore runs the same on
+// DynamoDB Local).
+func TestCursorRecordLagIsSafe(t *testing.T) {
+	enginetest.RunCursorRecords(t, func(testing.TB) (store.Store, store.SegmentStore) {
+		return memstore.New(), memstore.NewSegments()
+	})
 }
