@@ -304,7 +304,7 @@ func (s *Store) prepare(partition string, req *store.CommitRequest) (*prepared, 
 			return nil, err
 		}
 	}
-	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions)
+	body := packLogBody(encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions))
 	chunks, err := logItems(partition, &req.Commit, body)
 	if err != nil {
 		return nil, err
