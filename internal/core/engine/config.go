@@ -262,6 +262,15 @@ type Config struct {
 	// Reactions, when set, plans the §6.9 durable reactions of every
 	// accepted commit; Store must then implement store.ReactionStore.
 	Reactions reactions.Planner
+	// NoReactions says no engine of the deployment plans §6.9 reactions
+	// (SYNC_REACTIONS_ENABLED=false), so no commit in the log carries any: Prune
+	// then skips enqueueing them before it deletes commits (a reaction
+	// cursor read, a read of the pruned log and a cursor write per
+	// partition pruned). It is the deployment's word, not this engine's:
+	// the prune function's engine never has a planner even where the push
+	// function's does, so a nil Reactions alone proves nothing. New
+	// refuses it together with a planner.
+	NoReactions bool
 	// NoGroupCommit turns group commit (groupcommit.go) off on a store
 	// that supports it: every queued commit lands alone in its turn.
 	NoGroupCommit bool
@@ -336,6 +345,10 @@ func New(cfg Config) (*Engine, error) {
 		// §6.9: a planner without transactional enqueue fails before any
 		// row could change.
 		return nil, errors.New("engine: Config.Reactions needs a store that implements store.ReactionStore")
+	}
+	if cfg.Reactions != nil && cfg.NoReactions {
+		// §6.9: prune would delete the planned records unenqueued.
+		return nil, errors.New("engine: Config.Reactions plans reactions but Config.NoReactions says the deployment has none (SYNC_REACTIONS_ENABLED=false)")
 	}
 	if (cfg.Leases == nil) != (cfg.LeaseTTL <= 0) {
 		return nil, errors.New("engine: auth leases need both Config.Leases and a positive Config.LeaseTTL")
