@@ -2,6 +2,7 @@ package dynamostore
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -38,9 +39,11 @@ const (
 	logZstdMaxBytes = 64 << 20
 )
 
+// The coder pair is built on first use, so a function that never meets
+// a large body (a segment download, a quiet pull) pays nothing at init.
 var (
-	logZstdEncoder = mustZstdEncoder()
-	logZstdDecoder = mustZstdDecoder()
+	logZstdEncoder = sync.OnceValue(mustZstdEncoder)
+	logZstdDecoder = sync.OnceValue(mustZstdDecoder)
 )
 
 func mustZstdEncoder() *zstd.Encoder {
@@ -67,7 +70,7 @@ func packLogBody(body []byte) []byte {
 	}
 	out := make([]byte, 1, len(body))
 	out[0] = logFormatZstd
-	out = logZstdEncoder.EncodeAll(body, out)
+	out = logZstdEncoder().EncodeAll(body, out)
 	if len(out) >= len(body) {
 		return body // incompressible: stored as it is
 	}
@@ -76,7 +79,7 @@ func packLogBody(body []byte) []byte {
 
 // unpackLogBody returns the format 1 or 2 body inside a format-3 body.
 func unpackLogBody(b []byte) ([]byte, error) {
-	inner, err := logZstdDecoder.DecodeAll(b[1:], nil)
+	inner, err := logZstdDecoder().DecodeAll(b[1:], nil)
 	if err != nil {
 		return nil, fmt.Errorf("dynamostore: compressed log body: %v: %w", err, errCorrupt)
 	}

@@ -133,11 +133,11 @@ func TestLogBodyCompression(t *testing.T) {
 	if lb, err := decodeLogBody(flipped, 1); err == nil && reflect.DeepEqual(lb.changes, todoTasks(t, 50)) {
 		t.Fatal("a corrupted compressed body decoded to the original changes")
 	}
-	nested := append([]byte{logFormatZstd}, logZstdEncoder.EncodeAll(stored, nil)...)
+	nested := append([]byte{logFormatZstd}, logZstdEncoder().EncodeAll(stored, nil)...)
 	if _, err := decodeLogBody(nested, 1); err == nil {
 		t.Fatal("a compressed body inside a compressed body decoded")
 	}
-	empty := append([]byte{logFormatZstd}, logZstdEncoder.EncodeAll(nil, nil)...)
+	empty := append([]byte{logFormatZstd}, logZstdEncoder().EncodeAll(nil, nil)...)
 	if _, err := decodeLogBody(empty, 1); err == nil {
 		t.Fatal("an empty compressed body decoded")
 	}
