@@ -202,3 +202,27 @@ func TestCompressedLogOverDynamoDB(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLogBodyDecode: any stored bytes decode or fail with errCorrupt,
+// never panic, whether plain or compressed; a body that decodes encodes
+// and packs back into one that decodes to the same changes.
+func FuzzLogBodyDecode(f *testing.F) {
+	changes := randomTasks(3, 40)
+	plain := encodeLogBody(changes, changeCVs(changes, nil), nil, nil, nil)
+	f.Add(plain)
+	f.Add(append([]byte{logFormatZstd}, logZstdEncoder().EncodeAll(plain, nil)...))
+	f.Add([]byte{logFormatZstd})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		lb, err := decodeLogBody(b, 1)
+		if err != nil {
+			if !errors.Is(err, errCorrupt) {
+				t.Fatalf("decode error %v is not errCorrupt", err)
+			}
+			return
+		}
+		again, err := decodeLogBody(packLogBody(encodeLogBody(lb.changes, lb.cvs, lb.rows, lb.refs, lb.reactions)), 1)
+		if err != nil || !reflect.DeepEqual(again.changes, lb.changes) {
+			t.Fatalf("re-encoded body: %v", err)
+		}
+	})
+}
