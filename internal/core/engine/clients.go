@@ -98,8 +98,12 @@ func (e *Engine) checkClient(ctx context.Context, rs *reqState) error {
 //     more, never less. Its timestamp lags by at most
 //     max(CursorRecordInterval, CursorRecordMaxAge), far inside the
 //     14-day ActiveWindow floor, as it already did for unchanged cursors.
-//   - Realtime connect (realtime.go) reads the registration and the wire
-//     version, which are written at once whenever they change (§8.1).
+//   - Realtime connect (realtime.go, Attach, and the hub's hello) reads
+//     the registration and the wire version, written at once whenever
+//     they change (§8.1), and the cursor: a lagging one only makes hello
+//     report the older cursor and ask for a round first (requiresSync,
+//     §8.1/§8.2), the side that delivers more, never less; a socket's
+//     acks (AckCursor) raise the stored cursor themselves.
 //   - The epoch binding (checkClient, §1.5) reads the actor, which never
 //     changes within an epoch.
 //
