@@ -708,8 +708,8 @@ const progressSize = 150
 // roller cut off inside a batch writes that batch again (idempotent), so
 // the size trades one head update per batch against the writes redone
 // after a cut-off. 400 makes every commit of up to 200 one-variable rows
-// (the 500-operation push cap's 998 actions: 3 batches) a single head
-// update, and redoes at most 400 writes (25 waves of 16).
+// a single head update (a commit at the 500-operation cap, 1,000 writes:
+// 3), and redoes at most 400 writes (25 waves of 16).
 const plainBatchActions = 400
 
 // materializationBatches splits acts greedily into batches of at most

@@ -30,6 +30,14 @@ import (
 // copy written (log chunks, the small-commit head), so every guarantee of
 // the log item (put-if-absent in the commit point, immutable afterwards)
 // holds unchanged; roll-forward and pulls decode it like any body.
+//
+// A build from before format 3 cannot read such a body (as a build from
+// before format 2 could not read column versions): after a rollback to
+// it, pulls over the commits written meanwhile and their roll-forward
+// fail as corrupt data until a build that reads format 3 is back. The
+// writer fence does not cover this (it follows the app's schema
+// versions, not the store's formats), so roll back only to a build that
+// has this file.
 const (
 	logFormatZstd = 3
 	// logZstdMin: smaller bodies fit their item's first KB anyway.
