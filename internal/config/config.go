@@ -91,6 +91,10 @@ type Config struct {
 	AuthLeases   bool
 	AuthLeaseTTL time.Duration
 
+	// Reactions is false when the deployment plans no §6.9 reactions
+	// (SYNC_REACTIONS_ENABLED=false): engine.Config.NoReactions.
+	Reactions bool
+
 	MaxOperations         int
 	ResponseBudgetBytes   int
 	InlineSegmentMaxBytes int
@@ -171,6 +175,7 @@ var Vars = []Var{
 	{"SYNC_SIGNING_KEY_REF", "empty", "native mode: SSM SecureString name/ARN or Secrets Manager ARN holding the HMAC key, read once at init."},
 	{"SYNC_AUTH_LEASES", "`off`", "`on`: auth leases (SPEC §7.3). Every authorized round issues or slides its client's lease (kept in the table, pk `P#<partition>#LS`) and returns it in a LEASE frame; while the scope resolver is unavailable (table mode: the grant read fails) a round is served from a valid lease instead of failing, and a client without one gets `sync.auth_lease_required`. Revoke one with `syncular-admin revoke-lease`. `off`: no leases, an unavailable resolver fails the round retryably."},
 	{"SYNC_AUTH_LEASE_TTL", "`15m`", "Sliding lifetime of an auth lease (Go duration, 1m to 720h): how long a client keeps syncing on it through a resolver outage after its last authorized round."},
+	{"SYNC_REACTIONS_ENABLED", "`true`", "`false`: the deployment plans no SPEC §6.9 reactions (the stack passes its `ReactionsEnabled` parameter), so prune skips enqueueing them before it deletes commits (a reaction cursor read, a read of the pruned log and a cursor write per partition pruned). A function whose app registers a reaction planner refuses to start with `false`: deploy such an app with `ReactionsEnabled=true`. `true`: prune enqueues the reactions of the commits it deletes first."},
 	{"SYNC_MAX_OPERATIONS", "`500`", "Operations allowed across the PUSH_COMMIT frames of one request."},
 	{"SYNC_RESPONSE_BUDGET_BYTES", "`4194304`", "Raw bytes where a response stops adding push results, commits and inline pages (at most 4444160: Lambda's 6 MB response includes base64)."},
 	{"SYNC_INLINE_SEGMENT_MAX_BYTES", "`262144`", "Largest rows segment sent inline in a pull response."},
@@ -243,6 +248,8 @@ func Load(getenv func(string) string) (*Config, error) {
 
 		AuthLeases:   l.oneOf("SYNC_AUTH_LEASES", "off", "off", "on") == "on",
 		AuthLeaseTTL: l.duration("SYNC_AUTH_LEASE_TTL", 15*time.Minute, time.Minute, 720*time.Hour),
+
+		Reactions: l.oneOf("SYNC_REACTIONS_ENABLED", "true", "true", "false") == "true",
 
 		MaxOperations:         l.integer("SYNC_MAX_OPERATIONS", 500, 1, 100_000),
 		ResponseBudgetBytes:   l.integer("SYNC_RESPONSE_BUDGET_BYTES", limits.DefaultResponseBudgetBytes, 64<<10, MaxResponseBudget),

@@ -147,6 +147,7 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		OnCommit:      d.OnCommit,
 		Validators:    hooks,
 		Reactions:     d.Hooks.Reactions,
+		NoReactions:   !cfg.Reactions,
 		CRDTMergers:   mergers(d.Hooks.Mergers),
 	}
 	if cfg.AuthLeases {

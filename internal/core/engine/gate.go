@@ -175,7 +175,12 @@ func fenceOf(g *store.Gate) int64 {
 // readerFloors maps every table of the storage (latest) version to the
 // lowest served version whose build stores it in the same layout: the
 // same columns in the same order with the same types and nullability,
-// and the same scope patterns. A build of that version or later reads
+// the same scope patterns, and the same declared references (§6.11: a
+// child row is written with reference-index entries for the references
+// its build declares, and a parent's delete acts on the entries it
+// finds; a build declaring other references would delete a parent a
+// newer row still refers to, or miss the children its own RESTRICT,
+// CASCADE or SET NULL must see). A build of that version or later reads
 // the rows this build writes; an older one cannot, so the first such
 // commit fences it out of the partition (store.CommitRequest.RaiseFence).
 // A table new in the latest version, or changed in it, has the latest
@@ -203,11 +208,27 @@ func readerFloors(s *schema.Schema) map[string]int64 {
 }
 
 func sameLayout(a, b *schema.Table) bool {
-	if !slices.Equal(a.Columns, b.Columns) || len(a.Scopes) != len(b.Scopes) {
+	if !slices.Equal(a.Columns, b.Columns) || len(a.Scopes) != len(b.Scopes) || !sameReferences(a.References, b.References) {
 		return false
 	}
 	for i := range a.Scopes {
 		if a.Scopes[i].Pattern != b.Scopes[i].Pattern || a.Scopes[i].Column != b.Scopes[i].Column {
+			return false
+		}
+	}
+	return true
+}
+
+// sameReferences: the same references (§6.11), in any order: each
+// column naming the same parent with the same ON DELETE action.
+func sameReferences(a, b []schema.Reference) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, r := range a {
+		if !slices.ContainsFunc(b, func(o schema.Reference) bool {
+			return o.Column == r.Column && o.ParentTable == r.ParentTable && o.OnDelete == r.OnDelete
+		}) {
 			return false
 		}
 	}

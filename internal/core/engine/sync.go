@@ -84,12 +84,13 @@ type Report struct {
 	CommitRacesLost int
 	// Group commit (groupcommit.go): commits this request published
 	// while waiting, published commits of others it landed with its own,
-	// and its commits another request landed for it.
-	GroupPublished, GroupMembers, GroupedCommits int
-	SegmentsBuilt                                int
-	SegmentsReused                               int
-	RowsScanned                                  int
-	RowsDelivered                                int
+	// published commits it read but left out of its write (they commit
+	// in their own turns), and its commits another request landed for it.
+	GroupPublished, GroupMembers, GroupLeftOut, GroupedCommits int
+	SegmentsBuilt                                              int
+	SegmentsReused                                             int
+	RowsScanned                                                int
+	RowsDelivered                                              int
 
 	gate *store.Gate // serve-gate state read at entry (gate.go)
 }

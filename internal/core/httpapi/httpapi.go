@@ -307,6 +307,7 @@ func reportAttrs(attrs []slog.Attr, rep *engine.Report, verbose, failed bool) []
 			slog.Int("wireVersion", int(rep.WireVersion)),
 			slog.Int("subscriptions", rep.Subscriptions),
 			slog.Int64("bytesOut", rep.BytesOut),
+			slog.Int("offered", rep.GroupPublished),
 		)
 	}
 	attrs = count(attrs, "applied", int64(rep.Applied))
@@ -316,6 +317,11 @@ func reportAttrs(attrs []slog.Attr, rep *engine.Report, verbose, failed bool) []
 	attrs = count(attrs, "sent", int64(rep.CommitsSent))
 	attrs = count(attrs, "segmentsSent", int64(rep.SegmentsSent))
 	attrs = count(attrs, "commitRacesLost", int64(rep.CommitRacesLost))
+	// Group commit (one of these on a contended push's line, none on an
+	// uncontended one); the offers a waiter made are a debug field.
+	attrs = count(attrs, "carried", int64(rep.GroupMembers))
+	attrs = count(attrs, "leftOut", int64(rep.GroupLeftOut))
+	attrs = count(attrs, "grouped", int64(rep.GroupedCommits))
 	attrs = count(attrs, "segmentsBuilt", int64(rep.SegmentsBuilt))
 	attrs = count(attrs, "segmentsReused", int64(rep.SegmentsReused))
 	attrs = count(attrs, "rowsScanned", int64(rep.RowsScanned))
