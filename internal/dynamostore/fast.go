@@ -113,8 +113,9 @@ import (
 //     before 1 starts (O), so E's writes are the only ones a row read of
 //     1 can miss. The overlay makes the read-row check of 1 exact.
 //   - A pull reads N from its log item, which exists only once N is
-//     materialized (L); when the log ends before the window, the head's
-//     pending commit is settled first (readLogCheap).
+//     materialized (L); when the log ends just before N while N is
+//     pending, it reads N from the head (pendingCommit), the same commit
+//     its log item will hold, and writes nothing (readLogCheap).
 //
 // Writer fence: 2 carries commitCondition's fence and gate token, so
 // no commit of a fenced build gets a seq once the fence rises. Writes
@@ -179,6 +180,28 @@ func pendingItems(p string, h *head) (logItem, outItem map[string]types.Attribut
 	outItem = maps.Clone(h.pendOutcome)
 	outItem[AttrPK], outItem[AttrSK] = S(outcomePK(p, client)), S(outcomeSK(commitID))
 	return logItem, outItem
+}
+
+// pendingCommit decodes h's pending small commit from the head, as
+// readLog decodes its log item.
+func pendingCommit(p string, h *head) (*store.Commit, *logBody, error) {
+	it, _ := pendingItems(p, h)
+	created, ok1 := getN(it, lCreated)
+	actor, ok2 := getS(it, lActor)
+	client, ok3 := getS(it, lClient)
+	cc, ok4 := getS(it, lCommit)
+	body, ok5 := getB(it, lData)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return nil, nil, fmt.Errorf("dynamostore: pending commit %d is malformed: %w", h.pendSeq, errCorrupt)
+	}
+	lb, err := decodeLogBody(body, h.pendSeq)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dynamostore: pending commit %d: %w", h.pendSeq, err)
+	}
+	c := &store.Commit{Seq: h.pendSeq, CreatedAtMs: created, ActorID: actor, ClientID: client, ClientCommitID: cc,
+		Changes: lb.changes, Reactions: lb.reactions}
+	c.WriterVersion, _ = getN(it, lWriter)
+	return c, lb, nil
 }
 
 // fastCandidate reports whether pc may take the small-commit path

@@ -28,8 +28,8 @@ func rawExists(t *testing.T, c *dynamodb.Client, table, pk, sk string) bool {
 // TestSmallCommitCrash (issue 23): a small commit (fast.go) whose writer
 // stops after its head update (wave 2), or after its outcome, row and
 // scope-copy puts but before its log item (wave 3), is durable and
-// settled by whoever comes next: a pull's ReadLog passes it whole,
-// GetRows sees its row (from the head, writing nothing), a scan or a
+// settled by whoever comes next: a pull's ReadLog passes it whole and
+// GetRows sees its row (both from the head, writing nothing), a scan or a
 // bootstrap sees its row after writing it whole, its retry is a replay
 // (§2.3) that finds its outcome, a rejection of its key is refused, and
 // the next commit lands after it and marks it applied in its own head
@@ -75,8 +75,12 @@ func smallCommitCrash(t *testing.T, wave, reader string) {
 		if err := s2.ReadLog(ctx, p, 0, 1, func(c *store.Commit) bool { got = append(got, c); return true }); err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 1 || got[0].Seq != 1 || got[0].ClientCommitID != "small" || len(got[0].Changes) != 1 {
+		if len(got) != 1 || got[0].Seq != 1 || got[0].ClientCommitID != "small" || len(got[0].Changes) != 1 ||
+			string(got[0].Changes[0].Row) != "v1" || got[0].CreatedAtMs != baseMs+1 || got[0].ActorID != "actor" {
 			t.Fatalf("ReadLog after the crash: %+v", got)
+		}
+		if rawExists(t, c, table, logPK, log1) {
+			t.Error("ReadLog wrote the pending commit: it reads it from the head")
 		}
 	case "GetRows":
 		got, err := s2.GetRows(ctx, p, "tasks", []string{"r1"})

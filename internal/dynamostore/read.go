@@ -286,12 +286,19 @@ func (s *Store) readLogCheap(ctx context.Context, p string, afterSeq, throughSeq
 	if err := s.readLogAt(ctx, p, next-1, throughSeq, true, track); err != nil || stopped || next > throughSeq {
 		return err
 	}
-	// The log ends before the window: the window's last commits may be
-	// small commits still on the head (fast.go), whose log items are
-	// written after the head. Finish them, then read the rest.
+	// The log ends before the window: the window's last commit may be a
+	// small commit still on the head (fast.go), whose log item is
+	// written after its rows. It is durable on the head as it will be in
+	// its log item: hand it on from there, writing nothing. Anything
+	// else missing is finished first, then read.
 	h, ok, err := s.readHead(ctx, p)
 	if err != nil || !ok || h.applied >= h.MaxCommitSeq || h.MaxCommitSeq < next {
 		return err
+	}
+	if h.pendingSmall() && next == h.pendSeq {
+		c, lb, err := pendingCommit(p, &h)
+		fn(c, lb, err)
+		return nil
 	}
 	if err := s.rollForward(ctx, p, h); err != nil {
 		return err

@@ -142,8 +142,8 @@ type head struct {
 	rollPlan             string
 	// pendSeq, pendLog, pendOutcome: a small commit written by its head
 	// update alone, its log and outcome items carried on the head until
-	// it is materialized (fast.go); rejections counts PutRejection's
-	// head updates.
+	// the next commit or an advance of appliedSeq marks it applied
+	// (fast.go); rejections counts PutRejection's head updates.
 	pendSeq              int64
 	pendLog, pendOutcome map[string]types.AttributeValue
 	rejections           int64
@@ -514,9 +514,9 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 		return fmt.Errorf("dynamostore: rejection outcome of %d bytes: %w", ItemSize(item), store.ErrTooLarge)
 	}
 	cond, vals := writerCondition(w)
-	// The head action also counts the rejection and requires no small
-	// commit on the head: a small commit of the same key then cannot land
-	// beside it (fast.go).
+	// The head action also counts the rejection and requires no pending
+	// small commit on the head (ps): a small commit of the same key then
+	// cannot land beside it (fast.go).
 	cond += " AND attribute_not_exists(" + hPendSeq + ")"
 	vals[":z"], vals[":one"] = N(0), N(1)
 	ocond, onames, ovals := outcomeAbsent(o.RecordedAtMs)
