@@ -172,3 +172,45 @@ func TestSmallCommitsMarkApplied(t *testing.T) {
 		t.Fatalf("scoped scan: %d rows, %v", n, err)
 	}
 }
+
+// TestTransactionalCommitAfterSmall: a commit that cannot be small (here
+// 100 rows, a large commit) meeting a small commit pending on the head
+// that this Store read settles it first (a head read, its log item's
+// read, the update moving appliedSeq: 3 calls, 1 WCU) instead of sending
+// a transaction its condition refuses, which would be charged whole.
+func TestTransactionalCommitAfterSmall(t *testing.T) {
+	s, _, _, p := setup(t, dynamostore.Options{})
+	ctx := context.Background()
+	big := func(expected int64, id, prefix string) *store.CommitRequest {
+		var ws []store.RowWrite
+		for i := range 100 {
+			ws = append(ws, up(fmt.Sprintf("%s%03d", prefix, i), 1, payload(100)))
+		}
+		return commitOf(expected, id, ws...)
+	}
+	measure := func(req *store.CommitRequest) dynamostore.Usage {
+		t.Helper()
+		mctx, capacity := dynamostore.WithCapacity(ctx)
+		if err := s.Commit(mctx, p, req); err != nil {
+			t.Fatal(err)
+		}
+		return capacity.Snapshot()
+	}
+	if err := s.Commit(ctx, p, commitOf(0, "small", up("r1", 1, []byte("v1")))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetRows(ctx, p, "tasks", []string{"a000"}); err != nil { // the engine's read before evaluating
+		t.Fatal(err)
+	}
+	afterSmall := measure(big(1, "big1", "a"))
+	if _, err := s.GetRows(ctx, p, "tasks", []string{"b000"}); err != nil {
+		t.Fatal(err)
+	}
+	afterLarge := measure(big(2, "big2", "b"))
+	t.Logf("after a small commit: %d calls, %.1f WCU; after a large one: %d calls, %.1f WCU",
+		afterSmall.RoundTrips, afterSmall.EstWCU, afterLarge.RoundTrips, afterLarge.EstWCU)
+	if afterSmall.RoundTrips != afterLarge.RoundTrips+3 || afterSmall.EstWCU != afterLarge.EstWCU+1 {
+		t.Errorf("settling the small commit cost %d calls and %.1f WCU, want 3 and 1",
+			afterSmall.RoundTrips-afterLarge.RoundTrips, afterSmall.EstWCU-afterLarge.EstWCU)
+	}
+}

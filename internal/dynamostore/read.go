@@ -92,6 +92,9 @@ func (s *Store) getRows(ctx context.Context, partition, table string, rowIDs []s
 	if err != nil {
 		return nil, nil, err
 	}
+	if h != nil {
+		s.noteIndex(partition, *h)
+	}
 	if h != nil && h.pendingSmall() {
 		// A small commit not settled yet (fast.go): its writes, from the
 		// head, are the rows' state after it; nothing more is read.
