@@ -55,8 +55,9 @@ type Options struct {
 	// for deployments whose partitions are known to be wide, and tests.
 	IndexNewPartitions bool
 	// AfterLogWrite, when set, runs after a large commit's log transaction
-	// and before its rows are materialized; a non-nil error aborts Commit
-	// there (crash injection for tests).
+	// and before its rows are materialized, and after a small commit's
+	// head update and before its puts (fast.go); a non-nil error aborts
+	// Commit there (crash injection for tests).
 	AfterLogWrite func() error
 	// OutcomeTTL is the idempotency window of push outcomes (§2.3;
 	// outcomettl.go). Zero or negative keeps outcomes forever (no TTL
