@@ -214,3 +214,52 @@ func TestTransactionalCommitAfterSmall(t *testing.T) {
 			afterSmall.RoundTrips-afterLarge.RoundTrips, afterSmall.EstWCU-afterLarge.EstWCU)
 	}
 }
+
+// TestSmallCommitReadRowsOverPending: the rows a small commit's
+// evaluation read are checked against their state after the commit
+// before it (§2.2), also when that commit is still pending on the head
+// with its row not written yet (its writer stopped after its head
+// update): GetRows answers the pending commit's row, a commit that read
+// it so lands, one that read the row as absent (before the pending
+// commit) is refused with ErrHeadMoved, and neither reads it wrong.
+func TestSmallCommitReadRowsOverPending(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		present bool
+		want    error
+	}{
+		{"read after it", true, nil},
+		{"read before it", false, store.ErrHeadMoved},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			crash := errors.New("injected crash")
+			s, _, table, p := setup(t, dynamostore.Options{AfterLogWrite: func() error { return crash }})
+			ctx := context.Background()
+			if err := s.Commit(ctx, p, commitOf(0, "first", up("r1", 1, []byte("v1")))); !errors.Is(err, crash) {
+				t.Fatalf("Commit: %v, want the injected crash", err)
+			}
+			s2 := dynamostore.New(ddbClient(t), table, dynamostore.Options{})
+			got, err := s2.GetRows(ctx, p, "tasks", []string{"r1"})
+			if err != nil || got["r1"] == nil || got["r1"].CommitSeq != 1 {
+				t.Fatalf("GetRows over the pending commit: %v %v", got, err)
+			}
+			req := commitOf(1, "second", up("r1", 2, []byte("v2")))
+			req.ReadRows = []store.RowRead{{Table: "tasks", RowID: "r1", Present: tc.present}}
+			if tc.present {
+				req.ReadRows[0].CommitSeq = 1
+			}
+			err = s2.Commit(ctx, p, req)
+			if !errors.Is(err, tc.want) && (tc.want != nil || err != nil) {
+				t.Fatalf("Commit: %v, want %v", err, tc.want)
+			}
+			got, err = s2.GetRows(ctx, p, "tasks", []string{"r1"})
+			wantSeq := int64(1)
+			if tc.want == nil {
+				wantSeq = 2
+			}
+			if err != nil || got["r1"] == nil || got["r1"].CommitSeq != wantSeq {
+				t.Fatalf("row after: %+v %v, want commit %d's", got["r1"], err, wantSeq)
+			}
+		})
+	}
+}
