@@ -132,6 +132,22 @@ import (
 // deadline (as for the plain batches of a large commit, commit.go).
 // TestSmallCommitCrash and TestSmallCommitStaleWriter cover a crash
 // after each wave and a late writer.
+//
+// Builds from before this order (issue 23's first small commits, off by
+// default there) read the same head attributes: such an instance meeting
+// a pending commit finishes it (completeFast) and moves appliedSeq,
+// which keeps (P) and (M), but it puts the log item beside the rows,
+// not after them, so during a rolling deploy a commit can briefly have
+// its log item before its rows; the next commit's overlay still checks
+// its read rows exactly, and the old instance moves appliedSeq only once
+// its own writes returned.
+//
+// Cost of the order elsewhere: a reader that settles a pending commit by
+// its log item pays one consistent read (bootstrap pages, ListChildren);
+// a transactional commit after a small one first moves appliedSeq (a
+// head read, a log read and 1 WCU; pendingHint saves the refused
+// transaction, which is charged whole); PutRejection, rare, pays the
+// same after its first attempt is refused.
 
 // Head attributes of a small commit on the head.
 const (
