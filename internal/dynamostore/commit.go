@@ -248,20 +248,8 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 			return err
 		}
 	}
-	if seq := s.pendingHint(partition); seq > 0 && seq == req.ExpectedMaxSeq {
-		// The head last read here shows a small commit pending at the
-		// expected seq, which the transaction's condition (appliedSeq =
-		// maxCommitSeq) would refuse, after charging all of its items:
-		// settle it first, from the head as it is now.
-		h, ok, err := s.readHead(ctx, partition)
-		if err != nil {
-			return err
-		}
-		if ok && h.pendingSmall() && h.pendSeq == seq {
-			if err := s.settleSmall(ctx, partition, &h, true); err != nil {
-				return err
-			}
-		}
+	if err := s.settleHinted(ctx, partition, req.ExpectedMaxSeq); err != nil {
+		return err
 	}
 	err = s.commit(ctx, partition, req, pc, s.indexOn(partition))
 	if errors.Is(err, errIndexOn) {

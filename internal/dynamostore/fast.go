@@ -146,8 +146,7 @@ import (
 // its log item pays one consistent read (bootstrap pages, ListChildren);
 // a transactional commit after a small one first moves appliedSeq (a
 // head read, a log read and 1 WCU; pendingHint saves the refused
-// transaction, which is charged whole); PutRejection, rare, pays the
-// same after its first attempt is refused.
+// transaction, which is charged whole); so does PutRejection, rare.
 
 // Head attributes of a small commit on the head.
 const (
@@ -565,6 +564,22 @@ func (s *Store) settle(ctx context.Context, p string, h head) error {
 		return s.settleSmall(ctx, p, &h, false)
 	}
 	return s.rollForward(ctx, p, h)
+}
+
+// settleHinted settles and advances the small commit this Store last
+// saw pending on p's head (pendingHint; only at seq when seq > 0), read
+// again from the head as it is now, before a transaction whose head
+// condition (appliedSeq = maxCommitSeq) would refuse it and be charged
+// whole.
+func (s *Store) settleHinted(ctx context.Context, p string, seq int64) error {
+	if hint := s.pendingHint(p); hint == 0 || seq > 0 && hint != seq {
+		return nil
+	}
+	h, ok, err := s.readHead(ctx, p)
+	if err != nil || !ok || !h.pendingSmall() || seq > 0 && h.pendSeq != seq {
+		return err
+	}
+	return s.settleSmall(ctx, p, &h, true)
 }
 
 // rollForwardFast settles and advances the small commit h carries;

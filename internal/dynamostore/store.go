@@ -538,6 +538,9 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}}},
 	}
+	if err := s.settleHinted(ctx, partition, 0); err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
 		err := s.putRejection(ctx, partition, items, w)
 		if !errors.Is(err, errPending) || attempt > 0 {
