@@ -42,8 +42,9 @@ import (
 // No write moves appliedSeq on its own: commit N+1's commit point marks
 // N applied (ap = N in 2), and readers that need N's rows settle it
 // themselves (settleSmall). A one-op insert is 5 WCU (head, outcome,
-// row, scope copy, log: 1 each, against 10 in the transaction) for
-// 5 calls in 4 waves (2 in the transaction).
+// row, scope copy, log: 1 each, against 10 in the transaction) and
+// 4 RCU (head, outcome key, E's log item, row) for 6 calls in 4 waves
+// (one TransactWriteItems in the transaction).
 //
 // # Invariants
 //
