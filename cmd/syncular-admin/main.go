@@ -205,7 +205,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	a := &admin{
 		cfg:     cfg,
 		clients: clients,
-		store:   dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL}),
+		store:   dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL, TransactionalCommits: !cfg.SmallCommits}),
 		out:     stdout,
 		errw:    stderr,
 	}

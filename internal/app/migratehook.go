@@ -223,7 +223,7 @@ func newMigrateHook(logger *slog.Logger, hooks migrate.Hooks) (*MigrateHook, err
 	// local server speaking the CodeDeploy JSON protocol).
 	cd := codedeploy.NewFromConfig(clients.Config)
 	return &MigrateHook{
-		Store:       dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL}),
+		Store:       dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL, TransactionalCommits: !cfg.SmallCommits}),
 		Reporter:    cd,
 		Version:     int64(sch.Latest),
 		Checkpoints: decls,

@@ -343,7 +343,7 @@ func newPruner(logger *slog.Logger) (*Pruner, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL})
+	st := dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL, TransactionalCommits: !cfg.SmallCommits})
 	eng, err := PruneEngine(cfg, clients, st)
 	if err != nil {
 		return nil, err

@@ -146,7 +146,7 @@ func ReactionsMain(handlers map[string]reactions.Handler) {
 		if err != nil {
 			return nil, err
 		}
-		st := dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL})
+		st := dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL, TransactionalCommits: !cfg.SmallCommits})
 		r := &reactions.Runner{Log: st, Store: st, Handlers: handlers, Logger: logger}
 		return HandleReactions(r, st, logger), nil
 	})

@@ -100,6 +100,9 @@ type Config struct {
 	InlineSegmentMaxBytes int
 	SegmentMaxBytes       int
 	SegmentTTL            time.Duration
+	// SmallCommits writes small commits without a transaction
+	// (dynamostore.Options.TransactionalCommits is its negation).
+	SmallCommits bool
 	// OutcomeTTL is the idempotency window of push outcomes (§2.3; the
 	// stores' OutcomeTTL, store.DefaultOutcomeWindow by default).
 	OutcomeTTL time.Duration
@@ -181,6 +184,7 @@ var Vars = []Var{
 	{"SYNC_INLINE_SEGMENT_MAX_BYTES", "`262144`", "Largest rows segment sent inline in a pull response."},
 	{"SYNC_SEGMENT_MAX_BYTES", "`4194304`", "Largest rows segment; every segment must fit the segment function's response."},
 	{"SYNC_SEGMENT_TTL", "`24h`", "Lifetime of a segment publication. The bucket's lifecycle rule must outlive it (SYNC_SEGMENT_OBJECT_DAYS)."},
+	{"SYNC_SMALL_COMMITS", "`on`", "`on`: a commit of one log item without reference writes is written without a DynamoDB transaction (a one-operation push is 5 write units instead of 10, in 4 waves of calls instead of one transaction; `internal/dynamostore/fast.go`). `off`: every commit is one transaction, as before issue 23. Queued commits (a contended partition) always take the transaction."},
 	{"SYNC_OUTCOME_TTL", "`720h`", "Idempotency window of push outcomes (§2.3): a retry within it replays the recorded result; DynamoDB TTL deletes the outcome after it (docs/OPERATIONS.md, \"Idempotency window\", says what a later retry gets). 30 days by default, the §4.6 age force limit; between `24h` and `87600h`."},
 	{"SYNC_SEGMENT_OBJECT_DAYS", "`2`", "Days after which the bucket's lifecycle rule expires segment objects (template parameter SegmentObjectExpirationDays passes the same number to both). Must exceed SYNC_SEGMENT_TTL + 15 min + 1 h."},
 	{"SYNC_MAX_BODY_BYTES", "`33554432`", "Request body cap after gzip decoding (413 above); at least 4669440, the largest body Lambda can receive, so an uncompressed request is always read and oversized commits in it are rejected one by one (see Size limits)."},
@@ -257,6 +261,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		SegmentMaxBytes:       l.integer("SYNC_SEGMENT_MAX_BYTES", 4<<20, 64<<10, MaxResponseBudget),
 		SegmentTTL:            l.duration("SYNC_SEGMENT_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour),
 		SegmentObjectDays:     l.integer("SYNC_SEGMENT_OBJECT_DAYS", 2, 1, 3650),
+		SmallCommits:          l.oneOf("SYNC_SMALL_COMMITS", "on", "on", "off") == "on",
 		OutcomeTTL:            l.duration("SYNC_OUTCOME_TTL", store.DefaultOutcomeWindow, 24*time.Hour, 3650*24*time.Hour),
 		MaxBodyBytes:          l.integer("SYNC_MAX_BODY_BYTES", limits.DefaultDecodedBodyBytes, limits.MaxRequestBodyBytes, limits.MaxDecodedBodyBytes),
 		BlobMaxBytes:          int64(l.integer("SYNC_BLOB_MAX_BYTES", 64<<20, 1, 5<<30)),

@@ -3,7 +3,10 @@ package dynamostore_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
@@ -170,4 +173,55 @@ func BenchmarkPushDelete1(b *testing.B) {
 		}
 	}
 	report(b, usage.Snapshot())
+}
+
+// TestCommitLatency (SSP2_LATENCY=1; issue 23) measures a 1-op push's
+// store calls (the head and row read, then Commit) with small commits
+// and with every commit in one transaction, interleaved on two
+// partitions of one table so both see the same machine load, and logs
+// the p50 and p90 of each. It asserts nothing about time.
+func TestCommitLatency(t *testing.T) {
+	if os.Getenv("SSP2_LATENCY") == "" {
+		t.Skip("SSP2_LATENCY=1 measures commit latency on DynamoDB Local")
+	}
+	c := ddbClient(t)
+	table := newTable(t, c)
+	ctx := context.Background()
+	modes := []struct {
+		name string
+		s    *dynamostore.Store
+		p    string
+		seq  int64
+		took []time.Duration
+	}{
+		{name: "small", s: dynamostore.New(c, table, dynamostore.Options{}), p: "small"},
+		{name: "transaction", s: dynamostore.New(c, table, dynamostore.Options{TransactionalCommits: true}), p: "tx"},
+	}
+	for i := range modes {
+		if _, err := modes[i].s.TouchPartition(ctx, modes[i].p, baseMs, "epoch"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 300
+	for i := range n {
+		for j := range modes {
+			m := &modes[j]
+			id := fmt.Sprintf("r%04d", i)
+			start := time.Now()
+			rows, h, _, err := m.s.GetRowsHead(ctx, m.p, "tasks", []string{id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := commitOf(h.MaxCommitSeq, "c"+id, up(id, 1, payload(200)))
+			req.ReadRows = []store.RowRead{{Table: "tasks", RowID: id, Present: rows[id] != nil}}
+			if err := m.s.Commit(ctx, m.p, req); err != nil {
+				t.Fatal(err)
+			}
+			m.took = append(m.took, time.Since(start))
+		}
+	}
+	for _, m := range modes {
+		slices.Sort(m.took)
+		t.Logf("%-11s 1-op push, %d commits: p50 %v, p90 %v", m.name, n, m.took[n/2], m.took[n*9/10])
+	}
 }

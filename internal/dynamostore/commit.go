@@ -229,7 +229,9 @@ func logItems(p string, c *store.Commit, body []byte) ([]map[string]types.Attrib
 // the rows (rollForward) and advances appliedSeq. Because every commit
 // requires appliedSeq = maxCommitSeq, at most one commit per partition is
 // ever unmaterialized, and it is finished before the next one lands. A
-// small commit takes no transaction (fast.go, commitFast).
+// small commit takes no transaction (fast.go, commitFast); the commit
+// after it marks it applied in its own head update, and a transactional
+// commit meeting it on the head settles it first (rollForward).
 //
 // Further per-commit items (planned reactions, say) are encoded in
 // prepare (type prepared); the transaction takes them with the log items
@@ -245,6 +247,9 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 		if err := s.commitFast(ctx, partition, req, pc); !errors.Is(err, errNotFast) {
 			return err
 		}
+	}
+	if err := s.settleHinted(ctx, partition, req.ExpectedMaxSeq); err != nil {
+		return err
 	}
 	err = s.commit(ctx, partition, req, pc, s.indexOn(partition))
 	if errors.Is(err, errIndexOn) {

@@ -138,8 +138,8 @@ func checkConverged(t *testing.T, s store.Store, p string, total int64) {
 
 // TestConcurrentInstances: 8 instances × 50 commits on one partition.
 func TestConcurrentInstances(t *testing.T) {
-	t.Run("transaction", func(t *testing.T) { concurrentInstances(t, dynamostore.Options{}) })
-	t.Run("small commits", func(t *testing.T) { concurrentInstances(t, dynamostore.Options{SmallCommits: true}) })
+	t.Run("transaction", func(t *testing.T) { concurrentInstances(t, dynamostore.Options{TransactionalCommits: true}) })
+	t.Run("small commits", func(t *testing.T) { concurrentInstances(t, dynamostore.Options{}) })
 }
 
 func concurrentInstances(t *testing.T, opts dynamostore.Options) {
@@ -175,8 +175,8 @@ func concurrentInstances(t *testing.T, opts dynamostore.Options) {
 // instances racing each other: exactly one delivery applies, the other
 // gets ErrOutcomeExists.
 func TestConcurrentDuplicates(t *testing.T) {
-	t.Run("transaction", func(t *testing.T) { concurrentDuplicates(t, dynamostore.Options{}) })
-	t.Run("small commits", func(t *testing.T) { concurrentDuplicates(t, dynamostore.Options{SmallCommits: true}) })
+	t.Run("transaction", func(t *testing.T) { concurrentDuplicates(t, dynamostore.Options{TransactionalCommits: true}) })
+	t.Run("small commits", func(t *testing.T) { concurrentDuplicates(t, dynamostore.Options{}) })
 }
 
 func concurrentDuplicates(t *testing.T, opts dynamostore.Options) {

@@ -28,12 +28,13 @@ func TestContractLogIndexOn(t *testing.T) {
 	})
 }
 
-// TestContractSmallCommits runs the contract with small commits written
-// without a transaction (fast.go).
-func TestContractSmallCommits(t *testing.T) {
+// TestContractTransactionalCommits runs the contract with every commit
+// in one transaction (Options.TransactionalCommits; the default writes
+// small commits without one, fast.go).
+func TestContractTransactionalCommits(t *testing.T) {
 	c := ddbClient(t)
 	storetest.RunStore(t, func(t *testing.T) store.Store {
-		return dynamostore.New(c, newTable(t, c), dynamostore.Options{SmallCommits: true})
+		return dynamostore.New(c, newTable(t, c), dynamostore.Options{TransactionalCommits: true})
 	})
 }
 

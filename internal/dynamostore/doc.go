@@ -9,7 +9,9 @@
 // # Push: log first, roll forward
 //
 // The partition head item carries maxCommitSeq and appliedSeq (every
-// commit ≤ appliedSeq has its rows materialized). Commit is one
+// commit ≤ appliedSeq has its rows materialized). A small commit (the
+// usual one-operation push) is written without a transaction ("Small
+// commits" below, fast.go); any other commit is one
 // TransactWriteItems: head update conditioned on maxCommitSeq =
 // appliedSeq = ExpectedMaxSeq, the outcome put-if-absent (§2.3), the log
 // item(s) put-if-absent and, when everything fits one transaction
@@ -86,28 +88,35 @@
 // and a body compression does not shrink is stored as it was. Formats 1
 // and 2 still decode; smaller bodies (every 1-op commit) stay format 2.
 //
-// Small commits (issue 23, fast.go; Options.SmallCommits, off by
-// default). A commit whose log is one item,
-// without reference writes or a backfill checkpoint, in a partition whose
-// log index is off, whose head stays under 1 KB with the commit on it,
-// takes no transaction at all: a consistent read of the head, its outcome
-// key and the rows it read (after the caller's head read: a replay is
-// found, a stale row read is refused), one conditional UpdateItem of the
-// head that moves maxCommitSeq and carries the log and outcome items (the
-// commit point; it also requires no pending commit and PutRejection's
-// count unchanged), then the outcome, log item, row and scope copies as
-// plain writes (put-if-absent, or conditioned on the stored cs), then
-// appliedSeq. Until appliedSeq moves, readers finish it from the head as
-// they finish a large commit from its log (rollForward), and ReadLog does
-// when the log ends before its window. A 1-op push is 6 WCU (10 in the
-// transaction, 12 with the log-index entry) for 8 DynamoDB calls in 5
-// waves (2 in the transaction) and about 3 more RCU. It stays off by
-// default because of what it does under contention: the next writer of
-// the partition may find the previous small commit still on the head and
-// finish it again (its writes change nothing the second time, but cost
-// their units), and the queue's turn (issue 11) is held across 5 waves
-// instead of 2; the queue tests pin the transactional round trips.
-//
+// Small commits (issue 23, fast.go; the default, off with
+// Options.TransactionalCommits or SYNC_SMALL_COMMITS=off). A commit whose
+// log is one item, without reference writes, a backfill checkpoint, a
+// fence raise or a queue ticket, in a partition whose log index is off,
+// whose head stays under 1 KB with the commit on it, takes no
+// transaction: a consistent BatchGetItem of the head, its outcome key,
+// the previous commit's log item and the rows it read; one conditional
+// UpdateItem of the head that moves maxCommitSeq, carries the log and
+// outcome items (the commit point) and marks the previous small commit
+// applied (appliedSeq) once that read found its log item; then the
+// outcome, row and scope-copy puts in parallel; then the log item, last.
+// Nothing else moves appliedSeq: a log item proves its commit written
+// whole, and the next commit's head update records it. Until then the
+// head shows the commit pending (ps = maxCommitSeq = appliedSeq + 1),
+// and readers take its writes from the head (GetRows and the push's
+// head and rows read overlay them, no extra read) or read its log item
+// once (ScanRows, ScanScopedRows, ListChildren) and write it whole only
+// when that is absent (a crashed or slow writer); Prune, PutRejection,
+// backfills and the transactional commit also move appliedSeq. A 1-op
+// push is 5 WCU (head, outcome, row, scope copy, log: 1 each; 10 in the
+// transaction) for 6 DynamoDB calls in 4 waves after the head and rows
+// read (1 in the transaction) and 4 more RCU. fast.go proves gapless
+// seqs, exactly-once outcomes, atomic visibility and the writer fence
+// for this order, and what a stale writer can and cannot do. Queued
+// commits (contention, below) keep the transaction: the queue's turn is
+// then held for one write wave, not four, and a group commit stays one
+// transaction; a queued commit after a small one first moves appliedSeq
+// past it (one log read and one head update).
+
 // # Column versions and tombstones (§2.2, §4.6 of the wire-3 spec)
 //
 // Both live on the row item, so they add no item, no action and no round
@@ -236,15 +245,15 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (head+rows read, Commit)    2    2   10   (TouchPartitionRows; 12 with the log
-//	                                                      index on; SmallCommits: 8 calls,
-//	                                                      5 RCU, 6 WCU)
+//	push, 1 op (head+rows read, Commit)    7    6    5   (TouchPartitionRows, a small commit;
+//	                                                      in the transaction 2 / 2 / 10, 12
+//	                                                      with the log index on)
 //	push, 50 ops (large-commit path)     104   52  107   (log transaction of 6, 100 plain
 //	                                                      Puts, 1 progress update; was
 //	                                                      105 / 114 with 99-write batches
 //	                                                      and a plain log body, 5 / 216
 //	                                                      with transactional batches)
-//	push, 1 delete (tombstone Put)         2    2   10   (SmallCommits: 8 / 5 / 6)
+//	push, 1 delete (tombstone Put)         7    6    5   (in the transaction 2 / 2 / 10)
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
 //	incremental pull, 100 commits          1    4    0   (store read: the log, eventually
 //	                                                      consistent; 8 consistent)
@@ -279,7 +288,9 @@
 // commit reads its rows (at most 32, of one table) in TouchPartition's
 // BatchGetItem with the head (and the schema marker when due), so a 1-op push is
 // that read and the commit transaction (it was 3 round trips and 4 RCU
-// with a separate GetRows).
+// with a separate GetRows), or that read and a small commit's 6 calls; a
+// small commit pending on the head does not cost the rows a second read
+// (its writes come from the head).
 //
 // # Contention on one partition: the commit queue (issue 11)
 //
@@ -522,6 +533,20 @@
 //     the head): their versions are the base of §2.2 optimistic
 //     concurrency; a stale version would reject a valid commit as a
 //     conflict.
+//   - A small commit's first read, "read before a small commit"
+//     (fast.go): the outcome key is the §2.3 check the transaction's
+//     put-if-absent makes otherwise (a stale miss applies a replay
+//     twice); the rows are the check that they are as the evaluation read
+//     them (a stale answer lets a commit land on a version it did not
+//     see); the previous commit's log item is what lets the head update
+//     mark that commit applied. The log item alone could be eventually
+//     consistent (a log item found exists), but one BatchGetItem has one
+//     consistency, and a second call to save half a unit is not worth it.
+//     "read log before a small commit" and "read push outcome" there are
+//     its re-reads when the first answer lacked them.
+//   - A pending small commit's log item, "read pending commit's log"
+//     (settleSmall): a stale miss would only make the reader write the
+//     commit again (idempotent, but 5 write units), so it is consistent.
 //   - Outcomes: GetOutcome (store.go) is the §2.3 idempotency record; a
 //     stale miss would apply a replayed commit twice.
 //   - Client records: GetClient and the "list client records" Queries of

@@ -13,64 +13,152 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 )
 
-// Small commits without a transaction (issue 23; Options.SmallCommits).
+// Small commits without a transaction (issue 23; the default, off with
+// Options.TransactionalCommits).
 //
 // A commit is small when its log is one item, it has no reference-index
 // writes, moves no backfill checkpoint, raises no writer fence
-// (store.CommitRequest.RaiseFence), its rows and scope copies fit one
-// materialization batch, its partition's log index is off (logindex.go)
-// and the head stays under fastHeadMax bytes with the commit on it. Such
-// a commit is written without TransactWriteItems:
+// (store.CommitRequest.RaiseFence), holds no queue ticket (a queued
+// commit keeps the transaction: its turn is held for 2 waves, not 4),
+// its rows and scope copies fit one materialization batch, its
+// partition's log index is off (logindex.go) and the head stays under
+// fastHeadMax bytes with the commit on it. Commit N = E+1 (E the
+// caller's ExpectedMaxSeq) is then written in four waves:
 //
-//  1. a consistent BatchGetItem of the head, the outcome's key and the
-//     rows the evaluation read with the head (store.RowRead); it is made
-//     after the caller's head read, and the head is where the caller read
-//     it with appliedSeq = maxCommitSeq, so every earlier commit's
-//     outcome and rows were written before this read (the commit that
-//     moved appliedSeq wrote them first). An outcome found is a replay
-//     (§2.3, ErrOutcomeExists); a read row that changed is ErrHeadMoved;
-//  2. one conditional UpdateItem of the head: the commit condition of the
-//     transactional path (maxCommitSeq = appliedSeq = expected, writer
-//     fence, gate token, turn, log index off), no pending commit, and the
-//     rejection count read in 1 unchanged; it sets maxCommitSeq and
-//     carries the commit's log item and outcome item as map attributes
-//     (hPendLog, hPendOutcome) with hPendSeq. This is the commit point:
-//     the commit is durable, gapless and ordered from here on. No commit
-//     lands between 1 and 2 (the condition), so 1's answers still hold;
-//  3. plain writes, in parallel: the outcome and the log item (put if
-//     absent), the rows and scope copies (conditioned on the stored cs,
-//     as a plain batch of a large commit, commit.go);
-//  4. advanceApplied: appliedSeq = seq, the pending attributes removed.
+//  1. one consistent BatchGetItem of the head, N's outcome key, the log
+//     item of E and the rows the evaluation read with the head
+//     (store.RowRead);
+//  2. one conditional UpdateItem of the head, the commit point: mx = E,
+//     E materialized or pending exactly as 1 saw it ("ap = E OR (ap =
+//     E−1 AND ps = E)"), the writer fence and gate token
+//     (commitCondition's), the log index off, PutRejection's count as
+//     1 read it; it sets mx = N, ap = E, and carries N's log item and
+//     outcome item (pl, po) with ps = N;
+//  3. the outcome, row and scope-copy puts, in parallel: the outcome
+//     put-if-absent (or expired, outcomeAbsent), each row and copy
+//     "attribute_not_exists(pk) OR cs <= N";
+//  4. the log item, put-if-absent, after every put of 3 returned.
 //
-// Until 4, appliedSeq < maxCommitSeq, and every reader that depends on
-// rows or the log finishes the commit first from the head (rollForward:
-// completeFast writes 3 again, idempotently, then 4), exactly as it
-// finishes a large commit from its log; ReadLog does so when the log
-// ends before the window does. So a reader never sees part of the commit
-// (§2.1). A writer that stops after 2 leaves the commit to the next
-// request; a writer that resumes late only repeats writes that change
-// nothing (put-if-absent, cs conditions) and a head update whose
-// condition fails.
+// No write moves appliedSeq on its own: commit N+1's commit point marks
+// N applied (ap = N in 2), and readers that need N's rows settle it
+// themselves (settleSmall). A one-op insert is 5 WCU (head, outcome,
+// row, scope copy, log: 1 each, against 10 in the transaction) and
+// 4 RCU (head, outcome key, E's log item, row) for 6 calls in 4 waves
+// (one TransactWriteItems in the transaction).
 //
-// PutRejection's head action counts rejections and requires no pending
-// commit, so a rejection and a commit of one idempotency key cannot both
-// land (§2.3): a rejection before 1 is the outcome 1 finds, one between 1
-// and 2 moves the count 2 checks, one after 2 waits for 4.
+// # Invariants
 //
-// A one-op insert is then 6 WCU (head 1, outcome 1, log 1, row 1, scope
-// copy 1, appliedSeq 1) against 10 in the transaction, for 3 more round
-// trips (the read in 1, the parallel writes of 3, and 4) and about 2 RCU.
+// (P) ps is on the head exactly while the small commit ps = mx is
+// pending: ap = ps−1. 2 sets ps = N with mx = N and ap = E = N−1; an
+// advance of appliedSeq (advanceApplied) removes ps, pl and po in the
+// same update; every other commit point requires ap = mx = E before it
+// and so finds no ps.
+//
+// (M) ap ≥ k implies commit k is materialized: its outcome, rows and
+// scope copies are written (or overwritten by later commits). A
+// transactional commit writes them with its commit point; a large one
+// moves ap when its last batch is written (commit.go); a small commit's
+// ap moves only by 2 of the next commit, by advanceApplied, after its
+// log item was seen (a consistent read found it, or this instance wrote
+// it in 4) or written by settleSmall.
+//
+// (L) A small commit's log item exists only once its outcome, rows and
+// scope copies are written: every writer of it (the committer, or any
+// settleSmall) puts it in 4, after its own puts of 3 returned, each of
+// them successful or refused by a condition that shows the item is
+// already this commit's or a later commit's. Log items never change
+// once written (put-if-absent of the same attributes, from pl).
+//
+// (O) Every commit point requires ap ≥ its seq−1 after it: commits ≤ E−1
+// are materialized (M) before E's commit point, which precedes the
+// caller's read of mx = E, which precedes 1.
+//
+// # Why each guarantee holds
+//
+// Gapless seqs (§2.1): N's seq is taken by 2 alone, conditioned on mx =
+// E; every other commit path moves mx by the same condition. A crash
+// after 2 leaves N on the head (pl, po) and every later reader can
+// write it whole (settleSmall), so no seq is ever lost or skipped; a
+// crash before 2 leaves nothing.
+//
+// Exactly-once outcomes (§2.3). N's key K has no live outcome before 2:
+//   - a commit ≤ E−1 with K wrote its outcome before 1 (O), so 1 reads
+//     it (ErrOutcomeExists);
+//   - commit E's outcome may be written while 1 runs (E small and
+//     pending), so 1 compares E's identity instead: E's log item (read
+//     in 1, or the head's pl when E is pending) names its client and
+//     commit id. 1 proceeds only with E's log item in hand (or E = 0):
+//     when neither the read nor the head has it, one more consistent
+//     GetItem reads it, and a log item gone for good (pruned) sends the
+//     commit the transactional way, whose outcome put is atomic with
+//     its head. A replay of a pending E finishes E first, so the outcome
+//     the engine then reads exists;
+//   - a rejection of K (PutRejection) before 1 is an outcome 1 reads;
+//     one between 1 and 2 moves the count rj that 2 requires unchanged;
+//     one after 2 meets ps on the head and waits for N to be settled
+//     (and then finds N's outcome).
+//
+// Atomic visibility (§2.1): a reader sees all of N or none of it.
+//   - Readers of rows settle a pending N first: GetRows, the push's head
+//     and rows read (touch) and commit 1 overlay N's writes, decoded from
+//     pl or N's log item, on the rows they read (overlayWrites: the row
+//     of every key N writes is N's write, as no commit follows N yet), so
+//     they neither read nor write more; ScanRows, ScanScopedRows,
+//     ListChildren read N's log item consistently (settleSmall) and,
+//     only when it is absent, write N whole before reading rows (L);
+//     Prune, PutRejection, backfills and the transactional commit also
+//     move ap (advanceApplied).
+//   - Commit 1 overlays E's writes from E's log item: its row reads are
+//     unordered against its head read, so a row may predate E's puts
+//     even when the head shows E applied; commits ≤ E−1 are materialized
+//     before 1 starts (O), so E's writes are the only ones a row read of
+//     1 can miss. The overlay makes the read-row check of 1 exact.
+//   - A pull reads N from its log item, which exists only once N is
+//     materialized (L); when the log ends just before N while N is
+//     pending, it reads N from the head (pendingCommit), the same commit
+//     its log item will hold, and writes nothing (readLogCheap).
+//
+// Writer fence: 2 carries commitCondition's fence and gate token, so
+// no commit of a fenced build gets a seq once the fence rises. Writes
+// after 2 (3 and 4, by anyone) are N's own items, derived from N's log
+// body, the same whichever build writes them.
+//
+// A stale writer (one resuming 3 or 4 after others settled N and later
+// commits moved on) changes nothing: its row and copy puts are refused
+// wherever a later commit wrote or deleted the item (a higher cs; a
+// delete leaves a tombstone with its cs), its outcome and log puts find
+// their items (put-if-absent), and it writes no head. The only items it
+// could bring back are ones Prune deleted, which Prune reaches only for
+// commits older than the partition's retention, far beyond a request's
+// deadline (as for the plain batches of a large commit, commit.go).
+// TestSmallCommitCrash and TestSmallCommitStaleWriter cover a crash
+// after each wave and a late writer.
+//
+// Builds from before this order (issue 23's first small commits, off by
+// default there) read the same head attributes: such an instance meeting
+// a pending commit finishes it (completeFast) and moves appliedSeq,
+// which keeps (P) and (M), but it puts the log item beside the rows,
+// not after them, so during a rolling deploy a commit can briefly have
+// its log item before its rows; the next commit's overlay still checks
+// its read rows exactly, and the old instance moves appliedSeq only once
+// its own writes returned.
+//
+// Cost of the order elsewhere: a reader that settles a pending commit by
+// its log item pays one consistent read (bootstrap pages, ListChildren);
+// a transactional commit after a small one first moves appliedSeq (a
+// head read, a log read and 1 WCU; pendingHint saves the refused
+// transaction, which is charged whole); so does PutRejection, rare.
 
-// Head attributes of a small commit being materialized.
+// Head attributes of a small commit on the head.
 const (
-	hPendSeq     = "ps" // N the commit
+	hPendSeq     = "ps" // N the pending commit (= mx)
 	hPendLog     = "pl" // M its log item without the key
 	hPendOutcome = "po" // M its outcome item without the key
 	hRejections  = "rj" // N PutRejection's count
 )
 
 // fastHeadMax bounds the head with a small commit on it: one write unit
-// for the head update and the update that takes the commit off again.
+// for the head update that carries it and the one that replaces it.
 const fastHeadMax = 1000
 
 // errNotFast: the commit goes the transactional way.
@@ -91,19 +179,65 @@ func withoutKey(item map[string]types.AttributeValue) map[string]types.Attribute
 	return out
 }
 
+// pendingSmall reports whether h carries a pending small commit (P).
+func (h *head) pendingSmall() bool {
+	return h.pendSeq > 0 && h.pendSeq == h.MaxCommitSeq && h.applied == h.pendSeq-1 &&
+		h.pendLog != nil && h.pendOutcome != nil
+}
+
+// pendingItems rebuilds the log and outcome items of h's pending small
+// commit from the head.
+func pendingItems(p string, h *head) (logItem, outItem map[string]types.AttributeValue) {
+	seq := h.pendSeq
+	logItem = maps.Clone(h.pendLog)
+	logItem[AttrPK], logItem[AttrSK] = S(logPK(p)), S(chunkSK(seq, 0))
+	client, _ := getS(h.pendLog, lClient)
+	commitID, _ := getS(h.pendLog, lCommit)
+	outItem = maps.Clone(h.pendOutcome)
+	outItem[AttrPK], outItem[AttrSK] = S(outcomePK(p, client)), S(outcomeSK(commitID))
+	return logItem, outItem
+}
+
+// pendingCommit decodes h's pending small commit from the head, as
+// readLog decodes its log item.
+func pendingCommit(p string, h *head) (*store.Commit, *logBody, error) {
+	it, _ := pendingItems(p, h)
+	created, ok1 := getN(it, lCreated)
+	actor, ok2 := getS(it, lActor)
+	client, ok3 := getS(it, lClient)
+	cc, ok4 := getS(it, lCommit)
+	body, ok5 := getB(it, lData)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return nil, nil, fmt.Errorf("dynamostore: pending commit %d is malformed: %w", h.pendSeq, errCorrupt)
+	}
+	lb, err := decodeLogBody(body, h.pendSeq)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dynamostore: pending commit %d: %w", h.pendSeq, err)
+	}
+	c := &store.Commit{Seq: h.pendSeq, CreatedAtMs: created, ActorID: actor, ClientID: client, ClientCommitID: cc,
+		Changes: lb.changes, Reactions: lb.reactions}
+	c.WriterVersion, _ = getN(it, lWriter)
+	return c, lb, nil
+}
+
 // fastCandidate reports whether pc may take the small-commit path
 // (before the head is read).
 func (s *Store) fastCandidate(partition string, req *store.CommitRequest, pc *prepared) bool {
-	return s.small && len(pc.chunks) == 1 && len(pc.refs) == 0 && req.Advance == nil && req.RaiseFence == 0 &&
-		len(pc.rows)+len(pc.index) < txMaxActions && !s.indexOn(partition)
+	return !s.transactional && len(pc.chunks) == 1 && len(pc.refs) == 0 && req.Advance == nil && req.RaiseFence == 0 &&
+		req.Ticket == 0 && len(pc.rows)+len(pc.index) < txMaxActions && !s.indexOn(partition)
 }
 
-// commitFast writes a small commit (steps 1–4 above); errNotFast when the
-// head shows it must go the transactional way.
+// commitFast writes a small commit (waves 1–4 above); errNotFast when
+// what 1 reads shows it must go the transactional way.
 func (s *Store) commitFast(ctx context.Context, partition string, req *store.CommitRequest, pc *prepared) error {
+	e := req.ExpectedMaxSeq
 	rr := readRowChecks(partition, req.ReadRows)
-	okey := Key(outcomePK(partition, req.Commit.ClientID), outcomeSK(req.Commit.ClientCommitID))
-	keys := []map[string]types.AttributeValue{Key(headPK(partition), headSK), okey}
+	hkey := Key(headPK(partition), headSK)
+	opk, osk := outcomePK(partition, req.Commit.ClientID), outcomeSK(req.Commit.ClientCommitID)
+	keys := []map[string]types.AttributeValue{hkey, Key(opk, osk)}
+	if e > 0 {
+		keys = append(keys, Key(logPK(partition), chunkSK(e, 0)))
+	}
 	for _, r := range rr {
 		keys = append(keys, Key(rowPK(partition, r.Table), rowSK(r.RowID)))
 	}
@@ -115,27 +249,26 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 		return err
 	}
 	var (
-		hitem   map[string]types.AttributeValue
-		outcome bool
-		read    = map[rowKey]*store.Row{}
+		hitem, oitem, elog map[string]types.AttributeValue
+		read               = map[rowKey]*store.Row{}
 	)
 	for _, it := range items {
 		pk, _ := getS(it, AttrPK)
 		sk, _ := getS(it, AttrSK)
-		switch {
-		case pk == headPK(partition) && sk == headSK:
+		switch pk {
+		case headPK(partition):
 			hitem = it
-		case pk == outcomePK(partition, req.Commit.ClientID):
-			// An outcome past its idempotency window is absent
-			// (outcomettl.go), as for the transaction's put.
-			outcome = outcomeLive(it, req.Outcome.RecordedAtMs)
+		case opk:
+			oitem = it
+		case logPK(partition):
+			elog = it
 		default:
 			r, err := parseRow(it)
 			if err != nil {
 				return err
 			}
 			for k := range rr {
-				if rowPK(partition, k.table) == pk && k.id == r.RowID {
+				if rowPK(partition, k.table) == pk && rowSK(k.id) == sk {
 					read[k] = r
 				}
 			}
@@ -152,18 +285,68 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 	if err := gateFailure(h.Gate, req); err != nil {
 		return err
 	}
-	if req.Ticket > 0 && h.Turn != req.Ticket-1 {
+	if h.MaxCommitSeq != e {
 		return &store.HeadMovedError{Head: h.Head}
 	}
-	if h.MaxCommitSeq != req.ExpectedMaxSeq {
-		return &store.HeadMovedError{Head: h.Head}
+	pending := h.pendingSmall()
+	if h.indexOn() || !pending && h.applied != e {
+		return errNotFast // the transactional path finishes a large commit first, or writes the index
 	}
-	if outcome {
+	// E's log item: read in 1, else the head's (E pending), else read
+	// once more (1's read may have missed it; absent for good: pruned).
+	var pendLog, pendOut map[string]types.AttributeValue
+	if pending {
+		pendLog, pendOut = pendingItems(partition, &h)
+		if elog == nil {
+			elog = pendLog
+		}
+	}
+	if elog == nil && e > 0 {
+		if elog, err = s.getItem(ctx, "read log before a small commit", logPK(partition), chunkSK(e, 0), nil); err != nil {
+			return err
+		}
+		if elog == nil {
+			return errNotFast
+		}
+	}
+	var prev []store.RowWrite // E's writes
+	if elog != nil {
+		if nc, _ := getN(elog, lChunks); nc != 1 {
+			return errNotFast // E is a large commit: its body is in several items
+		}
+		body, _ := getB(elog, lData)
+		if prev, err = writesOf(e, body); err != nil {
+			return err
+		}
+		client, _ := getS(elog, lClient)
+		commitID, _ := getS(elog, lCommit)
+		if client == req.Commit.ClientID && commitID == req.Commit.ClientCommitID {
+			// E has this commit's key (§2.3). Pending and not logged: E
+			// is recent; write it whole, so the engine reads its
+			// outcome. Else E's outcome was written before its log item;
+			// when 1 did not see it, read it again: absent now, it
+			// expired and was deleted, and the key is free.
+			if pending && !hasLog(items, partition) {
+				if err := s.finishSmall(ctx, partition, e, pendLog, pendOut, body); err != nil {
+					return err
+				}
+				return store.ErrOutcomeExists
+			}
+			if oitem == nil {
+				if oitem, err = s.getItem(ctx, "read push outcome", opk, osk, nil); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if oitem != nil && outcomeLive(oitem, req.Outcome.RecordedAtMs) {
 		return store.ErrOutcomeExists
 	}
-	if h.applied < h.MaxCommitSeq || h.indexOn() {
-		return errNotFast // the transactional path finishes it first, or writes the index
-	}
+	overlayWrites(partition, e, prev, func(k rowKey, r *store.Row) {
+		if _, ok := rr[k]; ok {
+			read[k] = r
+		}
+	})
 	for k, want := range rr {
 		got := read[k]
 		if (got != nil) != want.Present || got != nil && got.CommitSeq != want.CommitSeq {
@@ -171,29 +354,38 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 		}
 	}
 	logAttrs, outAttrs := withoutKey(pc.chunks[0]), withoutKey(pc.outcome)
-	if ItemSize(hitem)+ItemSize(logAttrs)+ItemSize(outAttrs)+3*16 > fastHeadMax {
+	bare := maps.Clone(hitem)
+	delete(bare, hPendSeq)
+	delete(bare, hPendLog)
+	delete(bare, hPendOutcome)
+	if ItemSize(bare)+ItemSize(logAttrs)+ItemSize(outAttrs)+3*16 > fastHeadMax {
 		return errNotFast
+	}
+	if pending && !hasLog(items, partition) {
+		// E is on the head and its log item was not read: write E whole
+		// (L) before 2 marks it applied.
+		body, _ := getB(pendLog, lData)
+		if err := s.finishSmall(ctx, partition, e, pendLog, pendOut, body); err != nil {
+			return err
+		}
 	}
 
 	// 2: the commit point.
 	seq := pc.seq
-	cond, vals := commitCondition(req)
-	cond += " AND " + indexOffCondition + " AND attribute_not_exists(" + hPendSeq + ")"
+	cond, vals := writerCondition(store.WriterCheck{WriterVersion: req.WriterVersion, CheckGate: req.CheckGate, GateToken: req.GateToken})
+	cond = "attribute_exists(pk) AND mx = :e AND (ap = :e OR (ap = :e1 AND " + hPendSeq + " = :e)) AND " + cond +
+		" AND " + indexOffCondition
+	vals[":e"], vals[":e1"] = N(e), N(e-1)
 	if h.rejections == 0 {
 		cond += " AND attribute_not_exists(" + hRejections + ")"
 	} else {
 		cond += " AND " + hRejections + " = :rj"
 		vals[":rj"] = N(h.rejections)
 	}
-	update := "SET mx = :n, " + hPendSeq + " = :n, " + hPendLog + " = :pl, " + hPendOutcome + " = :po"
+	update := "SET mx = :n, ap = :e, " + hPendSeq + " = :n, " + hPendLog + " = :pl, " + hPendOutcome + " = :po"
 	vals[":n"], vals[":pl"], vals[":po"] = N(seq), &types.AttributeValueMemberM{Value: logAttrs}, &types.AttributeValueMemberM{Value: outAttrs}
-	if req.Ticket > 0 {
-		cond += " AND " + turnCondition(req.Ticket-1)
-		update += ", tn = :t, tt = :at, tg = :gap"
-		vals[":tp"], vals[":t"], vals[":at"], vals[":gap"] = N(req.Ticket-1), N(req.Ticket), N(req.TurnAtUs), N(req.TurnGapUs)
-	}
 	_, err = s.updateItem(ctx, "small commit", &dynamodb.UpdateItemInput{
-		Key:                                 Key(headPK(partition), headSK),
+		Key:                                 hkey,
 		UpdateExpression:                    aws.String(update),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeValues:           vals,
@@ -219,15 +411,77 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 		}
 	}
 	// 3 and 4. The commit is durable: a failure here leaves it to the
-	// next reader (rollForward), so only the hook's error is reported.
-	_ = s.completeFast(ctx, partition, seq, pc.chunks[0], pc.outcome, pc.body)
+	// next reader or commit (settleSmall), so only a hook's error is
+	// reported.
+	if err := s.finishSmall(ctx, partition, seq, pc.chunks[0], pc.outcome, pc.body); errors.Is(err, errInjected) {
+		return err
+	}
 	return nil
 }
 
-// completeFast writes small commit seq's outcome, log item, rows and
-// scope copies (each idempotent: put-if-absent, or conditioned on the
-// stored cs), then advances appliedSeq and takes the commit off the head.
-func (s *Store) completeFast(ctx context.Context, p string, seq int64, logItem, outItem map[string]types.AttributeValue, body []byte) error {
+// hasLog reports whether items (1's answer) hold a log item.
+func hasLog(items []map[string]types.AttributeValue, p string) bool {
+	for _, it := range items {
+		if pk, _ := getS(it, AttrPK); pk == logPK(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// errInjected wraps a test hook's error (Options.AfterSmallWrites).
+var errInjected = errors.New("dynamostore: injected")
+
+// writesOf decodes commit seq's row writes (the last write of each row)
+// from its log body.
+func writesOf(seq int64, body []byte) ([]store.RowWrite, error) {
+	lb, err := decodeLogBody(body, seq)
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: log item %d: %w", seq, err)
+	}
+	rows, err := lb.materialization(seq)
+	if err != nil {
+		return nil, fmt.Errorf("dynamostore: log item %d: %w", seq, err)
+	}
+	return dedupeRows(rows), nil
+}
+
+// overlayWrites hands fn each row (or tombstone) commit seq writes, as
+// its row item reads once written: the state of that row after seq.
+func overlayWrites(p string, seq int64, writes []store.RowWrite, fn func(rowKey, *store.Row)) {
+	for i := range writes {
+		r, err := parseRow(rowItem(p, seq, &writes[i]))
+		if err != nil {
+			continue // rowItem always builds a well-formed item
+		}
+		fn(rowKey{writes[i].Table, writes[i].Row.RowID}, r)
+	}
+}
+
+// overlayPending puts h's pending small commit's writes to rows of table
+// over rows (keyed by rowId; only the ids in want).
+func overlayPending(p string, h *head, table string, want map[string]bool, rows map[string]*store.Row) error {
+	body, ok := getB(h.pendLog, lData)
+	if !ok {
+		return fmt.Errorf("dynamostore: pending commit %d has no body: %w", h.pendSeq, errCorrupt)
+	}
+	writes, err := writesOf(h.pendSeq, body)
+	if err != nil {
+		return err
+	}
+	overlayWrites(p, h.pendSeq, writes, func(k rowKey, r *store.Row) {
+		if k.table == table && want[k.id] {
+			rows[k.id] = r
+		}
+	})
+	return nil
+}
+
+// finishSmall writes small commit seq's outcome, rows and scope copies
+// (3: each idempotent, put-if-absent or conditioned on the stored cs),
+// then, once all of them returned, its log item (4). It moves no head
+// attribute.
+func (s *Store) finishSmall(ctx context.Context, p string, seq int64, logItem, outItem map[string]types.AttributeValue, body []byte) error {
 	lb, err := decodeLogBody(body, seq)
 	if err != nil {
 		return fmt.Errorf("dynamostore: pending commit %d: %w", seq, err)
@@ -247,38 +501,93 @@ func (s *Store) completeFast(ctx context.Context, p string, seq int64, logItem, 
 	}
 	at, _ := getN(outItem, oAt)
 	ocond, onames, ovals := outcomeAbsent(at)
-	ws := []write{{outItem, ocond, onames, ovals}, {logItem, "attribute_not_exists(pk)", nil, nil}}
+	ws := []write{{outItem, ocond, onames, ovals}}
 	for _, a := range acts {
 		ws = append(ws, write{a.w.Put.Item, "attribute_not_exists(pk) OR cs <= :s", nil, map[string]types.AttributeValue{":s": N(seq)}})
 	}
 	err = fanOut(plainConcurrency, ws, func(w write) error {
 		err := s.putItemNamed(ctx, "materialize small commit", w.item, w.cond, w.names, w.vals)
 		if isConditionFailed(err) {
-			return nil // written before (this commit's), or a later commit's row
+			return nil // written before (this commit's), or a later commit's
 		}
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	if s.afterSmallWrites != nil {
+		if err := s.afterSmallWrites(); err != nil {
+			return fmt.Errorf("%w: %w", errInjected, err)
+		}
+	}
+	err = s.putItem(ctx, "log small commit", logItem, "attribute_not_exists(pk)", nil)
+	if isConditionFailed(err) {
+		return nil // another writer of this commit logged it (L)
+	}
+	return err
+}
+
+// settleSmall makes h's pending small commit materialized: one
+// consistent read of its log item, and only when it is absent, the
+// commit written whole from the head (finishSmall). With advance,
+// appliedSeq then moves to it (advanceApplied, which also takes it off
+// the head), for callers whose own writes require ap = mx.
+func (s *Store) settleSmall(ctx context.Context, p string, h *head, advance bool) error {
+	seq := h.pendSeq
+	got, err := s.getItem(ctx, "read pending commit's log", logPK(p), chunkSK(seq, 0), nil)
+	if err != nil {
+		return err
+	}
+	if got == nil {
+		logItem, outItem := pendingItems(p, h)
+		body, ok := getB(h.pendLog, lData)
+		if !ok {
+			return fmt.Errorf("dynamostore: pending commit %d has no body: %w", seq, errCorrupt)
+		}
+		if err := s.finishSmall(ctx, p, seq, logItem, outItem, body); err != nil {
+			return err
+		}
+	}
+	if !advance {
+		return nil
+	}
 	return s.advanceApplied(ctx, p, seq)
 }
 
-// rollForwardFast finishes the small commit h carries; false when h
-// carries none at seq.
+// settle makes every commit up to h's maxCommitSeq readable from the row
+// items before a reader reads them: a pending small commit by
+// settleSmall without moving ap, anything else by rollForward.
+func (s *Store) settle(ctx context.Context, p string, h head) error {
+	if h.applied >= h.MaxCommitSeq {
+		return nil
+	}
+	if h.pendingSmall() {
+		return s.settleSmall(ctx, p, &h, false)
+	}
+	return s.rollForward(ctx, p, h)
+}
+
+// settleHinted settles and advances the small commit this Store last
+// saw pending on p's head (pendingHint; only at seq when seq > 0), read
+// again from the head as it is now, before a transaction whose head
+// condition (appliedSeq = maxCommitSeq) would refuse it and be charged
+// whole.
+func (s *Store) settleHinted(ctx context.Context, p string, seq int64) error {
+	if hint := s.pendingHint(p); hint == 0 || seq > 0 && hint != seq {
+		return nil
+	}
+	h, ok, err := s.readHead(ctx, p)
+	if err != nil || !ok || !h.pendingSmall() || seq > 0 && h.pendSeq != seq {
+		return err
+	}
+	return s.settleSmall(ctx, p, &h, true)
+}
+
+// rollForwardFast settles and advances the small commit h carries;
+// false when h carries none at seq.
 func (s *Store) rollForwardFast(ctx context.Context, p string, h *head, seq int64) (bool, error) {
 	if h.pendSeq != seq || h.pendLog == nil || h.pendOutcome == nil {
 		return false, nil
 	}
-	logItem := maps.Clone(h.pendLog)
-	logItem[AttrPK], logItem[AttrSK] = S(logPK(p)), S(chunkSK(seq, 0))
-	client, _ := getS(h.pendLog, lClient)
-	commitID, _ := getS(h.pendLog, lCommit)
-	outItem := maps.Clone(h.pendOutcome)
-	outItem[AttrPK], outItem[AttrSK] = S(outcomePK(p, client)), S(outcomeSK(commitID))
-	body, ok := getB(h.pendLog, lData)
-	if !ok {
-		return false, fmt.Errorf("dynamostore: pending commit %d has no body: %w", seq, errCorrupt)
-	}
-	return true, s.completeFast(ctx, p, seq, logItem, outItem, body)
+	return true, s.settleSmall(ctx, p, h, true)
 }

@@ -123,6 +123,7 @@ func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store
 		return 0, nil
 	}
 	n := len(reqs)
+	settled := false
 	for n > 1 {
 		indexed := s.indexOn(partition)
 		items, owner, fit, err := s.groupItems(partition, reqs[:n], indexed)
@@ -141,11 +142,20 @@ func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store
 		if codes == nil {
 			return 0, wrap("append commit group", err)
 		}
-		if !indexed && codes[0] == "ConditionalCheckFailed" && olds[0] != nil {
+		if codes[0] == "ConditionalCheckFailed" && olds[0] != nil {
 			if h, perr := parseHead(olds[0]); perr == nil {
 				s.noteIndex(partition, h)
-				if h.indexOn() {
+				if !indexed && h.indexOn() {
 					continue // the same group with its log-index entries
+				}
+				if h.MaxCommitSeq == reqs[0].ExpectedMaxSeq && h.pendingSmall() && !settled {
+					// The head's last commit is a small one (fast.go):
+					// settle it, move appliedSeq, and try the group again.
+					settled = true
+					if err := s.rollForward(ctx, partition, h); err != nil {
+						return 0, err
+					}
+					continue
 				}
 			}
 		}

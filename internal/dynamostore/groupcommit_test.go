@@ -40,12 +40,11 @@ func (c *groupCounter) CommitGroup(ctx context.Context, partition string, reqs [
 // (§2.1), and the seq each client was answered is the seq its commit
 // has in the log; the unauthorized writer's commits are all rejected
 // (§3.4) and write nothing, however they interleave with grouped ones.
-// With Options.SmallCommits, commits landing alone may take the
-// small-commit path between groups (fast.go), and groups stay one
-// transaction.
+// By default commits landing alone may take the small-commit path
+// between groups (fast.go), and groups stay one transaction.
 func TestGroupCommit(t *testing.T) {
-	t.Run("transactions", func(t *testing.T) { groupCommit(t, dynamostore.Options{}) })
-	t.Run("small commits", func(t *testing.T) { groupCommit(t, dynamostore.Options{SmallCommits: true}) })
+	t.Run("transactions", func(t *testing.T) { groupCommit(t, dynamostore.Options{TransactionalCommits: true}) })
+	t.Run("small commits", func(t *testing.T) { groupCommit(t, dynamostore.Options{}) })
 }
 
 func groupCommit(t *testing.T, opts dynamostore.Options) {

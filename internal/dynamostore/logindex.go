@@ -100,9 +100,13 @@ func (h head) indexOn() bool { return h.indexFrom > 0 || h.indexRequested }
 type indexState struct {
 	mu sync.Mutex
 	on map[string]bool
+	// pending: the seq of the small commit pending on the head last read
+	// (fast.go), for partitions where it was; a hint only.
+	pending map[string]int64
 }
 
-// noteIndex records the log-index state of a head just read.
+// noteIndex records the log-index state of a head just read, and
+// whether it showed a small commit pending.
 func (s *Store) noteIndex(p string, h head) {
 	s.index.mu.Lock()
 	defer s.index.mu.Unlock()
@@ -110,6 +114,22 @@ func (s *Store) noteIndex(p string, h head) {
 		s.index.on = make(map[string]bool)
 	}
 	s.index.on[p] = h.indexOn()
+	if h.pendingSmall() {
+		if s.index.pending == nil || len(s.index.pending) >= indexMemoryMax {
+			s.index.pending = make(map[string]int64)
+		}
+		s.index.pending[p] = h.pendSeq
+	} else {
+		delete(s.index.pending, p)
+	}
+}
+
+// pendingHint is the seq of the small commit this Store last saw pending
+// on p's head (0: none).
+func (s *Store) pendingHint(p string) int64 {
+	s.index.mu.Lock()
+	defer s.index.mu.Unlock()
+	return s.index.pending[p]
 }
 
 // indexOn is this Store's memory of p's log index: false when it has

@@ -150,7 +150,7 @@ func TestTicketFirstFailurePassesTurn(t *testing.T) {
 // with its rows, the commit), not 3 (ticket, read, commit) for as long as
 // it keeps committing within the queue's active window.
 func TestLoneWriterLeavesTheQueue(t *testing.T) {
-	s, h := queueHarness(t)
+	s, h := queueHarnessWith(t, dynamostore.Options{TransactionalCommits: true}) // round trips of the transaction
 	c := h.Client("q", "alice", "w")
 	// queueSeen ends with this instance's own queued commit, right after
 	// another instance's turn.

@@ -92,6 +92,17 @@ func (s *Store) getRows(ctx context.Context, partition, table string, rowIDs []s
 	if err != nil {
 		return nil, nil, err
 	}
+	if h != nil {
+		s.noteIndex(partition, *h)
+	}
+	if h != nil && h.pendingSmall() {
+		// A small commit not settled yet (fast.go): its writes, from the
+		// head, are the rows' state after it; nothing more is read.
+		if err := overlayPending(partition, h, table, wanted(rowIDs), out); err != nil {
+			return nil, nil, err
+		}
+		h.applied = h.MaxCommitSeq
+	}
 	if h != nil && h.applied < h.MaxCommitSeq {
 		if err := s.rollForward(ctx, partition, *h); err != nil {
 			return nil, nil, err
@@ -128,14 +139,24 @@ func rowKeysOf(p, table string, rowIDs []string) []map[string]types.AttributeVal
 	return keys
 }
 
-// ensureApplied reads the head and finishes an unmaterialized commit, so
-// a following row read reflects every commit up to the head.
+// wanted is the set of ids.
+func wanted(ids []string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+// ensureApplied reads the head and settles an unmaterialized commit, so
+// a following row read reflects every commit up to the head (a pending
+// small commit costs one read of its log item, fast.go).
 func (s *Store) ensureApplied(ctx context.Context, p string) error {
 	h, ok, err := s.readHead(ctx, p)
-	if err != nil || !ok || h.applied >= h.MaxCommitSeq {
+	if err != nil || !ok {
 		return err
 	}
-	return s.rollForward(ctx, p, h)
+	return s.settle(ctx, p, h)
 }
 
 // ScanRows implements store.Store: one consistent Query on the table's
@@ -268,12 +289,19 @@ func (s *Store) readLogCheap(ctx context.Context, p string, afterSeq, throughSeq
 	if err := s.readLogAt(ctx, p, next-1, throughSeq, true, track); err != nil || stopped || next > throughSeq {
 		return err
 	}
-	// The log ends before the window: the window's last commits may be
-	// small commits still on the head (fast.go), whose log items are
-	// written after the head. Finish them, then read the rest.
+	// The log ends before the window: the window's last commit may be a
+	// small commit still on the head (fast.go), whose log item is
+	// written after its rows. It is durable on the head as it will be in
+	// its log item: hand it on from there, writing nothing. Anything
+	// else missing is finished first, then read.
 	h, ok, err := s.readHead(ctx, p)
 	if err != nil || !ok || h.applied >= h.MaxCommitSeq || h.MaxCommitSeq < next {
 		return err
+	}
+	if h.pendingSmall() && next == h.pendSeq {
+		c, lb, err := pendingCommit(p, &h)
+		fn(c, lb, err)
+		return nil
 	}
 	if err := s.rollForward(ctx, p, h); err != nil {
 		return err
@@ -449,12 +477,15 @@ func (s *Store) Prune(ctx context.Context, partition string, horizonSeq int64) (
 		if err != nil || !ok {
 			return 0, err
 		}
-		if h.applied < h.MaxCommitSeq {
+		target, indexFrom = min(horizonSeq, h.MaxCommitSeq), h.indexFrom
+		if h.applied < target {
+			// Only a horizon past appliedSeq needs the commits above it
+			// finished (the usual horizon, §4.6's newest 1,000 commits
+			// below the head, does not touch a pending small commit).
 			if err := s.rollForward(ctx, partition, h); err != nil {
 				return 0, err
 			}
 		}
-		target, indexFrom = min(horizonSeq, h.MaxCommitSeq), h.indexFrom
 		if target <= h.HorizonSeq {
 			return 0, nil
 		}

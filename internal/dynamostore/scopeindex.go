@@ -123,10 +123,8 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable s
 	if err != nil || !ok {
 		return err
 	}
-	if h.applied < h.MaxCommitSeq {
-		if err := s.rollForward(ctx, partition, h); err != nil {
-			return err
-		}
+	if err := s.settle(ctx, partition, h); err != nil {
+		return err
 	}
 	vals := slices.Clone(values)
 	slices.Sort(vals)

@@ -41,18 +41,23 @@ type Options struct {
 	// issue 20). The writer fence, not the marker, stops a stale writer
 	// (schema.go, "cached marker").
 	MarkerTTL time.Duration
-	// SmallCommits writes small commits without a transaction (fast.go):
-	// 6 WCU instead of 10 for a 1-op push, for 8 DynamoDB calls in 5
-	// waves instead of 2. Off by default: a partition under contention
-	// would have its next writer finish the previous small commit again.
-	SmallCommits bool
+	// TransactionalCommits writes every commit in one transaction, as
+	// before issue 23, instead of writing small commits without one
+	// (fast.go: a 1-op push is 5 WCU in 4 waves instead of 10 in 2).
+	// SYNC_SMALL_COMMITS=off sets it.
+	TransactionalCommits bool
+	// AfterSmallWrites, when set, runs after a small commit's outcome,
+	// row and scope-copy puts and before its log item's (fast.go); a
+	// non-nil error aborts Commit there (crash injection for tests).
+	AfterSmallWrites func() error
 	// IndexNewPartitions creates partitions with the log index on
 	// (logindex.go) instead of waiting for a pull to show they are wide:
 	// for deployments whose partitions are known to be wide, and tests.
 	IndexNewPartitions bool
 	// AfterLogWrite, when set, runs after a large commit's log transaction
-	// and before its rows are materialized; a non-nil error aborts Commit
-	// there (crash injection for tests).
+	// and before its rows are materialized, and after a small commit's
+	// head update and before its puts (fast.go); a non-nil error aborts
+	// Commit there (crash injection for tests).
 	AfterLogWrite func() error
 	// OutcomeTTL is the idempotency window of push outcomes (§2.3;
 	// outcomettl.go). Zero or negative keeps outcomes forever (no TTL
@@ -63,17 +68,18 @@ type Options struct {
 
 // Store implements store.Store on one DynamoDB table.
 type Store struct {
-	db        *dynamodb.Client
-	table     *string
-	refreshMs int64
-	retry     RetryPolicy
-	scanPage  int32
-	logPage   int32
-	afterLog  func() error
-	indexNew  bool
-	small     bool
-	marker    markerCache
-	index     indexState
+	db               *dynamodb.Client
+	table            *string
+	refreshMs        int64
+	retry            RetryPolicy
+	scanPage         int32
+	logPage          int32
+	afterLog         func() error
+	indexNew         bool
+	transactional    bool
+	afterSmallWrites func() error
+	marker           markerCache
+	index            indexState
 	// outcomeWindow is the idempotency window of outcomes (outcomettl.go).
 	outcomeWindow time.Duration
 }
@@ -84,15 +90,16 @@ var _ store.Store = (*Store)(nil)
 // template).
 func New(client *dynamodb.Client, table string, opts Options) *Store {
 	s := &Store{
-		db:        client,
-		table:     aws.String(table),
-		refreshMs: opts.LastSeenRefresh.Milliseconds(),
-		retry:     opts.Retry.withDefaults(),
-		scanPage:  opts.ScanPageSize,
-		logPage:   opts.LogPageSize,
-		afterLog:  opts.AfterLogWrite,
-		indexNew:  opts.IndexNewPartitions,
-		small:     opts.SmallCommits,
+		db:               client,
+		table:            aws.String(table),
+		refreshMs:        opts.LastSeenRefresh.Milliseconds(),
+		retry:            opts.Retry.withDefaults(),
+		scanPage:         opts.ScanPageSize,
+		logPage:          opts.LogPageSize,
+		afterLog:         opts.AfterLogWrite,
+		indexNew:         opts.IndexNewPartitions,
+		transactional:    opts.TransactionalCommits,
+		afterSmallWrites: opts.AfterSmallWrites,
 	}
 	s.outcomeWindow = max(opts.OutcomeTTL, 0)
 	s.marker.init(opts.MarkerTTL)
@@ -136,8 +143,8 @@ type head struct {
 	rollPlan             string
 	// pendSeq, pendLog, pendOutcome: a small commit written by its head
 	// update alone, its log and outcome items carried on the head until
-	// it is materialized (fast.go); rejections counts PutRejection's
-	// head updates.
+	// the next commit or an advance of appliedSeq marks it applied
+	// (fast.go); rejections counts PutRejection's head updates.
 	pendSeq              int64
 	pendLog, pendOutcome map[string]types.AttributeValue
 	rejections           int64
@@ -224,8 +231,9 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 
 // TouchPartitionRows implements store.CommitQueue: the rows ride on
 // TouchPartition's BatchGetItem. They are returned (ok) when the head
-// existed and had no unmaterialized commit; otherwise the caller reads
-// them with GetRows.
+// existed and had no unmaterialized commit but a small one, whose
+// writes the head carries and which are put over the rows read
+// (fast.go); otherwise the caller reads them with GetRows.
 func (s *Store) TouchPartitionRows(ctx context.Context, partition string, nowMs int64, newEpoch, table string, rowIDs []string) (store.Head, map[string]*store.Row, bool, error) {
 	return s.touch(ctx, partition, nowMs, newEpoch, table, rowIDs)
 }
@@ -255,10 +263,16 @@ func (s *Store) touch(ctx context.Context, partition string, nowMs int64, newEpo
 				return store.Head{}, nil, false, err
 			}
 		}
-		if rowKeys != nil && ok && h.applied == h.MaxCommitSeq {
+		if rowKeys != nil && ok && (h.applied == h.MaxCommitSeq || h.pendingSmall()) {
 			rows = make(map[string]*store.Row, len(read))
 			for _, r := range read {
 				rows[r.RowID] = r
+			}
+			if h.pendingSmall() {
+				// The rows after the small commit on the head (fast.go).
+				if err := overlayPending(partition, &h, table, wanted(rowIDs), rows); err != nil {
+					return store.Head{}, nil, false, err
+				}
 			}
 		}
 		rowKeys = nil // a retry reads the head only
@@ -501,9 +515,9 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 		return fmt.Errorf("dynamostore: rejection outcome of %d bytes: %w", ItemSize(item), store.ErrTooLarge)
 	}
 	cond, vals := writerCondition(w)
-	// The head action also counts the rejection and requires no small
-	// commit on the head: a small commit of the same key then cannot land
-	// beside it (fast.go).
+	// The head action also counts the rejection and requires no pending
+	// small commit on the head (ps): a small commit of the same key then
+	// cannot land beside it (fast.go).
 	cond += " AND attribute_not_exists(" + hPendSeq + ")"
 	vals[":z"], vals[":one"] = N(0), N(1)
 	ocond, onames, ovals := outcomeAbsent(o.RecordedAtMs)
@@ -523,6 +537,9 @@ func (s *Store) PutRejection(ctx context.Context, partition, clientID, clientCom
 			ExpressionAttributeValues:           vals,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}}},
+	}
+	if err := s.settleHinted(ctx, partition, 0); err != nil {
+		return err
 	}
 	for attempt := 0; ; attempt++ {
 		err := s.putRejection(ctx, partition, items, w)

@@ -82,7 +82,7 @@ func TestRetriesThenRateLimited(t *testing.T) {
 	c, f := newFaultClient(t)
 	table := newTable(t, ddbClient(t))
 	policy := dynamostore.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}
-	s := dynamostore.New(c, table, dynamostore.Options{Retry: policy})
+	s := dynamostore.New(c, table, dynamostore.Options{Retry: policy, TransactionalCommits: true}) // the transaction's conflicts
 	ctx := context.Background()
 	p := "throttle"
 

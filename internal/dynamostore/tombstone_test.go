@@ -178,9 +178,11 @@ func TestPruneDoesNotScanRows(t *testing.T) {
 	u := usage.Snapshot()
 	t.Logf("prune of 2 commits, 1 tombstone: %d round trips, est %.1f RCU / %.1f WCU", u.RoundTrips, u.EstRCU, u.EstWCU)
 	// Head read, horizon update, one log query, one tombstone delete, one
-	// batch delete of the log items.
-	if u.RoundTrips > 5 || u.EstRCU > 4 {
-		t.Errorf("Prune cost %d round trips / %.1f RCU; want ≤ 5 / ≤ 4 (no row scan)", u.RoundTrips, u.EstRCU)
+	// batch delete of the log items; and, since the horizon reaches the
+	// head's last commit, a small one still pending (fast.go), the read
+	// of its log item and the update marking it applied.
+	if u.RoundTrips > 7 || u.EstRCU > 5 {
+		t.Errorf("Prune cost %d round trips / %.1f RCU; want ≤ 7 / ≤ 5 (no row scan)", u.RoundTrips, u.EstRCU)
 	}
 	m, err := s.GetRows(ctx, p, "tasks", []string{"bulk0500", "bulk0007", "bulk0501"})
 	if err != nil || len(m) != 2 || m["bulk0500"] != nil || m["bulk0007"].Version != 2 {

@@ -61,7 +61,7 @@ func awsDeps(ctx context.Context, cfg *config.Config, o options, sch *schema.Sch
 				so.BaseEndpoint = aws.String(cfg.DynamoDBEndpoint)
 			})}
 		}
-		d.Store = dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL})
+		d.Store = dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL, TransactionalCommits: !cfg.SmallCommits})
 		d.Grants, d.PKAttr, d.SKAttr = clients.DynamoDB, dynamostore.AttrPK, dynamostore.AttrSK
 		d.Meter = app.DynamoMeter
 	}

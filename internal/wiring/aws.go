@@ -90,7 +90,7 @@ func AWSDeps(ctx context.Context, cfg *config.Config, logger *slog.Logger, sch *
 		Blobs:         bs,
 		BlobPresigner: bs,
 		Schema:        sch,
-		Store:         dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL}),
+		Store:         dynamostore.New(clients.DynamoDB, cfg.TableName, dynamostore.Options{OutcomeTTL: cfg.OutcomeTTL, TransactionalCommits: !cfg.SmallCommits}),
 		Segments:      segs,
 		Presigner:     segs,
 		Grants:        clients.DynamoDB,
