@@ -228,7 +228,7 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 // scope copies (each idempotent: put-if-absent, or conditioned on the
 // stored cs), then advances appliedSeq and takes the commit off the head.
 func (s *Store) completeFast(ctx context.Context, p string, seq int64, logItem, outItem map[string]types.AttributeValue, body []byte) error {
-	lb, err := decodeLogBody(body, seq)
+	lb, err := s.decodeLog(body, seq)
 	if err != nil {
 		return fmt.Errorf("dynamostore: pending commit %d: %w", seq, err)
 	}

@@ -59,6 +59,11 @@ type Options struct {
 	// attribute, as before issue 20); the functions pass SYNC_OUTCOME_TTL
 	// (default store.DefaultOutcomeWindow).
 	OutcomeTTL time.Duration
+	// BeforeFormat, when positive, makes this Store stand for a build from
+	// before the stored format of that store-format level (formats.go):
+	// it neither decodes nor writes the formats of that level or above.
+	// Tests only (an older build serving beside this one during a deploy).
+	BeforeFormat int64
 }
 
 // Store implements store.Store on one DynamoDB table.
@@ -73,6 +78,9 @@ type Store struct {
 	indexNew  bool
 	small     bool
 	marker    markerCache
+	// readLevel is the highest store-format level this Store decodes
+	// (formats.go): FormatLevel, lower with Options.BeforeFormat.
+	readLevel int64
 	index     indexState
 	// outcomeWindow is the idempotency window of outcomes (outcomettl.go).
 	outcomeWindow time.Duration
@@ -93,6 +101,10 @@ func New(client *dynamodb.Client, table string, opts Options) *Store {
 		afterLog:  opts.AfterLogWrite,
 		indexNew:  opts.IndexNewPartitions,
 		small:     opts.SmallCommits,
+		readLevel: FormatLevel,
+	}
+	if opts.BeforeFormat > 0 {
+		s.readLevel = min(s.readLevel, opts.BeforeFormat-1)
 	}
 	s.outcomeWindow = max(opts.OutcomeTTL, 0)
 	s.marker.init(opts.MarkerTTL)
