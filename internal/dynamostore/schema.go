@@ -21,7 +21,7 @@ import (
 // Rolling schema upgrades (store.SchemaStore). Items:
 //
 //	item            pk          sk          attributes
-//	schema marker   SYS         SCHEMA      v (N)
+//	schema marker   SYS         SCHEMA      v (N), fl (N, the store-format level, formats.go)
 //	checkpoint      P#<p>#K     K<name>     sv st src wm cur oe obs upd
 //
 // and three head attributes: rwv (N, the writer fence), pcs (SS, pending

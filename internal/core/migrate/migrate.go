@@ -9,7 +9,8 @@
 // older build cannot read raises that partition's writer fence in the
 // same transaction (engine readerFloor), and a checkpoint declaration
 // raises its partition's fence with the declaration. A step without
-// checkpoints is therefore O(1) in partitions (one marker update), and
+// checkpoints is therefore O(1) in partitions (the marker bump and, on a
+// store with a store-format level, the level raise: FormatLeveler), and
 // an older build serves every partition nothing newer was written to,
 // during the traffic shift and after a rollback.
 package migrate
