@@ -118,6 +118,12 @@ type Config struct {
 	S3Endpoint       string
 	S3PathStyle      bool
 
+	// Forward lets a build the serve gate refuses answer through a newer
+	// build of its function (app.Forwarder); LambdaEndpoint overrides the
+	// Lambda API endpoint it invokes (the emulator in tests).
+	Forward        bool
+	LambdaEndpoint string
+
 	// The realtime tier (cmd/syncular-realtime, docs/REALTIME.md).
 	RealtimeAddr string // <mount>/realtime and /healthz
 	HintAddr     string // /internal/hints and /internal/presence
@@ -184,6 +190,8 @@ var Vars = []Var{
 	{"SYNC_DYNAMODB_ENDPOINT", "empty", "DynamoDB endpoint override (DynamoDB Local for `sam local`)."},
 	{"SYNC_S3_ENDPOINT", "empty", "S3 endpoint override (a local S3 API server)."},
 	{"SYNC_S3_PATH_STYLE", "`false`", "Path-style S3 addressing (needed by most local S3 servers)."},
+	{"SYNC_FORWARD", "`on`", "`on`: during a rolling schema upgrade (and after its rollback) a function version that a partition's writer fence refuses hands the request to the newest version of the same function past the fence (one synchronous `lambda:Invoke` of that version with the unchanged event) and relays its answer instead of answering `sync.schema_not_ready`; each published version records itself in the table's build registry at cold start (docs/OPERATIONS.md, Rolling schema upgrades). `off`: refuse (retryable). Needs `AWS_LAMBDA_FUNCTION_VERSION` to be a published version (never `$LATEST`). Template parameter `ForwardRefusedRequests`."},
+	{"SYNC_LAMBDA_ENDPOINT", "empty", "Lambda API endpoint override for forwarding (the Lambda emulator in tests)."},
 	{"SYNC_REALTIME_ADDR", "`:8080`", "Realtime tier (`cmd/syncular-realtime`): listen address of `<mount>/realtime` (the §8 WebSocket) and `GET /healthz` (the load balancer's health check)."},
 	{"SYNC_HINT_ADDR", "`:8081`", "Realtime tier: listen address of `POST /internal/hints` and `POST /internal/presence` (reachable only from the fanout function and the other tier tasks)."},
 	{"SYNC_HINT_ADVERTISE", "the task's private IP from the ECS task metadata endpoint v4 and the port of SYNC_HINT_ADDR", "Realtime tier: base URL (`http://host:port`) the instance registers for the fanout function and its peers."},
@@ -259,6 +267,8 @@ func Load(getenv func(string) string) (*Config, error) {
 		DynamoDBEndpoint: l.endpoint("SYNC_DYNAMODB_ENDPOINT"),
 		S3Endpoint:       l.endpoint("SYNC_S3_ENDPOINT"),
 		S3PathStyle:      l.boolean("SYNC_S3_PATH_STYLE"),
+		Forward:          l.oneOf("SYNC_FORWARD", "on", "on", "off") == "on",
+		LambdaEndpoint:   l.endpoint("SYNC_LAMBDA_ENDPOINT"),
 
 		RealtimeAddr:          l.str("SYNC_REALTIME_ADDR", ":8080"),
 		HintAddr:              l.str("SYNC_HINT_ADDR", ":8081"),

@@ -479,6 +479,15 @@
 // it activated: queued commits wait behind it rather than landing
 // between its check and its write.
 //
+// The build registry (builds.go, BLD#<function>/S<schema>) names, per
+// function and schema version, the function version serving it. Each
+// published version of a sync function writes its item once per cold
+// start (a conditional put, nothing when it is there already); only a
+// build its gate refused reads it (one Query of at most one item, cached
+// 5 s per instance, app.Forwarder), to forward the request to the newest
+// version past the fence. No request of a partition that is not fenced
+// touches it.
+//
 // # Operator paths
 //
 // Operator jobs enumerate partitions from the partition registry

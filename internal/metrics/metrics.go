@@ -89,6 +89,7 @@ var (
 	ServerErrors    = Metric{"serverErrors", Count, byFunction, "Requests answered with a 5xx status."}
 	RateLimited     = Metric{"rateLimited", Count, byFunction, "Requests that ended with sync.rate_limited (HTTP 429 or in-band)."}
 	SchemaNotReady  = Metric{"schemaNotReady", Count, byFunction, "Requests refused with sync.schema_not_ready (HTTP 503, retryable) during a rolling schema upgrade; not serverErrors."}
+	Forwarded       = Metric{"forwarded", Count, byFunction, "Requests the serve gate refused that a newer build of the function answered instead (forwarded during a rolling schema upgrade or after its rollback)."}
 	SoftTimeouts    = Metric{"softTimeouts", Count, byFunction, "Requests stopped by the soft deadline before the function timeout."}
 	Duration        = Metric{"ms", None, byFunction, "Milliseconds serving the request (engine and storage); its SampleCount is the number of requests."}
 	CommitsApplied  = Metric{"applied", None, byFunction, "Pushed commits newly applied."}
@@ -126,7 +127,7 @@ const FunctionGateway = "gateway"
 
 // Catalogue lists every metric the code emits.
 var Catalogue = []Metric{
-	ServerErrors, RateLimited, SchemaNotReady, SoftTimeouts, Duration,
+	ServerErrors, RateLimited, SchemaNotReady, Forwarded, SoftTimeouts, Duration,
 	CommitsApplied, CommitRacesLost, CommitsSent, RowsScanned, RowsDelivered,
 	GroupCarried, GroupLeftOut, Grouped,
 	SegmentsBuilt, SegmentsReused,

@@ -50,6 +50,13 @@ func notReady(details map[string]any) error {
 	return err
 }
 
+// isGateRefusal reports whether err is the gate's refusal (only the
+// gate answers sync.schema_not_ready).
+func isGateRefusal(err error) bool {
+	se := syncerr.As(err)
+	return se != nil && se.Code == syncerr.SchemaNotReady
+}
+
 // gateRefusal is nil when g lets this build serve the partition.
 //
 // Deploys keep serving (issue 20): what refuses an older build is its
@@ -123,6 +130,39 @@ func (e *Engine) gateForCommit(rs *reqState, head store.Head, req *store.CommitR
 		req.RaiseFence = floor
 	}
 	return nil
+}
+
+// gateOwnRaise: this request's commit raised the partition's writer
+// fence (RaiseFence), which moves the gate token by exactly one in the
+// same atomic write, conditioned on the token the commit was checked
+// against. When that token is still the one the entry check passed on,
+// nothing else moved the gate meanwhile, and the request's own fence,
+// at or below this build's version, invalidates nothing it read or
+// sends; so its later commits and the after-response check (step 3)
+// compare with the token the commit left instead of refusing the
+// request for its own write (which every first write of a new layout
+// in a partition used to be).
+func (e *Engine) gateOwnRaise(rs *reqState, req *store.CommitRequest) {
+	if e.gates == nil || req.RaiseFence == 0 || !req.CheckGate {
+		return
+	}
+	var entry store.Gate
+	if rs.report.gate != nil {
+		entry = *rs.report.gate
+	}
+	if entry.Token != req.GateToken {
+		return
+	}
+	raised := func(g *store.Gate) *store.Gate {
+		var c store.Gate
+		if g != nil {
+			c = *g
+		}
+		c.WriterFence, c.Token = max(c.WriterFence, req.RaiseFence), req.GateToken+1
+		return &c
+	}
+	rs.report.gate = raised(rs.report.gate)
+	rs.head.Gate = raised(rs.head.Gate)
 }
 
 func fenceOf(g *store.Gate) int64 {

@@ -30,6 +30,7 @@ func RollingUpgrade(t *testing.T, newStore func(t testing.TB) SchemaBackend, seg
 	}{
 		{"MarkerAloneServesFenceRefuses", rollingMarkerNewer},
 		{"LazyFenceOnNewLayoutWrite", rollingLazyFence},
+		{"OwnFenceRaiseServesItsResponse", rollingOwnFence},
 		{"LazyFenceOnReferenceChange", rollingReferenceFence},
 		{"UndeclaredCheckpointRefusesUntilActivated", rollingCheckpointGate},
 		{"WriterRacingMigrationFenced", rollingRacingWriter},
@@ -161,6 +162,44 @@ func rollingLazyFence(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 	so := old.ClientV3("shared", "actor-a", "client-old3")
 	if _, err := so.pull(0); err != nil {
 		t.Fatalf("old build on the partition without version-2 data: %v", err)
+	}
+}
+
+// rollingOwnFence: the request whose own commit raises the partition's
+// fence (the newer build's first write of its layout there) is answered:
+// that raise moved the gate token, but nothing else did, and the fence
+// is the request's own build's. Before, the after-response check
+// refused it and the client retried a commit already applied.
+func rollingOwnFence(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	nw := New(t, st, segs, Options{Schema: TodoSchemaV2, OlderSchemas: []string{TodoSchema}})
+	nw.Grants.Set("actor-a", rollingScopes)
+	c := nw.ClientV3("own", "actor-a", "client-new")
+	applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+	note := c.Row("notes", Cols{"id": S("n1"), "project_id": S("p1"), "body": S("hello")})
+	resp, err := c.Send(c.Request([]wire.PushCommit{{ClientCommitID: "n1", Operations: []wire.Operation{Upsert("notes", "n1", note, -1)}}},
+		&wire.PullHeader{Accept: c.Accept}, taskSub(0)))
+	if err != nil {
+		t.Fatalf("the push+pull whose commit fenced the partition was refused: %v", err)
+	}
+	if g, err := st.ReadGate(context.Background(), "own"); err != nil || g.WriterFence != 2 {
+		t.Fatalf("gate after the first notes write: %+v, %v; want fence 2", g, err)
+	}
+	var res *wire.PushResult
+	sent := 0
+	for _, f := range resp.Frames {
+		switch x := f.(type) {
+		case *wire.PushResult:
+			res = x
+		case *wire.Commit:
+			sent++
+		}
+	}
+	if res == nil {
+		t.Fatal("no push result")
+	}
+	applied(t, res)
+	if sent == 0 {
+		t.Fatal("the response carries no commit: the after-response check was not exercised")
 	}
 }
 
