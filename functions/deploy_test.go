@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -313,7 +314,7 @@ func runDeploy(t *testing.T, ddb *testenv.DynamoLocal, sc deployScenario) *deplo
 	logs := &lineBuffer{}
 	segs := memstore.NewSegments()
 	invoker := &inProcessInvoker{builds: map[string]*build{}}
-	newBuild := func(name, version string, sch *schema.Schema, checkpoints string) *build {
+	newBuild := func(name, version string, sch *schema.Schema, checkpoints string, storeOpts dynamostore.Options) *build {
 		cfg := localEnvConfig(t, env, map[string]string{
 			"SYNC_TABLE_NAME": table, "SYNC_PARTITION_CLAIM": deployTenantKey, "SYNC_CHECKPOINTS": checkpoints, "SYNC_LOG_LEVEL": "info",
 		})
@@ -321,7 +322,7 @@ func runDeploy(t *testing.T, ddb *testenv.DynamoLocal, sc deployScenario) *deplo
 		for _, fn := range []app.Function{app.Push, app.Pull} {
 			// Each function version is its own Lambda instance: its own
 			// SDK client and store (and so its own marker cache).
-			st := dynamostore.New(ddb.Client(t), table, dynamostore.Options{})
+			st := dynamostore.New(ddb.Client(t), table, storeOpts)
 			logger := app.NewLogger(logs, slog.LevelInfo, fn)
 			deps := app.Deps{Schema: sch, Store: st, Segments: segs, Logger: logger}
 			if !sc.noForward {
@@ -344,8 +345,12 @@ func runDeploy(t *testing.T, ddb *testenv.DynamoLocal, sc deployScenario) *deplo
 		invoker.mu.Unlock()
 		return b
 	}
-	oldB := newBuild("old", "1", sc.oldSchema, "")
-	newB := newBuild("new", "2", sc.newSchema, sc.checkpoints)
+	// The old build is also one from before the newest stored format
+	// (dynamostore formats.go): it cannot decode what only the new build
+	// reads, so a commit stored that way before every request runs on
+	// the new build would fail its pulls (serverErrors).
+	oldB := newBuild("old", "1", sc.oldSchema, "", dynamostore.Options{BeforeFormat: dynamostore.FormatLevel})
+	newB := newBuild("new", "2", sc.newSchema, sc.checkpoints, dynamostore.Options{})
 	decls, err := migrate.ParseDeclarations(sc.checkpoints)
 	if err != nil {
 		t.Fatal(err)
@@ -573,7 +578,13 @@ func (c *deployClient) round(ctx context.Context) {
 	}
 	c.n++
 	id := fmt.Sprintf("%s-%04d", c.id, c.n)
-	vals := []rowcodec.Value{{Str: id}, {Str: "p1"}, {Str: "task " + id}, {Bool: false}, {Null: true}, {Null: true}, {Null: true}, {Int: int64(c.n)}}
+	title := "task " + id
+	if c.n%3 == 0 {
+		// A commit large enough to be stored compressed when the store-
+		// format level allows it (dynamostore logzstd.go).
+		title += strings.Repeat(", then the next step", 40)
+	}
+	vals := []rowcodec.Value{{Str: id}, {Str: "p1"}, {Str: title}, {Bool: false}, {Null: true}, {Null: true}, {Null: true}, {Int: int64(c.n)}}
 	var payload []byte
 	var err error
 	if c.version >= wire.Version3 {

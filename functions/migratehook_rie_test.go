@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
@@ -103,6 +107,9 @@ func TestMigrateHookUnderEmulator(t *testing.T) {
 	if m, err := st.SchemaMarker(ctx); err != nil || m >= version {
 		t.Fatalf("marker before the hook: %d (%v), want below %d", m, err, version)
 	}
+	if l, err := st.StoredFormatLevel(ctx); err != nil || l != 0 {
+		t.Fatalf("store-format level before the hook: %d (%v), want 0", l, err)
+	}
 
 	cd := &fakeCodeDeploy{}
 	srv := httptest.NewServer(cd)
@@ -144,6 +151,10 @@ func TestMigrateHookUnderEmulator(t *testing.T) {
 	}
 	if m, err := st.SchemaMarker(ctx); err != nil || m != version {
 		t.Fatalf("marker %d (%v), want %d", m, err, version)
+	}
+	// Every request runs on this build now: writers may use its formats.
+	if l, err := st.StoredFormatLevel(ctx); err != nil || l != dynamostore.FormatLevel || first.FormatLevel != l {
+		t.Fatalf("store-format level %d (%v), result %d; want %d", l, err, first.FormatLevel, dynamostore.FormatLevel)
 	}
 	for _, p := range parts {
 		g, err := st.ReadGate(ctx, p)
@@ -190,5 +201,19 @@ func TestMigrateHookUnderEmulator(t *testing.T) {
 	// A manual invocation (no ids) reports nothing.
 	if res := invoke(`{}`); res.Status != "Succeeded" || res.Reported || len(cd.received()) != 2 {
 		t.Errorf("manual run: %+v, %d status calls", res, len(cd.received()))
+	}
+
+	// 3. A newer build raised the store-format level: this build cannot
+	// read everything stored, so its deploy fails (roll forward only).
+	if _, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(table),
+		Key:              dynamostore.Key("SYS", "SCHEMA"),
+		UpdateExpression: aws.String("SET fl = :l"), ExpressionAttributeValues: map[string]types.AttributeValue{":l": dynamostore.N(dynamostore.FormatLevel + 1)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	third := invoke(`{"DeploymentId":"d-TEST0003","LifecycleEventHookExecutionId":"hook-exec-3"}`)
+	got = cd.received()
+	if third.Status != "Failed" || !third.Reported || len(got) != 3 || got[2].Status != "Failed" || third.FormatLevel != dynamostore.FormatLevel+1 {
+		t.Fatalf("run below the stored store-format level: %+v, status calls %+v; want Failed reported", third, got)
 	}
 }

@@ -37,8 +37,8 @@ func (a *admin) migrate(ctx context.Context, f migrateFlags, checkpoints string)
 		Version: int64(sch.Latest), Checkpoints: decls, Partitions: a.store.EachRegisteredPartition,
 		Now: func() int64 { return time.Now().UnixMilli() }, Parallel: f.parallel,
 	}, migrate.RunOptions{Backfill: f.backfill, BatchRows: f.batch, Timeout: f.timeout}, a.out)
-	fmt.Fprintf(a.errw, "schema marker %d; fenced %d of %d partition(s); %d checkpoint(s) activated, %d incomplete\n",
-		rep.Marker, rep.Fenced, rep.Partitions, rep.Activated, rep.Incomplete)
+	fmt.Fprintf(a.errw, "schema marker %d; store-format level %d; fenced %d of %d partition(s); %d checkpoint(s) activated, %d incomplete\n",
+		rep.Marker, rep.FormatLevel, rep.Fenced, rep.Partitions, rep.Activated, rep.Incomplete)
 	if err != nil {
 		a.fail("migrate: %v", err)
 		return exitFailure

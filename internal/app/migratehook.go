@@ -38,16 +38,21 @@ type HookEvent struct {
 type HookResult struct {
 	// Status is the lifecycle status reported (or, for a manual run, the
 	// one that would be): Succeeded, or Failed when the table's schema
-	// marker is newer than this build (a downgrade) or unreadable.
-	Status     string `json:"status"`
-	Reported   bool   `json:"reported"`
-	Marker     int64  `json:"marker"`
-	Partitions int    `json:"partitions"`
-	Fenced     int    `json:"fenced"`
-	Activated  int    `json:"activated"`
-	Incomplete int    `json:"incomplete"`
-	TimedOut   bool   `json:"timedOut"`
-	Error      string `json:"error,omitempty"`
+	// marker is newer than this build (a downgrade) or unreadable, or
+	// the store-format level is above what this build reads.
+	Status   string `json:"status"`
+	Reported bool   `json:"reported"`
+	Marker   int64  `json:"marker"`
+	// FormatLevel is the table's store-format level after the run
+	// (dynamostore formats.go): the step raises it to this build's, so
+	// writers may use the formats this build reads.
+	FormatLevel int64  `json:"formatLevel"`
+	Partitions  int    `json:"partitions"`
+	Fenced      int    `json:"fenced"`
+	Activated   int    `json:"activated"`
+	Incomplete  int    `json:"incomplete"`
+	TimedOut    bool   `json:"timedOut"`
+	Error       string `json:"error,omitempty"`
 }
 
 // HookReporter is the CodeDeploy call the hook makes.
@@ -61,12 +66,16 @@ type HookReporter interface {
 // lazily by its own writes, package migrate), so it runs after the shift
 // and holds nothing back:
 //
-//  1. it reads the schema marker and reports the lifecycle status at
-//     once: Succeeded, or Failed when the marker is newer than this
-//     build (a downgrade past a migration: CodeDeploy rolls back to the
-//     newer version) or cannot be read;
+//  1. it reads the schema marker and the store-format level and reports
+//     the lifecycle status at once: Succeeded, or Failed when the marker
+//     is newer than this build or the level above what it reads (a
+//     downgrade past a migration: CodeDeploy rolls back to the newer
+//     version) or either cannot be read;
 //  2. after a Succeeded report it runs migrate.Run in the invocation's
-//     remaining time: marker bump, SYNC_CHECKPOINTS declarations over the
+//     remaining time: marker bump, store-format level raised to this
+//     build's (from now on writers may use the stored formats only
+//     builds like this one read: every request is on it, "read first,
+//     write later"), SYNC_CHECKPOINTS declarations over the
 //     partition registry, then the backfills and activations. The new
 //     version serves meanwhile (it declared those checkpoints). A run
 //     that does not finish logs incomplete at error level; the next run
@@ -122,6 +131,16 @@ func (h *MigrateHook) Run(ctx context.Context, ev HookEvent) (HookResult, error)
 		res.Error = fmt.Sprintf("stored schema marker %d is newer than this build's %d: roll forward only", m, h.Version)
 	}
 	res.Marker = m
+	if res.Error == "" {
+		fl, err := h.Store.StoredFormatLevel(work)
+		switch {
+		case err != nil:
+			res.Error = fmt.Sprintf("read store-format level: %v", err)
+		case fl > dynamostore.FormatLevel:
+			res.Error = fmt.Sprintf("stored store-format level %d is above this build's %d: roll forward only", fl, dynamostore.FormatLevel)
+		}
+		res.FormatLevel = fl
+	}
 	if res.Error != "" {
 		res.Status = string(cdtypes.LifecycleEventStatusFailed)
 	}
@@ -149,6 +168,7 @@ func (h *MigrateHook) Run(ctx context.Context, ev HookEvent) (HookResult, error)
 		Parallel:   h.Parallel,
 	}, migrate.RunOptions{Backfill: true, BatchRows: h.BatchRows, Timeout: timeout}, nil)
 	res.Marker, res.Partitions, res.Fenced = pr.Marker, pr.Partitions, pr.Fenced
+	res.FormatLevel = max(res.FormatLevel, pr.FormatLevel)
 	res.Activated, res.Incomplete, res.TimedOut = pr.Activated, pr.Incomplete, pr.TimedOutNow
 	if err != nil {
 		res.Error = err.Error()
@@ -181,7 +201,7 @@ func (h *MigrateHook) log(ctx context.Context, ev HookEvent, res HookResult) {
 	}
 	h.Logger.LogAttrs(ctx, level, "migrate hook",
 		slog.String("deploymentId", ev.DeploymentID), slog.String("status", res.Status), slog.Bool("reported", res.Reported),
-		slog.Int64("marker", res.Marker), slog.Int("partitions", res.Partitions), slog.Int("fenced", res.Fenced),
+		slog.Int64("marker", res.Marker), slog.Int64("formatLevel", res.FormatLevel), slog.Int("partitions", res.Partitions), slog.Int("fenced", res.Fenced),
 		slog.Int("activated", res.Activated), slog.Int("incomplete", res.Incomplete), slog.Bool("timedOut", res.TimedOut),
 		slog.String("error", res.Error))
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/auth"
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
+	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/costmodel"
@@ -120,6 +121,14 @@ func newRig(t *testing.T) *rig {
 	sch, err := schema.ReadFile(filepath.Join(repoRoot(), "examples", "todo", "schema.json"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A deployed stack after its deploy's post-traffic hook: the migration
+	// step has raised the schema marker and the store-format level, so
+	// large commits store compressed log bodies (dynamostore formats.go;
+	// during a deploy's traffic shift they are stored plain).
+	pr, err := migrate.Step(ctx, dynamostore.New(ddb, table, dynamostore.Options{}), migrate.Plan{Version: int64(sch.Latest)})
+	if err != nil || pr.FormatLevel != dynamostore.FormatLevel {
+		t.Fatalf("migration step: level %d, %v", pr.FormatLevel, err)
 	}
 	env := map[string]string{
 		"SYNC_TABLE_NAME": table, "SYNC_BUCKET": bucket, "SYNC_AUTH_MODE": "hs256", "SYNC_HS256_SECRET": string(secret),

@@ -309,7 +309,7 @@ func (s *Store) prepare(partition string, req *store.CommitRequest) (*prepared, 
 			return nil, err
 		}
 	}
-	body := packLogBody(encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions))
+	body := s.storeLogBody(encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions))
 	chunks, err := logItems(partition, &req.Commit, body)
 	if err != nil {
 		return nil, err
@@ -676,7 +676,7 @@ func planPrint(batches [][]txItem) string {
 // the same actions, so the same batches, and a batch count on the head
 // names exactly what is written.
 func (s *Store) materialization(p string, seq int64, body []byte) ([]txItem, error) {
-	lb, err := decodeLogBody(body, seq)
+	lb, err := s.decodeLog(body, seq)
 	if err != nil {
 		return nil, fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 	}

@@ -87,6 +87,36 @@
 // gain little (50 random 60-byte rows 1.38×, 50 random 1 KB rows 1.02×)
 // and a body compression does not shrink is stored as it was. Formats 1
 // and 2 still decode; smaller bodies (every 1-op commit) stay format 2.
+// Format 3 is written only once the table's store-format level allows it
+// (below): until a deploy's post-traffic hook ran, large bodies stay
+// format 2 (make cost's 50-op round 115 instead of 109 WCU).
+//
+// # Stored formats: read first, write later (formats.go)
+//
+// A build may write a stored format only once every build that can still
+// serve reads it (issue 20 item 1: during a canary the old build takes
+// most requests, and a commit it cannot decode would fail its pulls and
+// roll-forward as corrupt, trip the rollback alarm, and stay unreadable
+// after the rollback). storedFormats is the one table "format → level"
+// (level 1: log body format 3); FormatLevel, its highest level, is what
+// this build reads. The schema marker item carries the table's level in
+// attribute fl, raised only upward by a conditional update
+// (RaiseFormatLevel) from migrate.Step, which only the post-traffic hook
+// and syncular-admin migrate run, after every request is on the new
+// build; a request never raises it. A Store writes a gated format when
+// the level it last saw is at or above that format's level, and reads
+// every format up to FormatLevel whatever the level. The level reaches
+// writers with the marker's cached copy (markerCache: the same item in
+// the BatchGetItem a request makes anyway, once per MarkerTTL), so no
+// item is read by every request; a copy that lags only delays the new
+// format, since a writer with a lower level writes the older format every
+// build reads. After the level rose, a rollback to a build below it is
+// not supported (the hook of such a build reports Failed, as for a newer
+// schema marker; a build from before the level cannot check): roll
+// forward. A new stored format appends its entry to storedFormats and
+// gates its writes with mayWrite. TestFormatLevelReadFirstWriteLater
+// (an older build beside the new one on one table) and
+// TestDeployKeepsServing (functions) check it.
 //
 // Small commits (issue 23, fast.go; the default, off with
 // Options.TransactionalCommits or SYNC_SMALL_COMMITS=off). A commit whose

@@ -482,7 +482,7 @@ func overlayPending(p string, h *head, table string, want map[string]bool, rows 
 // then, once all of them returned, its log item (4). It moves no head
 // attribute.
 func (s *Store) finishSmall(ctx context.Context, p string, seq int64, logItem, outItem map[string]types.AttributeValue, body []byte) error {
-	lb, err := decodeLogBody(body, seq)
+	lb, err := s.decodeLog(body, seq)
 	if err != nil {
 		return fmt.Errorf("dynamostore: pending commit %d: %w", seq, err)
 	}

@@ -494,7 +494,7 @@ func (s *Store) decodeIndexed(ctx context.Context, p string, seq int64, first ma
 		if !ok1 || !ok2 || !ok3 || !ok4 || n < 1 {
 			return nil, fmt.Errorf("dynamostore: log item %d is malformed: %w", seq, errCorrupt)
 		}
-		lb, err := decodeLogBody(data, seq)
+		lb, err := s.decodeLog(data, seq)
 		if err != nil {
 			derr = fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 		} else {

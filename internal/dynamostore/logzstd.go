@@ -32,12 +32,15 @@ import (
 // holds unchanged; roll-forward and pulls decode it like any body.
 //
 // A build from before format 3 cannot read such a body (as a build from
-// before format 2 could not read column versions): after a rollback to
-// it, pulls over the commits written meanwhile and their roll-forward
-// fail as corrupt data until a build that reads format 3 is back. The
-// writer fence does not cover this (it follows the app's schema
-// versions, not the store's formats), so roll back only to a build that
-// has this file.
+// before format 2 could not read column versions), so a Store writes
+// format 3 only once the table's store-format level allows it
+// (formats.go, levelLogZstd): the post-traffic hook raises it after every
+// request runs on a build that reads format 3. Until then large bodies
+// stay format 2, exactly as before, and an older build serving beside
+// this one during the traffic shift reads everything written. The writer
+// fence does not cover this (it follows the app's schema versions, not
+// the store's formats). Rolling back to a build without this file after
+// the level was raised is not supported: roll forward.
 const (
 	logFormatZstd = 3
 	// logZstdMin: smaller bodies fit their item's first KB anyway.
@@ -69,6 +72,27 @@ func mustZstdDecoder() *zstd.Decoder {
 		panic(fmt.Sprintf("dynamostore: zstd decoder: %v", err))
 	}
 	return d
+}
+
+// storeLogBody is the log body of a commit as this Store writes it:
+// format 3 when the store-format level allows it and that is smaller,
+// else the plain body.
+func (s *Store) storeLogBody(body []byte) []byte {
+	if !s.mayWrite(levelLogZstd) {
+		return body
+	}
+	return packLogBody(body)
+}
+
+// decodeLog is decodeLogBody for a Store that reads formats up to its
+// readLevel only (below FormatLevel only in tests, Options.BeforeFormat,
+// standing for an older build): a format-3 body is then as unreadable as
+// to a build from before it.
+func (s *Store) decodeLog(b []byte, seq int64) (*logBody, error) {
+	if s.readLevel < levelLogZstd && len(b) > 0 && b[0] == logFormatZstd {
+		return nil, fmt.Errorf("dynamostore: log body of %s: %w", formatName(levelLogZstd), errCorrupt)
+	}
+	return decodeLogBody(b, seq)
 }
 
 // packLogBody returns body in format 3 when that is smaller, else body.

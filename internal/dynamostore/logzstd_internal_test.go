@@ -147,7 +147,9 @@ func TestLogBodyCompression(t *testing.T) {
 // compressed (format 3) and smaller than its plain body, and everything
 // that reads the log reads it: a pull's ReadLog returns the commit's
 // changes, and roll-forward materializes its rows after the writer
-// stopped right after the commit point.
+// stopped right after the commit point. The table is at this build's
+// store-format level, as a deployed stack is after its post-traffic hook
+// (formats.go; TestFormatLevelReadFirstWriteLater covers the shift).
 func TestCompressedLogOverDynamoDB(t *testing.T) {
 	c := testenv.DynamoDB(t).Client(t)
 	table := testenv.UniqueName(t, "zlog")
@@ -157,6 +159,9 @@ func TestCompressedLogOverDynamoDB(t *testing.T) {
 	}
 	crash := errors.New("injected crash")
 	w := New(c, table, Options{AfterLogWrite: func() error { return crash }})
+	if l, err := w.RaiseFormatLevel(ctx); err != nil || l != FormatLevel {
+		t.Fatalf("RaiseFormatLevel: %d, %v", l, err)
+	}
 	p := "zlog"
 	if _, err := w.TouchPartition(ctx, p, 1, "e"); err != nil {
 		t.Fatal(err)

@@ -346,7 +346,7 @@ func (s *Store) readLogAt(ctx context.Context, p string, afterSeq, throughSeq in
 		for _, b := range parts {
 			body = append(body, b...)
 		}
-		lb, err := decodeLogBody(body, cur.Seq)
+		lb, err := s.decodeLog(body, cur.Seq)
 		if err != nil {
 			fn(nil, nil, fmt.Errorf("dynamostore: log item %d: %w", cur.Seq, err))
 			stop = true
@@ -553,7 +553,7 @@ func (s *Store) pruneLog(ctx context.Context, p string, target, indexFrom int64)
 			removed++
 		}
 		if want > 0 && len(parts) == want {
-			lb, err := decodeLogBody(bytes.Join(parts, nil), seq)
+			lb, err := s.decodeLog(bytes.Join(parts, nil), seq)
 			if err != nil {
 				return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 			}

@@ -21,7 +21,7 @@ import (
 // Rolling schema upgrades (store.SchemaStore). Items:
 //
 //	item            pk          sk          attributes
-//	schema marker   SYS         SCHEMA      v (N)
+//	schema marker   SYS         SCHEMA      v (N), fl (N, the store-format level, formats.go)
 //	checkpoint      P#<p>#K     K<name>     sv st src wm cur oe obs upd
 //
 // and three head attributes: rwv (N, the writer fence), pcs (SS, pending
@@ -126,9 +126,12 @@ const DefaultMarkerTTL = 5 * time.Second
 // monotonic clock stood still while its environment was frozen between
 // invocations still reads the marker again once a TTL passed.
 type markerCache struct {
-	ttl     int64 // ns; negative: read the marker on every request
-	base    time.Time
-	v       atomic.Int64
+	ttl  int64 // ns; negative: read the marker on every request
+	base time.Time
+	v    atomic.Int64
+	// level is the store-format level (fl) of the same item
+	// (formats.go): it rides on every read of the marker.
+	level   atomic.Int64
 	due     atomic.Int64 // ns since base when the next read includes the marker
 	dueWall atomic.Int64 // the same deadline in Unix ns (wall clock)
 }
@@ -167,10 +170,21 @@ func (c *markerCache) release() {
 }
 
 // seen raises the copy to v.
-func (c *markerCache) seen(v int64) {
+func (c *markerCache) seen(v int64) { raiseTo(&c.v, v) }
+
+// seenItem raises the copy to the marker item's version and store-format
+// level (nil: the item does not exist yet).
+func (c *markerCache) seenItem(item map[string]types.AttributeValue) {
+	v, _ := getN(item, mVersion)
+	l, _ := getN(item, mFormatLevel)
+	raiseTo(&c.v, v)
+	raiseTo(&c.level, l)
+}
+
+func raiseTo(a *atomic.Int64, v int64) {
 	for {
-		o := c.v.Load()
-		if v <= o || c.v.CompareAndSwap(o, v) {
+		o := a.Load()
+		if v <= o || a.CompareAndSwap(o, v) {
 			return
 		}
 	}
@@ -200,8 +214,7 @@ func (s *Store) readHeadMarkerRows(ctx context.Context, p string, rowKeys []map[
 		sk, _ := getS(it, AttrSK)
 		switch {
 		case pk == markerPK:
-			m, _ := getN(it, mVersion)
-			s.marker.seen(m)
+			s.marker.seenItem(it)
 		case sk == headSK && pk == headPK(p):
 			if h, err = parseHead(it); err != nil {
 				return head{}, false, 0, false, nil, err
@@ -237,35 +250,47 @@ func (s *Store) ReadGate(ctx context.Context, partition string) (store.Gate, err
 // SchemaMarker implements store.SchemaStore: always read from the table
 // (consistent), never from the cache, which it refreshes.
 func (s *Store) SchemaMarker(ctx context.Context) (int64, error) {
-	item, err := s.getItem(ctx, "read schema marker", markerPK, markerSK, nil)
+	return s.readMarker(ctx, "read schema marker", mVersion)
+}
+
+// readMarker reads the marker item consistently, refreshes the cached
+// copy with it and returns its attribute attr (0 when absent).
+func (s *Store) readMarker(ctx context.Context, op, attr string) (int64, error) {
+	item, err := s.getItem(ctx, op, markerPK, markerSK, nil)
 	if err != nil {
 		return 0, err
 	}
-	v, _ := getN(item, mVersion)
-	s.marker.seen(v)
+	s.marker.seenItem(item)
+	v, _ := getN(item, attr)
 	return v, nil
 }
 
 // BumpSchemaMarker implements store.SchemaStore: one conditional update
 // that only ever raises v.
 func (s *Store) BumpSchemaMarker(ctx context.Context, v int64) (int64, error) {
-	item, err := s.updateItem(ctx, "bump schema marker", &dynamodb.UpdateItemInput{
+	return s.raiseMarker(ctx, "bump schema marker", mVersion, v)
+}
+
+// raiseMarker sets the marker item's attribute attr to v unless it is at
+// or above v already (one conditional update, never lowering it) and
+// returns the stored value; the cached copy takes the item either way.
+func (s *Store) raiseMarker(ctx context.Context, op, attr string, v int64) (int64, error) {
+	item, err := s.updateItem(ctx, op, &dynamodb.UpdateItemInput{
 		Key:                       Key(markerPK, markerSK),
-		UpdateExpression:          aws.String("SET v = :v"),
-		ConditionExpression:       aws.String("attribute_not_exists(v) OR v < :v"),
+		UpdateExpression:          aws.String("SET #a = :v"),
+		ConditionExpression:       aws.String("attribute_not_exists(#a) OR #a < :v"),
+		ExpressionAttributeNames:  map[string]string{"#a": attr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":v": N(v)},
 		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if isConditionFailed(err) {
-		old, _ := getN(conditionItem(err), mVersion)
-		s.marker.seen(old)
-		return old, nil
+		item, err = conditionItem(err), nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	got, _ := getN(item, mVersion)
-	s.marker.seen(got)
+	s.marker.seenItem(item)
+	got, _ := getN(item, attr)
 	return got, nil
 }
 

@@ -64,6 +64,11 @@ type Options struct {
 	// attribute, as before issue 20); the functions pass SYNC_OUTCOME_TTL
 	// (default store.DefaultOutcomeWindow).
 	OutcomeTTL time.Duration
+	// BeforeFormat, when positive, makes this Store stand for a build from
+	// before the stored format of that store-format level (formats.go):
+	// it neither decodes nor writes the formats of that level or above.
+	// Tests only (an older build serving beside this one during a deploy).
+	BeforeFormat int64
 }
 
 // Store implements store.Store on one DynamoDB table.
@@ -79,7 +84,10 @@ type Store struct {
 	transactional    bool
 	afterSmallWrites func() error
 	marker           markerCache
-	index            indexState
+	// readLevel is the highest store-format level this Store decodes
+	// (formats.go): FormatLevel, lower with Options.BeforeFormat.
+	readLevel int64
+	index     indexState
 	// outcomeWindow is the idempotency window of outcomes (outcomettl.go).
 	outcomeWindow time.Duration
 }
@@ -100,6 +108,10 @@ func New(client *dynamodb.Client, table string, opts Options) *Store {
 		indexNew:         opts.IndexNewPartitions,
 		transactional:    opts.TransactionalCommits,
 		afterSmallWrites: opts.AfterSmallWrites,
+		readLevel:        FormatLevel,
+	}
+	if opts.BeforeFormat > 0 {
+		s.readLevel = min(s.readLevel, opts.BeforeFormat-1)
 	}
 	s.outcomeWindow = max(opts.OutcomeTTL, 0)
 	s.marker.init(opts.MarkerTTL)

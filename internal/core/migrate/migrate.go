@@ -9,7 +9,8 @@
 // older build cannot read raises that partition's writer fence in the
 // same transaction (engine readerFloor), and a checkpoint declaration
 // raises its partition's fence with the declaration. A step without
-// checkpoints is therefore O(1) in partitions (one marker update), and
+// checkpoints is therefore O(1) in partitions (the marker bump and, on a
+// store with a store-format level, the level raise: FormatLeveler), and
 // an older build serves every partition nothing newer was written to,
 // during the traffic shift and after a rollback.
 package migrate
@@ -27,6 +28,17 @@ import (
 type Backend interface {
 	store.Store
 	store.SchemaStore
+}
+
+// FormatLeveler is a backend whose stored formats are gated by a
+// store-format level (dynamostore, formats.go: "read first, write
+// later"). Step raises the level to what this build reads: it runs once
+// every request is served by this build, so from then on writers may
+// use the formats only this build (and newer ones) can read. The level
+// never drops; RaiseFormatLevel fails when a newer build raised it above
+// this one's (roll forward only).
+type FormatLeveler interface {
+	RaiseFormatLevel(ctx context.Context) (int64, error)
 }
 
 // Declaration is one backfill checkpoint a schema version declares.
@@ -55,7 +67,10 @@ type Plan struct {
 
 // Progress reports what a step or a backfill did.
 type Progress struct {
-	Marker      int64
+	Marker int64
+	// FormatLevel is the stored-format level after the step (backends
+	// implementing FormatLeveler; 0 otherwise).
+	FormatLevel int64
 	Partitions  int
 	Fenced      int // partitions with every checkpoint declared (fenced with it)
 	Declared    int
@@ -68,7 +83,8 @@ type Progress struct {
 	TimedOutNow bool                               // stopped at the deadline; resume later
 }
 
-// Step bumps the marker to p.Version and declares p's checkpoints on
+// Step bumps the marker to p.Version, raises the store-format level when
+// the backend has one (FormatLeveler), and declares p's checkpoints on
 // every partition (each declaration raises that partition's writer fence
 // in the same transaction). Without checkpoints it touches no partition:
 // the marker is then one update, whatever the number of partitions.
@@ -83,6 +99,11 @@ func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 	pr.Marker = m
 	if m > p.Version {
 		return pr, fmt.Errorf("stored schema marker %d is newer than %d: roll forward only", m, p.Version)
+	}
+	if fl, ok := b.(FormatLeveler); ok {
+		if pr.FormatLevel, err = fl.RaiseFormatLevel(ctx); err != nil {
+			return pr, fmt.Errorf("raise store-format level: %w", err)
+		}
 	}
 	if len(p.Checkpoints) == 0 {
 		return pr, nil

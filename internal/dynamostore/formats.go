@@ -1,0 +1,101 @@
+package dynamostore
+
+import (
+	"context"
+	"fmt"
+)
+
+// Store-format level: read first, write later (issue 20 item 1).
+//
+// A stored encoding that an older build cannot decode (log body format 3
+// is the first) may be written only once no build that cannot read it
+// serves anymore. During a deploy's traffic shift the old build still
+// takes most requests; had the new build written such an item at once,
+// the old build's pull or roll-forward over it would fail as corrupt, the
+// deployment's server-error alarm would roll it back, and the old build
+// would still not read what was written meanwhile.
+//
+// So every such format has a level in storedFormats below, and the schema
+// marker item (SYS/SCHEMA) carries the table's level in attribute fl:
+//
+//   - a build reads every format up to its FormatLevel, always;
+//   - a build writes a format only when the stored level is at or above
+//     that format's level (and the format is one it reads), otherwise the
+//     format every build reads, exactly as before that format existed;
+//   - the level only rises (RaiseFormatLevel, a conditional update), and
+//     only the post-traffic hook and syncular-admin migrate raise it
+//     (migrate.Step), once every request runs on the new build; a request
+//     never raises it.
+//
+// Writers learn the level from the marker copy each Store already keeps
+// (markerCache): the item that brings the marker brings fl, in the
+// BatchGetItem the request makes anyway, once per Options.MarkerTTL, so
+// no item is read by every request (issue 20 item 3). A copy that lags
+// only delays the new format: a writer with a stale, lower level writes
+// the older format, which every build reads. Readers never consult the
+// level: what a build can decode does not depend on it.
+//
+// After the hook raised the level, rolling back to a build whose
+// FormatLevel is below it is not supported (it cannot read what was
+// written since): roll forward. The hook refuses to report success for
+// such a build (its check of the stored level), as it does for a newer
+// schema marker.
+//
+// The next stored-format change appends its entry to storedFormats, keeps
+// decoding the older formats, and gates its writes with
+// Store.mayWrite(itsLevel).
+
+// mFormatLevel is the marker item's store-format level attribute.
+const mFormatLevel = "fl"
+
+// Levels of storedFormats (index + 1).
+const (
+	// levelLogZstd: log bodies stored zstd-compressed (format 3,
+	// logzstd.go).
+	levelLogZstd int64 = 1
+)
+
+// storedFormats is the one table "format → level": entry i is the format
+// writers may use from level i+1 on. Append only.
+var storedFormats = [...]string{
+	levelLogZstd - 1: "log body format 3 (zstd-compressed, logzstd.go)",
+}
+
+// FormatLevel is the store-format level this build reads every format of:
+// the highest level of storedFormats. The hook and syncular-admin migrate
+// raise the table's level to it.
+const FormatLevel = int64(len(storedFormats))
+
+// formatName names the format of level l (logs and errors).
+func formatName(l int64) string {
+	if l < 1 || l > FormatLevel {
+		return fmt.Sprintf("stored format level %d", l)
+	}
+	return storedFormats[l-1]
+}
+
+// mayWrite reports whether this Store may write the format of level l:
+// the table's level (the cached copy) allows it and this Store reads it.
+func (s *Store) mayWrite(l int64) bool {
+	return l <= s.readLevel && l <= s.marker.level.Load()
+}
+
+// StoredFormatLevel reads the table's store-format level (consistent,
+// never from the cache, which it refreshes).
+func (s *Store) StoredFormatLevel(ctx context.Context) (int64, error) {
+	return s.readMarker(ctx, "read store-format level", mFormatLevel)
+}
+
+// RaiseFormatLevel raises the table's store-format level to this build's
+// FormatLevel: one conditional update of the marker item that never
+// lowers it, returning the stored level. A level above this build's (a
+// newer build raised it) is an error: this build cannot read everything
+// stored, roll forward only. Only the migration step calls it
+// (migrate.Step), after all traffic is on this build.
+func (s *Store) RaiseFormatLevel(ctx context.Context) (int64, error) {
+	l, err := s.raiseMarker(ctx, "raise store-format level", mFormatLevel, s.readLevel)
+	if err == nil && l > s.readLevel {
+		err = fmt.Errorf("dynamostore: stored store-format level %d is above this build's %d: roll forward only", l, s.readLevel)
+	}
+	return l, err
+}
