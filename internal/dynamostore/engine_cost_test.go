@@ -40,6 +40,10 @@ func engineCost(t *testing.T, opts dynamostore.Options, maxTrips int, maxWCU flo
 		t.Fatal(err)
 	}
 	st := dynamostore.New(client, table, opts)
+	// A stack after its deploy's post-traffic hook (formats.go).
+	if _, err := st.RaiseFormatLevel(ctx); err != nil {
+		t.Fatal(err)
+	}
 	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
 	h.Grants.Set("alice", engine.ScopeMap{"project_id": {"p1"}})
 	c := h.Client("tenant", "alice", "device-1")

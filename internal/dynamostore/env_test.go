@@ -19,11 +19,17 @@ func ddbClient(t testing.TB) *dynamodb.Client {
 	return testenv.DynamoDB(t).Client(t)
 }
 
-// newTable creates a fresh table named after the test.
+// newTable creates a fresh table named after the test, at this build's
+// store-format level: a stack after its deploy's post-traffic hook
+// (formats.go), so small commits and compressed log bodies are what the
+// tests exercise.
 func newTable(t testing.TB, c *dynamodb.Client) string {
 	t.Helper()
 	name := testenv.UniqueName(t, "ds")
 	if err := dynamostore.CreateTable(context.Background(), c, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dynamostore.New(c, name, dynamostore.Options{}).RaiseFormatLevel(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return name

@@ -223,7 +223,7 @@ func pendingCommit(p string, h *head) (*store.Commit, *logBody, error) {
 // fastCandidate reports whether pc may take the small-commit path
 // (before the head is read).
 func (s *Store) fastCandidate(partition string, req *store.CommitRequest, pc *prepared) bool {
-	return !s.transactional && len(pc.chunks) == 1 && len(pc.refs) == 0 && req.Advance == nil && req.RaiseFence == 0 &&
+	return !s.transactional && s.mayWrite(levelSmallCommits) && len(pc.chunks) == 1 && len(pc.refs) == 0 && req.Advance == nil && req.RaiseFence == 0 &&
 		req.Ticket == 0 && len(pc.rows)+len(pc.index) < txMaxActions && !s.indexOn(partition)
 }
 

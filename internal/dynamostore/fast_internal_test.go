@@ -26,6 +26,9 @@ func TestSmallCommitStaleWriter(t *testing.T) {
 	if err := CreateTable(ctx, c, table); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := New(c, table, Options{}).RaiseFormatLevel(ctx); err != nil {
+		t.Fatal(err)
+	}
 	crash := errors.New("paused")
 	w := New(c, table, Options{AfterLogWrite: func() error { return crash }})
 	p := "stale"

@@ -53,12 +53,21 @@ const (
 	// levelLogZstd: log bodies stored zstd-compressed (format 3,
 	// logzstd.go).
 	levelLogZstd int64 = 1
+	// levelSmallCommits: small commits in the order of fast.go (no
+	// appliedSeq write; a commit's log item, written last, shows it
+	// materialized). A build from before that order finishes a pending
+	// small commit by writing its log item beside its rows, so while one
+	// may still serve, a log item could exist before the rows it
+	// vouches for; until the level allows it every commit takes the
+	// transaction, which every build reads.
+	levelSmallCommits int64 = 2
 )
 
 // storedFormats is the one table "format → level": entry i is the format
 // writers may use from level i+1 on. Append only.
 var storedFormats = [...]string{
-	levelLogZstd - 1: "log body format 3 (zstd-compressed, logzstd.go)",
+	levelLogZstd - 1:      "log body format 3 (zstd-compressed, logzstd.go)",
+	levelSmallCommits - 1: "small commits without an appliedSeq write (fast.go)",
 }
 
 // FormatLevel is the store-format level this build reads every format of:

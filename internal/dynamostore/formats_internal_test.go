@@ -134,7 +134,7 @@ func TestFormatLevelReadFirstWriteLater(t *testing.T) {
 	if err != nil || pr.FormatLevel != FormatLevel {
 		t.Fatalf("migrate.Step: level %d, %v; want %d", pr.FormatLevel, err, FormatLevel)
 	}
-	if l, err := newer.StoredFormatLevel(r.ctx); err != nil || l != levelLogZstd {
+	if l, err := newer.StoredFormatLevel(r.ctx); err != nil || l != FormatLevel {
 		t.Fatalf("stored level after the step: %d, %v", l, err)
 	}
 
@@ -159,10 +159,10 @@ func TestFormatLevelReadFirstWriteLater(t *testing.T) {
 		t.Fatalf("a new instance after the step stored format %d, want %d", f, logFormatZstd)
 	}
 	// The level never drops, and a build below it refuses to step.
-	if l, err := older.RaiseFormatLevel(r.ctx); err == nil || l != levelLogZstd {
-		t.Fatalf("an older build's RaiseFormatLevel: %d, %v; want the stored %d and an error", l, err, levelLogZstd)
+	if l, err := older.RaiseFormatLevel(r.ctx); err == nil || l != FormatLevel {
+		t.Fatalf("an older build's RaiseFormatLevel: %d, %v; want the stored %d and an error", l, err, FormatLevel)
 	}
-	if l, err := hook.StoredFormatLevel(r.ctx); err != nil || l != levelLogZstd {
+	if l, err := hook.StoredFormatLevel(r.ctx); err != nil || l != FormatLevel {
 		t.Fatalf("stored level after an older build's raise: %d, %v", l, err)
 	}
 }
