@@ -92,6 +92,9 @@ func (s *Store) getRows(ctx context.Context, partition, table string, rowIDs []s
 	if err != nil {
 		return nil, nil, err
 	}
+	if h != nil {
+		s.lazyGate(h)
+	}
 	if h != nil && h.applied < h.MaxCommitSeq {
 		if err := s.rollForward(ctx, partition, *h); err != nil {
 			return nil, nil, err

@@ -125,6 +125,30 @@ func (e *Engine) gateForCommit(rs *reqState, head store.Head, req *store.CommitR
 	return nil
 }
 
+// materializeFirst: the first write of a build in a partition that has
+// not materialised the table-wide checkpoint declaration yet
+// (store.Gate.Unmaterialized) materialises it first, one atomic write
+// that declares the checkpoints there and raises the partition's writer
+// fence with them, as the migration's background walk would. From then
+// on an older build is refused by the fence itself, also by its commit's
+// own condition. retry: the gate token moved, so the commit is evaluated
+// again on a head read afresh. A build that may not serve the partition
+// (gateRefusal) materialises nothing: the commit meets its refusal.
+func (e *Engine) materializeFirst(ctx context.Context, run *pushRun) (retry bool, err error) {
+	g := run.head.Gate
+	if e.gates == nil || g == nil || g.Unmaterialized == 0 || run.materialized {
+		return false, nil
+	}
+	if e.gateRefusal(run.rs.auth.Partition, g) != nil {
+		return false, nil
+	}
+	run.materialized = true
+	if _, err := e.gates.MaterializeCheckpoints(ctx, run.rs.auth.Partition, run.rs.now); err != nil {
+		return false, storeErr(err, "materialize checkpoints")
+	}
+	return true, nil
+}
+
 func fenceOf(g *store.Gate) int64 {
 	if g == nil {
 		return 0

@@ -29,6 +29,9 @@ type BackfillOptions struct {
 	Now      func() int64
 	// MaxCatchUps bounds the catch up → activate attempts (default 64).
 	MaxCatchUps int
+	// materialized: the caller materialised the table-wide declaration
+	// in the partition already (Run's walk).
+	materialized bool
 }
 
 // MaxBatchRows bounds the rows of one backfill commit, and
@@ -76,6 +79,13 @@ func Backfill(ctx context.Context, b Backend, partition, name string, fn Transfo
 	}
 	if o.Deadline == nil {
 		o.Deadline = func() bool { return false }
+	}
+	if !o.materialized {
+		// A declaration made table-wide (Step) becomes this partition's
+		// checkpoint here, if no write of the new build made it so yet.
+		if _, err := b.MaterializeCheckpoints(ctx, partition, o.Now()); err != nil {
+			return pr, fmt.Errorf("materialize checkpoints: %w", err)
+		}
 	}
 	c, err := b.ClaimCheckpoint(ctx, partition, name, o.Now())
 	if errors.Is(err, store.ErrCheckpointActivated) {
