@@ -61,9 +61,9 @@ func (j *journalStore) DeclareCheckpoints(ctx context.Context, v int64, decls []
 }
 
 // MaterializeCheckpoints implements store.SchemaStore.
-func (j *journalStore) MaterializeCheckpoints(ctx context.Context, p string, nowMs int64) (store.Gate, error) {
-	g, err := j.cur().MaterializeCheckpoints(ctx, p, nowMs)
-	return g, j.record(err, func(ctx context.Context, s store.Store) error {
+func (j *journalStore) MaterializeCheckpoints(ctx context.Context, p string, nowMs int64) (store.Head, error) {
+	h, err := j.cur().MaterializeCheckpoints(ctx, p, nowMs)
+	return h, j.record(err, func(ctx context.Context, s store.Store) error {
 		_, err := schemaOf(s).MaterializeCheckpoints(ctx, p, nowMs)
 		return err
 	})

@@ -383,9 +383,9 @@ func (s *Store) DeclareCheckpoints(ctx context.Context, version int64, decls []s
 // by a ConditionCheck on the state read, and the head's fence, pending
 // set, token and ckd, conditioned on ckd still below the generation. A
 // race reads again.
-func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, nowMs int64) (store.Gate, error) {
+func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, nowMs int64) (store.Head, error) {
 	if err := checkPartition(partition); err != nil {
-		return store.Gate{}, err
+		return store.Head{}, err
 	}
 	for range 8 {
 		keys := []map[string]types.AttributeValue{Key(headPK(partition), headSK), Key(markerPK, markerSK)}
@@ -397,7 +397,7 @@ func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, no
 		}
 		items, err := s.batchGet(ctx, "read head, marker and checkpoints", keys)
 		if err != nil {
-			return store.Gate{}, err
+			return store.Head{}, err
 		}
 		var (
 			h      head
@@ -413,7 +413,7 @@ func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, no
 				marker = it
 			case sk == headSK:
 				if h, err = parseHead(it); err != nil {
-					return store.Gate{}, err
+					return store.Head{}, err
 				}
 				ok = true
 			default:
@@ -421,14 +421,16 @@ func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, no
 			}
 		}
 		if !ok {
-			return store.Gate{}, ErrUnknownPartition
+			return store.Head{}, ErrUnknownPartition
 		}
 		d := parseDecl(marker)
 		if d != nil {
 			s.marker.seenItem(marker)
 		}
 		if d.Gen() <= h.materialized {
-			return gateValue(h.Gate), nil
+			g := gateValue(h.Gate)
+			h.Gate = &g
+			return h.Head, nil
 		}
 		if guess.Gen() != d.Generation {
 			continue // the copy named other checkpoints: read them
@@ -465,13 +467,14 @@ func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, no
 			continue // raced a declaration, a fence, an activation or another materialisation
 		}
 		if err != nil {
-			return store.Gate{}, wrap("materialize checkpoints", err)
+			return store.Head{}, wrap("materialize checkpoints", err)
 		}
 		g.Token++
 		sort.Slice(g.Pending, func(i, j int) bool { return g.Pending[i].Name < g.Pending[j].Name })
-		return g, nil
+		h.Gate = &g
+		return h.Head, nil
 	}
-	return store.Gate{}, errors.New("dynamostore: checkpoint materialisation kept racing")
+	return store.Head{}, errors.New("dynamostore: checkpoint materialisation kept racing")
 }
 
 // materializeActs are the checkpoint actions of materialising d in

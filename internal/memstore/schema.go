@@ -176,13 +176,13 @@ func (s *Store) DeclareCheckpoints(ctx context.Context, version int64, decls []s
 }
 
 // MaterializeCheckpoints implements store.SchemaStore.
-func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, nowMs int64) (store.Gate, error) {
+func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, nowMs int64) (store.Head, error) {
 	if err := ctx.Err(); err != nil {
-		return store.Gate{}, err
+		return store.Head{}, err
 	}
 	p := s.lookup(partition)
 	if p == nil {
-		return store.Gate{}, ErrUnknownPartition
+		return store.Head{}, ErrUnknownPartition
 	}
 	decl := s.decl.Load()
 	p.mu.Lock()
@@ -201,10 +201,12 @@ func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, no
 		p.materialized = decl.Generation
 		p.gateToken++
 	}
-	if g := p.gateLocked(decl); g != nil {
-		return *g, nil
+	h := p.head
+	h.Gate = p.gateLocked(decl)
+	if h.Gate == nil {
+		h.Gate = &store.Gate{}
 	}
-	return store.Gate{}, nil
+	return h, nil
 }
 
 // GetCheckpoint implements store.SchemaStore.

@@ -88,10 +88,10 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 			mu.Unlock()
 			return false
 		}
-		g, err := b.MaterializeCheckpoints(ctx, part, p.Now())
+		h, err := b.MaterializeCheckpoints(ctx, part, p.Now())
 		mu.Lock()
 		pr.Partitions++
-		if err == nil && g.Unmaterialized == 0 {
+		if err == nil && h.Gate.Unmaterialized == 0 {
 			pr.Fenced++
 		}
 		if err != nil {
@@ -101,8 +101,8 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 		if err != nil {
 			return false
 		}
-		for _, d := range p.Checkpoints {
-			if !slices.ContainsFunc(g.Pending, func(pc store.PendingCheckpoint) bool { return pc.Name == d.Name }) {
+		for i, d := range p.Checkpoints {
+			if !slices.ContainsFunc(h.Gate.Pending, func(pc store.PendingCheckpoint) bool { return pc.Name == d.Name }) {
 				// Activated here already (or the partition was created
 				// after the declaration: nothing to backfill).
 				mu.Lock()
@@ -113,7 +113,11 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 			if d.Transform == nil {
 				d.Transform = o.Transform
 			}
-			bp, err := RunBackfill(ctx, b, part, d, BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now, materialized: true})
+			bo := BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now, head: &h}
+			if i > 0 {
+				bo.head = nil // an earlier backfill may have committed: read it again
+			}
+			bp, err := RunBackfill(ctx, b, part, d, bo)
 			var line string
 			if out != nil {
 				if c, err := b.GetCheckpoint(ctx, part, d.Name); err == nil && c != nil {

@@ -237,9 +237,10 @@ type SchemaStore interface {
 	// pending unless activated), raises the writer fence to its version
 	// and records the partition as materialised. Nothing is written when
 	// it already is, or when there is no declaration. It returns the
-	// partition's gate afterwards, read from storage (StoredSchema
-	// unset). An unknown partition is an error.
-	MaterializeCheckpoints(ctx context.Context, partition string, nowMs int64) (Gate, error)
+	// partition's head as read, with its gate as it is afterwards (Gate
+	// never nil; StoredSchema unset): a backfill starting next may take
+	// it as its first head. An unknown partition is an error.
+	MaterializeCheckpoints(ctx context.Context, partition string, nowMs int64) (Head, error)
 	// GetCheckpoint returns a checkpoint, nil when absent.
 	GetCheckpoint(ctx context.Context, partition, name string) (*Checkpoint, error)
 	// ClaimCheckpoint makes the caller the owner: OwnerEpoch+1, state

@@ -576,11 +576,14 @@ func (e *schemaT) declareAll(v int64, decls ...store.CheckpointDecl) int64 {
 
 func (e *schemaT) materialize() store.Gate {
 	e.t.Helper()
-	g, err := e.ss.MaterializeCheckpoints(e.ctx, e.p, baseMs)
-	if err != nil {
-		e.t.Fatalf("MaterializeCheckpoints: %v", err)
+	h, err := e.ss.MaterializeCheckpoints(e.ctx, e.p, baseMs)
+	if err != nil || h.Gate == nil {
+		e.t.Fatalf("MaterializeCheckpoints: %+v, %v", h.Gate, err)
 	}
-	return g
+	if want := e.head(); h.MaxCommitSeq != want.MaxCommitSeq || h.LogEpoch != want.LogEpoch {
+		e.t.Fatalf("MaterializeCheckpoints returned head %+v, stored %+v", h, want)
+	}
+	return *h.Gate
 }
 
 func pendingNames(g *store.Gate) []string {

@@ -132,10 +132,11 @@ func stepIdempotent(t *testing.T, b migrate.Backend) {
 	// the declaration: the fence came with it.
 	var token int64
 	for range 2 {
-		g, err := b.MaterializeCheckpoints(ctx, "a", now())
+		h, err := b.MaterializeCheckpoints(ctx, "a", now())
 		if err != nil {
 			t.Fatal(err)
 		}
+		g := h.Gate
 		if g.WriterFence != 2 || g.Unmaterialized != 0 || len(g.Pending) != 1 || token != 0 && g.Token != token {
 			t.Fatalf("gate after materialising: %+v (token before %d)", g, token)
 		}
