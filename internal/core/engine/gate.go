@@ -134,17 +134,31 @@ func (e *Engine) gateForCommit(rs *reqState, head store.Head, req *store.CommitR
 // own condition. retry: the gate token moved, so the commit is evaluated
 // again on a head read afresh. A build that may not serve the partition
 // (gateRefusal) materialises nothing: the commit meets its refusal.
+//
+// When the gate token moved by exactly this materialisation (one step,
+// same log epoch) and the gate after it still lets this build serve, the
+// after-response check (step 3) compares against the gate after it: the
+// request's own change is no reason to refuse its response, while any
+// other change since entry still moves the token past it.
 func (e *Engine) materializeFirst(ctx context.Context, run *pushRun) (retry bool, err error) {
 	g := run.head.Gate
 	if e.gates == nil || g == nil || g.Unmaterialized == 0 || run.materialized {
 		return false, nil
 	}
-	if e.gateRefusal(run.rs.auth.Partition, g) != nil {
+	rs := run.rs
+	if e.gateRefusal(rs.auth.Partition, g) != nil {
 		return false, nil
 	}
 	run.materialized = true
-	if _, err := e.gates.MaterializeCheckpoints(ctx, run.rs.auth.Partition, run.rs.now); err != nil {
+	h, err := e.gates.MaterializeCheckpoints(ctx, rs.auth.Partition, rs.now)
+	if err != nil {
 		return false, storeErr(err, "materialize checkpoints")
+	}
+	if entry := rs.report.gate; entry != nil && h.Gate != nil && h.Gate.Token == entry.Token+1 &&
+		h.LogEpoch == rs.head.LogEpoch && e.gateRefusal(rs.auth.Partition, h.Gate) == nil {
+		after := *h.Gate
+		after.StoredSchema = entry.StoredSchema
+		rs.report.gate = &after
 	}
 	return true, nil
 }

@@ -446,8 +446,17 @@ func rollingTableWide(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 	if c, err := st.GetCheckpoint(ctx, "read-only", "proj"); err != nil || c != nil {
 		t.Fatalf("a pull materialised the checkpoint: %+v %v", c, err)
 	}
+	// Its first write, with a pull in the same request: the request's
+	// own materialisation does not make it refuse its response.
 	w := declaring.ClientV3("written", "actor-a", "client-new")
-	applied(t, w.Push("c3", Upsert("tasks", "t3", w.Task("t3", "p1", "three", false), -1)))
+	resp, err := w.Send(w.Request([]wire.PushCommit{{ClientCommitID: "c3", Operations: []wire.Operation{Upsert("tasks", "t3", w.Task("t3", "p1", "three", false), -1)}}},
+		&wire.PullHeader{Accept: w.Accept}, taskSub(0)))
+	if err != nil {
+		t.Fatalf("the declaring build's first push and pull: %v", err)
+	}
+	if n := len(Sections(t, resp)[0].Commits); n != 2 {
+		t.Fatalf("pull with the first push sent %d commits, want 2", n)
+	}
 	if c, err := st.GetCheckpoint(ctx, "written", "proj"); err != nil || c == nil || c.State != store.CheckpointDeclared || c.SchemaVersion != 2 {
 		t.Fatalf("checkpoint after the declaring build's first write: %+v %v", c, err)
 	}
