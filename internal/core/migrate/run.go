@@ -102,22 +102,21 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 			return false
 		}
 		for i, d := range p.Checkpoints {
-			if !slices.ContainsFunc(h.Gate.Pending, func(pc store.PendingCheckpoint) bool { return pc.Name == d.Name }) {
+			var bp Progress
+			if slices.ContainsFunc(h.Gate.Pending, func(pc store.PendingCheckpoint) bool { return pc.Name == d.Name }) {
+				if d.Transform == nil {
+					d.Transform = o.Transform
+				}
+				bo := BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now, head: &h}
+				if i > 0 {
+					bo.head = nil // an earlier backfill may have committed: read it again
+				}
+				bp, err = RunBackfill(ctx, b, part, d, bo)
+			} else {
 				// Activated here already (or the partition was created
 				// after the declaration: nothing to backfill).
-				mu.Lock()
-				pr.Activated++
-				mu.Unlock()
-				continue
+				bp.Activated = 1
 			}
-			if d.Transform == nil {
-				d.Transform = o.Transform
-			}
-			bo := BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now, head: &h}
-			if i > 0 {
-				bo.head = nil // an earlier backfill may have committed: read it again
-			}
-			bp, err := RunBackfill(ctx, b, part, d, bo)
 			var line string
 			if out != nil {
 				if c, err := b.GetCheckpoint(ctx, part, d.Name); err == nil && c != nil {
