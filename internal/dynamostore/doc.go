@@ -420,7 +420,12 @@
 // ckd); the new build's first write in the partition and the backfill
 // walk call it. A partition created after a declaration starts with ckd
 // at its generation (pinned with the marker's ConditionCheck): it has
-// nothing to backfill. A checkpoint activates in one
+// nothing to backfill. An instance whose copy predates a declaration
+// serves and writes an unmaterialised partition as it did just before
+// the declaration, for at most one MarkerTTL: harmless, since a
+// partition's backfill starts only after it materialised (its scan sees
+// every earlier commit) and the declaring build serves either way. A
+// checkpoint activates in one
 // transaction with the head's pending-set removal conditioned on the
 // head still at the watermark the runner caught up to (AdvanceCheckpoint
 // with Activate: the head condition is the lock).
