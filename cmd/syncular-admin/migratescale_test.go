@@ -170,23 +170,10 @@ func TestMigrateScale(t *testing.T) {
 		}
 		seed := dynamostore.New(base, table, dynamostore.Options{})
 		start := time.Now()
-		var wg sync.WaitGroup
-		errs := make(chan error, 16)
-		for w := range 16 {
-			wg.Go(func() {
-				for i := w; i < n; i += 16 {
-					if _, err := seed.TouchPartition(ctx, fmt.Sprintf("p%06d", i), 1, "e"); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
+		testenv.SeedPartitions(t, n, func(ctx context.Context, p string) error {
+			_, err := seed.TouchPartition(ctx, p, 1, "e")
+			return err
+		})
 		t.Logf("seeded %d partitions in %v", n, time.Since(start).Round(time.Millisecond))
 		st := dynamostore.New(counted, table, dynamostore.Options{})
 		hook := func(version int64, decls []migrate.Declaration) app.HookResult {

@@ -18,6 +18,7 @@ import (
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
+	"github.com/skyfold/syncular-lambda/internal/testenv"
 )
 
 // TestCheckpointReleaseScales is issue 20 item 5 for a release that
@@ -64,7 +65,10 @@ func TestCheckpointReleaseScales(t *testing.T) {
 	for _, size := range []int{100, n} {
 		st := dynamostore.New(c, newTable(t, c), dynamostore.Options{})
 		start := time.Now()
-		seedPartitions(t, st, size)
+		testenv.SeedPartitions(t, size, func(ctx context.Context, p string) error {
+			_, err := st.TouchPartition(ctx, p, 1, "e")
+			return err
+		})
 		t.Logf("seeded %d partitions in %v", size, time.Since(start).Round(time.Millisecond))
 		if size == n {
 			big = st
@@ -149,7 +153,10 @@ func TestCheckpointReleaseScales(t *testing.T) {
 		next   atomic.Int64
 		failed atomic.Value
 	)
-	names := append(partitionNames(n), live...)
+	names := live
+	for i := range n {
+		names = append(names, fmt.Sprintf("p%06d", i))
+	}
 	for range 16 {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < len(names); i = int(next.Add(1)) - 1 {
@@ -185,38 +192,4 @@ func declareRelease(t *testing.T, st *dynamostore.Store, decls []migrate.Declara
 	trips := capa.Snapshot().RoundTrips
 	t.Logf("declaration step: %d round trips in %v", trips, time.Since(start).Round(time.Microsecond))
 	return trips
-}
-
-func partitionNames(n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("p%06d", i)
-	}
-	return out
-}
-
-// seedPartitions creates and registers n empty partitions, 16 at once.
-func seedPartitions(t *testing.T, st *dynamostore.Store, n int) {
-	t.Helper()
-	names := partitionNames(n)
-	var (
-		wg   sync.WaitGroup
-		next atomic.Int64
-		errs = make(chan error, 16)
-	)
-	for range 16 {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				if _, err := st.TouchPartition(context.Background(), names[i], 1, "e"); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		t.Fatal(err)
-	}
 }
