@@ -3,7 +3,6 @@ package functions
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -47,14 +46,7 @@ func TestPruneThroughput(t *testing.T) {
 	latency, _ := time.ParseDuration(os.Getenv("PRUNE_THROUGHPUT_LATENCY"))
 	ddb := testenv.DynamoDB(t)
 	c := ddb.Client(t)
-	slow := c
-	if latency > 0 {
-		tr := &http.Transport{Proxy: nil, MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
-		t.Cleanup(tr.CloseIdleConnections)
-		slow = dynamodb.New(c.Options(), func(o *dynamodb.Options) {
-			o.HTTPClient = &http.Client{Transport: delayed{tr, latency}, Timeout: 2 * time.Minute}
-		})
-	}
+	slow := ddb.SlowClient(t, latency)
 	ctx := context.Background()
 	runs := []int{1, 4, 16}
 	if v, _ := strconv.Atoi(os.Getenv("PRUNE_THROUGHPUT_PARALLEL")); v > 0 {
@@ -86,21 +78,6 @@ func TestPruneThroughput(t *testing.T) {
 			latency, parallel, res.Partitions, res.Removed, deleted, took.Seconds(), rate, rate/float64(parallel),
 			u.RoundTrips, 100*float64(u.RoundTrips)/float64(deleted), u.EstWCU, u.EstWCU/float64(deleted), total, seeded.Seconds())
 	}
-}
-
-// delayed is a transport that waits d before sending each request.
-type delayed struct {
-	base http.RoundTripper
-	d    time.Duration
-}
-
-func (x delayed) RoundTrip(r *http.Request) (*http.Response, error) {
-	select {
-	case <-time.After(x.d):
-	case <-r.Context().Done():
-		return nil, r.Context().Err()
-	}
-	return x.base.RoundTrip(r)
 }
 
 // seedPrunable commits n commits into each of parts partitions, 8

@@ -21,6 +21,7 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/app"
 	"github.com/skyfold/syncular-lambda/internal/config"
+	"github.com/skyfold/syncular-lambda/internal/core/httpapi"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/s3segments"
 )
@@ -276,6 +277,10 @@ func TestTemplateReferencesResolve(t *testing.T) {
 	for _, id := range resourcesOfType(root, "AWS::Serverless::Function") {
 		if get(root, "Resources", id, "Properties", "DeploymentPreference") != nil {
 			resources["ServerlessDeploymentApplication"] = true
+		}
+		// and the execution role <Id>Role of a function without a Role.
+		if get(root, "Resources", id, "Properties", "Role") == nil {
+			resources[id+"Role"] = true
 		}
 	}
 	var refs []reference
@@ -809,4 +814,49 @@ func mentions(n *yaml.Node, param string) bool {
 		}
 	}
 	return false
+}
+
+// Forwarding (rolling schema upgrades): each gated function (push, pull)
+// may invoke its own versions and nothing else, through a policy of its
+// own attached to the role SAM creates for it, present only while the
+// ForwardRefusedRequests parameter is on; no other policy of the stack
+// grants lambda:InvokeFunction on them.
+func TestTemplateForwardPolicies(t *testing.T) {
+	root := loadYAML(t)
+	if !refTo(get(root, "Globals", "Function", "Environment", "Variables", "SYNC_FORWARD"), "ForwardRefusedRequests") {
+		t.Error("SYNC_FORWARD is not the ForwardRefusedRequests parameter")
+	}
+	gated := map[string]bool{}
+	for _, f := range app.Functions {
+		gated[f.LogicalID] = f.Routes&(httpapi.RouteSync|httpapi.RoutePush|httpapi.RoutePull) != 0
+	}
+	granted := map[string]bool{}
+	for _, id := range resourcesOfType(root, "AWS::IAM::Policy") {
+		r := get(root, "Resources", id)
+		for _, st := range get(r, "Properties", "PolicyDocument", "Statement").Content {
+			if scalar(get(st, "Action")) != "lambda:InvokeFunction" {
+				continue
+			}
+			res := get(st, "Resource")
+			fn, ok := strings.CutSuffix(res.Value, ".Arn}:*")
+			fn = strings.TrimPrefix(fn, "${")
+			roles := get(r, "Properties", "Roles")
+			if res.Tag != "!Sub" || !ok || !gated[fn] || roles == nil || len(roles.Content) != 1 || !refTo(roles.Content[0], fn+"Role") {
+				t.Errorf("%s: lambda:InvokeFunction on %s for %v: want a gated function's own versions, by its own role", id, res.Value, roles)
+				continue
+			}
+			if scalar(get(r, "Condition")) != "ForwardOn" {
+				t.Errorf("%s: not conditioned on ForwardOn", id)
+			}
+			granted[fn] = true
+		}
+	}
+	for fn, g := range gated {
+		if g != granted[fn] {
+			t.Errorf("%s: may invoke its own versions %t, want %t", fn, granted[fn], g)
+		}
+	}
+	if c := get(root, "Conditions", "ForwardOn"); c == nil || c.Tag != "!Equals" || !refTo(c.Content[0], "ForwardRefusedRequests") || c.Content[1].Value != "on" {
+		t.Error("condition ForwardOn is not ForwardRefusedRequests = on")
+	}
 }

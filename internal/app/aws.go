@@ -24,11 +24,22 @@ func FromEnvWith(ctx context.Context, fn Function, logger *slog.Logger, hooks wi
 	if err != nil {
 		return nil, err
 	}
-	deps, err := NewAWS(ctx, cfg, logger)
+	sch, err := wiring.LoadSchema(cfg)
+	if err != nil {
+		return nil, err
+	}
+	clients, err := NewAWSClients(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	deps, err := wiring.AWSDeps(ctx, cfg, logger, sch, clients)
 	if err != nil {
 		return nil, err
 	}
 	deps.Hooks = hooks
+	if fwd := lambdaForwarder(ctx, cfg, fn, deps, clients.Config, logger); fwd != nil {
+		deps.Forward = fwd
+	}
 	return Build(cfg, fn, deps)
 }
 

@@ -44,6 +44,7 @@ func Build(cfg *config.Config, fn Function, d Deps) (*lambdahttp.Handler, error)
 				Fixed:     map[string]string{metrics.DimFunction: fn.Name},
 			}).RequestLine,
 			BlobURLs: d.BlobURLs,
+			Forward:  d.Forward,
 		},
 		Auth:      authn,
 		PublicURL: cfg.PublicURL,

@@ -314,6 +314,8 @@ func PruneEngine(cfg *config.Config, clients *AWSClients, st *dynamostore.Store)
 			return nil, nil
 		}),
 		SignedURLs: engine.SignedURLsOff,
+		// SYNC_REACTIONS_ENABLED=false: no commit carries reactions to enqueue.
+		NoReactions: !cfg.Reactions,
 		// The blob sweep (syncular-admin sweep-blobs) runs on this engine.
 		Blobs: s3blobs.New(clients.S3, cfg.Bucket, ""),
 	})

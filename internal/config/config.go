@@ -91,6 +91,10 @@ type Config struct {
 	AuthLeases   bool
 	AuthLeaseTTL time.Duration
 
+	// Reactions is false when the deployment plans no §6.9 reactions
+	// (SYNC_REACTIONS_ENABLED=false): engine.Config.NoReactions.
+	Reactions bool
+
 	MaxOperations         int
 	ResponseBudgetBytes   int
 	InlineSegmentMaxBytes int
@@ -113,6 +117,12 @@ type Config struct {
 	DynamoDBEndpoint string
 	S3Endpoint       string
 	S3PathStyle      bool
+
+	// Forward lets a build the serve gate refuses answer through a newer
+	// build of its function (app.Forwarder); LambdaEndpoint overrides the
+	// Lambda API endpoint it invokes (the emulator in tests).
+	Forward        bool
+	LambdaEndpoint string
 
 	// The realtime tier (cmd/syncular-realtime, docs/REALTIME.md).
 	RealtimeAddr string // <mount>/realtime and /healthz
@@ -165,6 +175,7 @@ var Vars = []Var{
 	{"SYNC_SIGNING_KEY_REF", "empty", "native mode: SSM SecureString name/ARN or Secrets Manager ARN holding the HMAC key, read once at init."},
 	{"SYNC_AUTH_LEASES", "`off`", "`on`: auth leases (SPEC §7.3). Every authorized round issues or slides its client's lease (kept in the table, pk `P#<partition>#LS`) and returns it in a LEASE frame; while the scope resolver is unavailable (table mode: the grant read fails) a round is served from a valid lease instead of failing, and a client without one gets `sync.auth_lease_required`. Revoke one with `syncular-admin revoke-lease`. `off`: no leases, an unavailable resolver fails the round retryably."},
 	{"SYNC_AUTH_LEASE_TTL", "`15m`", "Sliding lifetime of an auth lease (Go duration, 1m to 720h): how long a client keeps syncing on it through a resolver outage after its last authorized round."},
+	{"SYNC_REACTIONS_ENABLED", "`true`", "`false`: the deployment plans no SPEC §6.9 reactions (the stack passes its `ReactionsEnabled` parameter), so prune skips enqueueing them before it deletes commits (a reaction cursor read, a read of the pruned log and a cursor write per partition pruned). A function whose app registers a reaction planner refuses to start with `false`: deploy such an app with `ReactionsEnabled=true`. `true`: prune enqueues the reactions of the commits it deletes first."},
 	{"SYNC_MAX_OPERATIONS", "`500`", "Operations allowed across the PUSH_COMMIT frames of one request."},
 	{"SYNC_RESPONSE_BUDGET_BYTES", "`4194304`", "Raw bytes where a response stops adding push results, commits and inline pages (at most 4444160: Lambda's 6 MB response includes base64)."},
 	{"SYNC_INLINE_SEGMENT_MAX_BYTES", "`262144`", "Largest rows segment sent inline in a pull response."},
@@ -179,6 +190,8 @@ var Vars = []Var{
 	{"SYNC_DYNAMODB_ENDPOINT", "empty", "DynamoDB endpoint override (DynamoDB Local for `sam local`)."},
 	{"SYNC_S3_ENDPOINT", "empty", "S3 endpoint override (a local S3 API server)."},
 	{"SYNC_S3_PATH_STYLE", "`false`", "Path-style S3 addressing (needed by most local S3 servers)."},
+	{"SYNC_FORWARD", "`on`", "`on`: during a rolling schema upgrade (and after its rollback) a function version that a partition's writer fence refuses hands the request to the newest version of the same function past the fence (one synchronous `lambda:Invoke` of that version with the unchanged event) and relays its answer instead of answering `sync.schema_not_ready`; each published version records itself in the table's build registry at cold start (docs/OPERATIONS.md, Rolling schema upgrades). `off`: refuse (retryable). Needs `AWS_LAMBDA_FUNCTION_VERSION` to be a published version (never `$LATEST`). Template parameter `ForwardRefusedRequests`."},
+	{"SYNC_LAMBDA_ENDPOINT", "empty", "Lambda API endpoint override for forwarding (the Lambda emulator in tests)."},
 	{"SYNC_REALTIME_ADDR", "`:8080`", "Realtime tier (`cmd/syncular-realtime`): listen address of `<mount>/realtime` (the §8 WebSocket) and `GET /healthz` (the load balancer's health check)."},
 	{"SYNC_HINT_ADDR", "`:8081`", "Realtime tier: listen address of `POST /internal/hints` and `POST /internal/presence` (reachable only from the fanout function and the other tier tasks)."},
 	{"SYNC_HINT_ADVERTISE", "the task's private IP from the ECS task metadata endpoint v4 and the port of SYNC_HINT_ADDR", "Realtime tier: base URL (`http://host:port`) the instance registers for the fanout function and its peers."},
@@ -236,6 +249,8 @@ func Load(getenv func(string) string) (*Config, error) {
 		AuthLeases:   l.oneOf("SYNC_AUTH_LEASES", "off", "off", "on") == "on",
 		AuthLeaseTTL: l.duration("SYNC_AUTH_LEASE_TTL", 15*time.Minute, time.Minute, 720*time.Hour),
 
+		Reactions: l.oneOf("SYNC_REACTIONS_ENABLED", "true", "true", "false") == "true",
+
 		MaxOperations:         l.integer("SYNC_MAX_OPERATIONS", 500, 1, 100_000),
 		ResponseBudgetBytes:   l.integer("SYNC_RESPONSE_BUDGET_BYTES", limits.DefaultResponseBudgetBytes, 64<<10, MaxResponseBudget),
 		InlineSegmentMaxBytes: l.integer("SYNC_INLINE_SEGMENT_MAX_BYTES", 256<<10, 1<<10, MaxResponseBudget),
@@ -252,6 +267,8 @@ func Load(getenv func(string) string) (*Config, error) {
 		DynamoDBEndpoint: l.endpoint("SYNC_DYNAMODB_ENDPOINT"),
 		S3Endpoint:       l.endpoint("SYNC_S3_ENDPOINT"),
 		S3PathStyle:      l.boolean("SYNC_S3_PATH_STYLE"),
+		Forward:          l.oneOf("SYNC_FORWARD", "on", "on", "off") == "on",
+		LambdaEndpoint:   l.endpoint("SYNC_LAMBDA_ENDPOINT"),
 
 		RealtimeAddr:          l.str("SYNC_REALTIME_ADDR", ":8080"),
 		HintAddr:              l.str("SYNC_HINT_ADDR", ":8081"),

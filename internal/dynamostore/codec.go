@@ -37,7 +37,8 @@ import (
 // columnVersions are those of the row write it materializes, encoded by
 // encodeCV (empty = none); format 1, written before column versions
 // existed, has none and still decodes. Bodies written before references
-// existed have flags 0 or logHasRows and decode unchanged.
+// existed have flags 0 or logHasRows and decode unchanged. Format 3 is a
+// format-2 body compressed whole (logzstd.go, packLogBody).
 const logFormat = 2
 
 var errCorrupt = errors.New("dynamostore: corrupt encoded data")
@@ -407,8 +408,16 @@ func (lb *logBody) materialization(seq int64) ([]store.RowWrite, error) {
 	return rowsFromChanges(seq, lb.changes, lb.cvs)
 }
 
-// decodeLogBody is the inverse of encodeLogBody (formats 1 and 2).
+// decodeLogBody is the inverse of encodeLogBody (formats 1 and 2) and of
+// packLogBody (format 3, logzstd.go).
 func decodeLogBody(b []byte, seq int64) (*logBody, error) {
+	if len(b) > 0 && b[0] == logFormatZstd {
+		inner, err := unpackLogBody(b)
+		if err != nil {
+			return nil, err
+		}
+		b = inner
+	}
 	d := &dec{b: b}
 	format := d.u8()
 	if format != 1 && format != 2 {

@@ -304,7 +304,7 @@ func (s *Store) prepare(partition string, req *store.CommitRequest) (*prepared, 
 			return nil, err
 		}
 	}
-	body := encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions)
+	body := packLogBody(encodeLogBody(req.Commit.Changes, cvs, explicit, refs, req.Commit.Reactions))
 	chunks, err := logItems(partition, &req.Commit, body)
 	if err != nil {
 		return nil, err
@@ -703,14 +703,30 @@ func (s *Store) materializationOf(p string, seq int64, lb *logBody) ([]txItem, e
 // progressSize is the size budgeted for the head update of a batch.
 const progressSize = 150
 
-// materializationBatches splits acts greedily into transactions of at
-// most 99 actions and txMaxBytes with the head update: a pure function
-// of acts, so every roller cuts the same batches.
-func materializationBatches(acts []txItem) [][]txItem {
+// plainBatchActions is how many plain writes (writeBatchPlain) one
+// recorded batch holds. A plain batch is no transaction, so nothing caps
+// it at 100 actions; its head update is only a resumption point, and a
+// roller cut off inside a batch writes that batch again (idempotent), so
+// the size trades one head update per batch against the writes redone
+// after a cut-off. 400 makes every commit of up to 200 one-variable rows
+// a single head update (a commit at the 500-operation cap, 1,000 writes:
+// 3), and redoes at most 400 writes (25 waves of 16).
+const plainBatchActions = 400
+
+// materializationBatches splits acts greedily into batches of at most
+// txMaxBytes with the head update and at most 99 actions (a transaction
+// with its head update) or, for a plain materialization, at most
+// plainBatchActions: a pure function of acts and plain (itself a
+// function of acts, monotonic), so every roller cuts the same batches.
+func materializationBatches(acts []txItem, plain bool) [][]txItem {
+	limit := txMaxActions - 1
+	if plain {
+		limit = plainBatchActions
+	}
 	var out [][]txItem
 	start, bytes := 0, progressSize
 	for i, a := range acts {
-		if i-start == txMaxActions-1 || bytes+a.size > txMaxBytes {
+		if i-start == limit || bytes+a.size > txMaxBytes {
 			out = append(out, acts[start:i])
 			start, bytes = i, progressSize
 		}
@@ -766,12 +782,12 @@ func (s *Store) progressUpdate(p string, seq int64, plan string, k, n int) txIte
 // size. When the head shows another instance ahead, it continues from
 // there; errApplied when the commit is finished.
 func (s *Store) materialize(ctx context.Context, p string, seq int64, acts []txItem, h *head) error {
-	batches := materializationBatches(acts)
+	plain := monotonic(acts)
+	batches := materializationBatches(acts, plain)
 	if len(batches) == 0 {
 		return s.advanceApplied(ctx, p, seq)
 	}
 	plan := planPrint(batches)
-	plain := monotonic(acts)
 	for k := h.rollDone(seq, plan); k < len(batches); {
 		var err error
 		if plain {

@@ -15,8 +15,9 @@
 // item(s) put-if-absent and, when everything fits one transaction
 // (100 actions, 4 MB), the row writes, advancing appliedSeq with
 // maxCommitSeq. A larger commit advances only maxCommitSeq; its rows are
-// materialized afterwards in batches of at most 99 actions, planned from
-// the log body alone (so every instance cuts the same batches). Each
+// materialized afterwards in batches (at most 99 actions in a transaction,
+// 400 plain writes, below), planned from the log body alone (so every
+// instance cuts the same batches). Each
 // batch ends with a head update conditioned on the fence "appliedSeq <
 // seq" and on the progress recorded there (fs = seq, fb = batches
 // written, fp = a print of the batch plan, so a build that cuts other
@@ -27,19 +28,25 @@
 // materialization cut off by a crash or a request's deadline is not
 // redone (at most the batch it was in), so a partition recovers within a
 // few requests whatever the commit's size (TestRollForwardResumes: a
-// 499-operation commit cut off after 2 of its 11 batches is finished by
-// the 4th push of at most 4 write rounds each, and by the 3rd such
-// prune; before progress was recorded, every request restarted at the
-// first batch and none finished). Concurrent rollers take the batches in
-// turn: the loser of one reads the head and goes on from there.
+// 499-operation commit cut off after 2 of its 3 plain batches is finished
+// by the first push of at most 4 write rounds, which writes only the
+// 198 writes of the batch that was cut off; with 99-action batches it
+// took 4 such pushes, and before progress was recorded every request
+// restarted at the first batch and none finished). Concurrent rollers
+// take the batches in turn: the loser of one reads the head and goes on
+// from there.
 //
 // Plain batches (issue 23). A batch whose actions are all Puts of items
 // carrying their commit seq (rows, tombstones, scope copies and their
 // tombstones: every commit without reference-index writes) is written
 // outside any transaction, one PutItem per action (16 in flight) at
 // 1 WCU per KB instead of 2, then recorded by the head update alone
-// (writeBatchPlain). Each Put is conditioned "attribute_not_exists(pk)
-// OR cs <= seq". Why that is as safe as the transaction was:
+// (writeBatchPlain). No transaction caps such a batch at 100 actions, so
+// a plain batch holds up to 400 writes (plainBatchActions): its head
+// update is only a resumption point, and a roller cut off inside a batch
+// writes at most that batch again. Each Put is conditioned
+// "attribute_not_exists(pk) OR cs <= seq". Why that is as safe as the
+// transaction was:
 //
 //   - Visibility does not change: readers still see the commit's rows
 //     only through appliedSeq, which only the last batch's head update
@@ -65,8 +72,19 @@
 //     stale roller before any write.
 //
 // A 50-operation insert's materialization (50 rows and 50 scope copies)
-// was two transactions at 2 WCU per item and is now 100 PutItems and 2
-// head updates: 216 → 116 WCU for the push, 12 more round trips.
+// was two transactions at 2 WCU per item and is now 100 PutItems and one
+// head update: 216 → 107 WCU for the push with the compressed log item
+// below (TestEngineCostV3OverDynamoDB; 109 in make cost, whose rows are
+// larger), 104 calls instead of 5 (the plain writes in waves of 16).
+//
+// Compressed log bodies (issue 23, logzstd.go). A log body of 512 bytes
+// or more is stored zstd-compressed (format 3) when that is smaller, so
+// a large commit's log item, charged twice in the commit transaction,
+// shrinks with it: make cost's 50-row insert (32-character titles that
+// do not repeat) 4,560 → 1,119 bytes, 10 → 4 WCU; bodies of random rows
+// gain little (50 random 60-byte rows 1.38×, 50 random 1 KB rows 1.02×)
+// and a body compression does not shrink is stored as it was. Formats 1
+// and 2 still decode; smaller bodies (every 1-op commit) stay format 2.
 //
 // Small commits (issue 23, fast.go; Options.SmallCommits, off by
 // default). A commit whose log is one item,
@@ -198,8 +216,9 @@
 //
 //	head       ≈ 60 B + partition + logEpoch (kept far below 4 KB: 1 RCU)
 //	log        ≈ 90 B + ids, + per change ≈ 13 B + rowId + scopes + row
-//	           + column versions (4 B for a full-row write); split into
-//	           chunk items of < 400 KB under the same seq
+//	           + column versions (4 B for a full-row write); a body of
+//	           512 B or more zstd-compressed when smaller (logzstd.go);
+//	           split into chunk items of < 400 KB under the same seq
 //	outcome    ≈ 45 B + clientId + clientCommitId + result (ttl included)
 //	row        ≈ 20 B + partition + table + rowId + scopes + payload
 //	           + column versions (5 B for a full-row write)
@@ -220,8 +239,10 @@
 //	push, 1 op (head+rows read, Commit)    2    2   10   (TouchPartitionRows; 12 with the log
 //	                                                      index on; SmallCommits: 8 calls,
 //	                                                      5 RCU, 6 WCU)
-//	push, 50 ops (large-commit path)     105   52  114   (log transaction, 100 plain Puts,
-//	                                                      2 progress updates; was 5 / 216
+//	push, 50 ops (large-commit path)     104   52  107   (log transaction of 6, 100 plain
+//	                                                      Puts, 1 progress update; was
+//	                                                      105 / 114 with 99-write batches
+//	                                                      and a plain log body, 5 / 216
 //	                                                      with transactional batches)
 //	push, 1 delete (tombstone Put)         2    2   10   (SmallCommits: 8 / 5 / 6)
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
@@ -234,10 +255,16 @@
 //	                                                      lookahead row: 1.12× the rows' units)
 //	prune, per pruned commit               -  log  log + 1 per tombstone
 //
+// A push round (push and pull in one request) writes no client record
+// when the client's record is younger than the engine's
+// CursorRecordInterval (5 min) and only its cursor moved up
+// (engine/clients.go has why a lagging cursor only holds the §4.6
+// horizon lower): 1 WCU less on every such round.
+//
 // Column versions cost nothing on a 1-op push (the items stay in the
-// same 1 KB unit) and 2 WCU on the 50-op push (its log item grows by
-// 6 B per change, across one 1 KB boundary, ×2 in the transaction), against
-// 126 WCU before they existed. A tombstone costs what the delete it replaces cost: a
+// same 1 KB unit); on the 50-op push they cost 2 WCU while its log body
+// was stored plain (6 B per change took the log item across one 1 KB
+// boundary, ×2 in the transaction). A tombstone costs what the delete it replaces cost: a
 // Put of a small item is charged the larger of the old and new item,
 // like a Delete is charged the deleted item. Until pruned, each tombstone
 // adds its ≈ 40 B to the bootstrap scans of its table (a 4 KB read unit
@@ -378,7 +405,13 @@
 // publishes only evaluations that depend on nothing but the rows read
 // with the head (no validators, references, blob checks or reactions)
 // and never evaluates a member itself, so a member has exactly its own
-// request's authority (TestGroupCommit, TestGroupCommitLogIndex).
+// request's authority (TestGroupCommit, TestGroupCommitLogIndex). The
+// push request line counts it (grouped, carried, leftOut;
+// TestGroupCommitMetrics). With 8 ms added to every request, a real
+// table's round trip, 32 writers land 4.2–7.1 commits per head
+// transaction and 1.4–5 times the commits per second of the same
+// writers alone in 11 of 12 runs (TestGroupCommitCeiling,
+// docs/SCALE.md).
 //
 // # Rolling schema upgrades (schema.go)
 //
@@ -428,7 +461,20 @@
 // checkpoint activates in one
 // transaction with the head's pending-set removal conditioned on the
 // head still at the watermark the runner caught up to (AdvanceCheckpoint
-// with Activate: the head condition is the lock).
+// with Activate: the head condition keeps it correct). A runner whose
+// first try lost to a commit takes the partition's commit-queue turn
+// (engine.WaitTurn, a ticket like a queued commit's) and holds it until
+// it activated: queued commits wait behind it rather than landing
+// between its check and its write.
+//
+// The build registry (builds.go, BLD#<function>/S<schema>) names, per
+// function and schema version, the function version serving it. Each
+// published version of a sync function writes its item once per cold
+// start (a conditional put, nothing when it is there already); only a
+// build its gate refused reads it (one Query of at most one item, cached
+// 5 s per instance, app.Forwarder), to forward the request to the newest
+// version past the fence. No request of a partition that is not fenced
+// touches it.
 //
 // # Operator paths
 //

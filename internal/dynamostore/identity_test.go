@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
 	"github.com/skyfold/syncular-lambda/internal/testenv"
@@ -25,4 +26,13 @@ func TestClientBindingRaceOverDynamoDB(t *testing.T) {
 			enginetest.RunBindRace(t, dynamostore.New(client, tbl, dynamostore.Options{}), memstore.NewSegments(), 6)
 		})
 	}
+}
+
+// The client record's write interval and the prune watermark over
+// DynamoDB Local (the memstore run is in internal/core/engine).
+func TestCursorRecordLagIsSafe(t *testing.T) {
+	client := ddbClient(t)
+	enginetest.RunCursorRecords(t, func(t testing.TB) (store.Store, store.SegmentStore) {
+		return dynamostore.New(client, newTable(t, client), dynamostore.Options{}), memstore.NewSegments()
+	})
 }

@@ -14,6 +14,7 @@ import (
 //	commit tickets  P#<p>                               QUEUE      (queue.go)
 //	epoch event     P#<p>                               EPOCH      (RotateEpoch; for the stream)
 //	realtime tier   RTI                                 <instanceId> (rtfanout registry)
+//	build registry  BLD#<function>                      S<schema:020d> (builds.go)
 //	commit log      P#<p>#L                             <seq:020d>[#<chunk:04d>]
 //	push outcome    P#<p>#O#<clientId>                  O<clientCommitId>
 //	row/tombstone   P#<p>#T#<table>                     R<rowId>

@@ -29,14 +29,20 @@ type cutOffClient struct {
 	mu     sync.Mutex
 	budget int
 	sent   int
+	// puts counts plain writes (PutItem); unrecorded those sent since
+	// the last write round that went out (a roll-forward's writes its
+	// progress does not record yet).
+	puts, unrecorded int
 }
 
 func (c *cutOffClient) Do(r *http.Request) (*http.Response, error) {
-	if target := r.Header.Get("X-Amz-Target"); strings.HasSuffix(target, ".TransactWriteItems") || strings.HasSuffix(target, ".UpdateItem") {
+	target := r.Header.Get("X-Amz-Target")
+	if strings.HasSuffix(target, ".TransactWriteItems") || strings.HasSuffix(target, ".UpdateItem") {
 		c.mu.Lock()
 		over := c.sent >= c.budget
 		if !over {
 			c.sent++
+			c.unrecorded = 0
 		}
 		c.mu.Unlock()
 		if over {
@@ -44,23 +50,43 @@ func (c *cutOffClient) Do(r *http.Request) (*http.Response, error) {
 			return nil, context.Canceled
 		}
 	}
+	if strings.HasSuffix(target, ".PutItem") {
+		c.mu.Lock()
+		c.puts++
+		c.unrecorded++
+		c.mu.Unlock()
+	}
 	return c.base.Do(r)
+}
+
+// writes returns how many write rounds and plain writes c sent, and
+// how many of the plain writes after its last write round.
+func (c *cutOffClient) writes() (rounds, puts, unrecorded int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sent, c.puts, c.unrecorded
 }
 
 // boundedRequest is one request's store: a fresh instance whose context
 // ends after `budget` write rounds (or 25 s, the API's deadline).
 func boundedRequest(t *testing.T, table string, budget int) (*dynamostore.Store, context.Context, func() int) {
 	t.Helper()
+	s, ctx, cc := boundedRequestClient(t, table, budget)
+	return s, ctx, func() int {
+		rounds, _, _ := cc.writes()
+		return rounds
+	}
+}
+
+// boundedRequestClient is boundedRequest returning its counting client.
+func boundedRequestClient(t *testing.T, table string, budget int) (*dynamostore.Store, context.Context, *cutOffClient) {
+	t.Helper()
 	base := ddbClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	t.Cleanup(cancel)
 	cc := &cutOffClient{base: base.Options().HTTPClient, cancel: cancel, budget: budget}
 	c := dynamodb.New(base.Options(), func(o *dynamodb.Options) { o.HTTPClient = cc })
-	return dynamostore.New(c, table, dynamostore.Options{}), ctx, func() int {
-		cc.mu.Lock()
-		defer cc.mu.Unlock()
-		return cc.sent
-	}
+	return dynamostore.New(c, table, dynamostore.Options{}), ctx, cc
 }
 
 // TestRollForwardResumes (issue 20 item 8): a 499-operation commit is
@@ -82,10 +108,14 @@ func TestRollForwardResumes(t *testing.T) {
 
 	// The writer's request ends after the log transaction and two batches.
 	req, ws := large(0, "big")
-	w, wctx, _ := boundedRequest(t, table, 3)
+	w, wctx, wc := boundedRequestClient(t, table, 3)
 	if err := w.Commit(wctx, p, req); err != nil {
 		t.Fatalf("large commit: %v (the log landed, so the push is applied)", err)
 	}
+	// What a roll-forward may redo: the writes sent after the writer's
+	// last recorded batch. Each row and its scope copy are one write.
+	_, allPuts, redoable := wc.writes()
+	planned := 2 * ops
 	if mx, ap := rawHead(t, c, table, p); mx != "1" || ap != "0" {
 		t.Fatalf("after the cut-off materialization mx=%s ap=%s, want 1/0", mx, ap)
 	}
@@ -95,10 +125,12 @@ func TestRollForwardResumes(t *testing.T) {
 		t.Helper()
 		start := time.Now()
 		for i := 1; i <= maxRequests; i++ {
-			rs, ctx, sent := boundedRequest(t, table, budget)
+			rs, ctx, rc := boundedRequestClient(t, table, budget)
 			t0 := time.Now()
 			err := run(ctx, rs)
-			t.Logf("%s request %d: %d write rounds, %v, err=%v", what, i, sent(), time.Since(t0).Round(time.Millisecond), err)
+			rounds, puts, unrecorded := rc.writes()
+			allPuts, redoable = allPuts+puts, redoable+unrecorded
+			t.Logf("%s request %d: %d write rounds, %d plain writes, %v, err=%v", what, i, rounds, puts, time.Since(t0).Round(time.Millisecond), err)
 			if err == nil {
 				t.Logf("%s: a %d-operation commit recovered after %d requests, %v", what, ops, i, time.Since(start).Round(time.Millisecond))
 				return
@@ -111,6 +143,12 @@ func TestRollForwardResumes(t *testing.T) {
 	recoverWith("push", func(ctx context.Context, rs *dynamostore.Store) error {
 		return rs.Commit(ctx, p, commitOf(1, "next", up("r000", 2, []byte("after"))))
 	})
+	// Resumed where it stopped: no write the progress recorded was made
+	// twice, only those after a cut-off request's last record.
+	if allPuts > planned+redoable {
+		t.Fatalf("%d plain writes for a commit of %d, %d of them unrecorded at a cut-off: recorded writes were redone", allPuts, planned, redoable)
+	}
+	t.Logf("%d plain writes for a commit of %d (%d redone after a cut-off)", allPuts, planned, allPuts-planned)
 	checkRows := func(seq int64, ws []store.RowWrite, except map[string][]byte) {
 		t.Helper()
 		if mx, ap := rawHead(t, c, table, p); mx != ap {

@@ -37,6 +37,9 @@ type rawEvent struct {
 	RequestContext                  json.RawMessage     `json:"requestContext"`
 	Body                            string              `json:"body"`
 	IsBase64Encoded                 bool                `json:"isBase64Encoded"`
+	// ForwardedBy is the forwarding marker (forward.go): a top-level
+	// member API Gateway never writes, so no client can set it.
+	ForwardedBy string `json:"syncularForwardedBy"`
 }
 
 // v2Context is the part of the v2 request context we use. Claims decode
@@ -96,7 +99,13 @@ func decodeEvent(payload []byte) (*converted, error) {
 				claims = a.Lambda
 			}
 		}
-		return fromV2Parts(ev.RawPath, ev.RawQueryString, ev.QueryStringParameters, rc.HTTP.Method, ev.Headers, ev.Body, ev.IsBase64Encoded, rc.RequestID, rc.DomainName, claims)
+		c, err := fromV2Parts(ev.RawPath, ev.RawQueryString, ev.QueryStringParameters, rc.HTTP.Method, ev.Headers, ev.Body, ev.IsBase64Encoded, rc.RequestID, rc.DomainName, claims)
+		if err == nil {
+			// The event as received, for a Forwarder; a forwarded one is
+			// never forwarded again.
+			c.req.Event, c.req.Forwarded = payload, ev.ForwardedBy != ""
+		}
+		return c, err
 	case ev.HTTPMethod != "":
 		var rc v1Context
 		if len(ev.RequestContext) > 0 {

@@ -86,14 +86,22 @@ type Metric struct {
 // no request counter: every request line carries ms exactly once, so
 // its SampleCount is the number of requests (the alarms' denominator).
 var (
-	ServerErrors     = Metric{"serverErrors", Count, byFunction, "Requests answered with a 5xx status."}
-	RateLimited      = Metric{"rateLimited", Count, byFunction, "Requests that ended with sync.rate_limited (HTTP 429 or in-band)."}
-	SchemaNotReady   = Metric{"schemaNotReady", Count, byFunction, "Requests refused with sync.schema_not_ready (HTTP 503, retryable) during a rolling schema upgrade; not serverErrors."}
-	SoftTimeouts     = Metric{"softTimeouts", Count, byFunction, "Requests stopped by the soft deadline before the function timeout."}
-	Duration         = Metric{"ms", None, byFunction, "Milliseconds serving the request (engine and storage); its SampleCount is the number of requests."}
-	CommitsApplied   = Metric{"applied", None, byFunction, "Pushed commits newly applied."}
-	CommitRacesLost  = Metric{"commitRacesLost", Count, byFunction, "Commit attempts that lost the race for the next commitSeq and were retried."}
-	CommitsSent      = Metric{"sent", None, byFunction, "COMMIT frames returned by pulls."}
+	ServerErrors    = Metric{"serverErrors", Count, byFunction, "Requests answered with a 5xx status."}
+	RateLimited     = Metric{"rateLimited", Count, byFunction, "Requests that ended with sync.rate_limited (HTTP 429 or in-band)."}
+	SchemaNotReady  = Metric{"schemaNotReady", Count, byFunction, "Requests refused with sync.schema_not_ready (HTTP 503, retryable) during a rolling schema upgrade; not serverErrors."}
+	Forwarded       = Metric{"forwarded", Count, byFunction, "Requests the serve gate refused that a newer build of the function answered instead (forwarded during a rolling schema upgrade or after its rollback)."}
+	SoftTimeouts    = Metric{"softTimeouts", Count, byFunction, "Requests stopped by the soft deadline before the function timeout."}
+	Duration        = Metric{"ms", None, byFunction, "Milliseconds serving the request (engine and storage); its SampleCount is the number of requests."}
+	CommitsApplied  = Metric{"applied", None, byFunction, "Pushed commits newly applied."}
+	CommitRacesLost = Metric{"commitRacesLost", Count, byFunction, "Commit attempts that lost the race for the next commitSeq and were retried."}
+	CommitsSent     = Metric{"sent", None, byFunction, "COMMIT frames returned by pulls."}
+	// Group commit (issue 20): a queued waiter offers its evaluated
+	// commit; the turn's holder carries offered commits in its own
+	// transaction or leaves them out (they commit in their own turns).
+	GroupOffered     = Metric{"offered", None, byFunction, "Commits a queued push offered to the turn's holder for its group commit."}
+	GroupCarried     = Metric{"carried", None, byFunction, "Other pushes' offered commits a push landed in its own transaction (group commit)."}
+	GroupLeftOut     = Metric{"leftOut", None, byFunction, "Offered commits a push read but left out of its transaction (rows changed, over 100 items / 4 MB): they commit in their own turns."}
+	Grouped          = Metric{"grouped", None, byFunction, "Commits of a push that another push's transaction landed (group commit)."}
 	RowsScanned      = Metric{"rowsScanned", Count, byFunction, "Rows read by bootstrap page builds."}
 	RowsDelivered    = Metric{"rowsDelivered", Count, byFunction, "Rows in the bootstrap pages sent (built or reused)."}
 	SegmentsBuilt    = Metric{"segmentsBuilt", Count, byFunction, "Bootstrap pages built from a row scan."}
@@ -119,8 +127,9 @@ const FunctionGateway = "gateway"
 
 // Catalogue lists every metric the code emits.
 var Catalogue = []Metric{
-	ServerErrors, RateLimited, SchemaNotReady, SoftTimeouts, Duration,
+	ServerErrors, RateLimited, SchemaNotReady, Forwarded, SoftTimeouts, Duration,
 	CommitsApplied, CommitRacesLost, CommitsSent, RowsScanned, RowsDelivered,
+	GroupCarried, GroupLeftOut, Grouped,
 	SegmentsBuilt, SegmentsReused,
 	PrunedPartitions, PrunedCommits, PruneFailures, PruneIncomplete, BlobsSwept,
 	RequestsOverCap, LeaseServed,

@@ -103,6 +103,41 @@ func (d *DynamoLocal) Client(t testing.TB) *dynamodb.Client {
 	})
 }
 
+// SlowClient is Client with every request held for latency before it
+// is sent (a request whose context ends first is not sent): a stand-in
+// for a real table's network round trip, so that a measurement on
+// DynamoDB Local is bound by round trips rather than by the local
+// server's CPU. Load measurements only; no test asserts on its timing.
+func (d *DynamoLocal) SlowClient(t testing.TB, latency time.Duration) *dynamodb.Client {
+	t.Helper()
+	c := d.Client(t)
+	if latency <= 0 {
+		return c
+	}
+	return dynamodb.New(c.Options(), func(o *dynamodb.Options) {
+		hc := newHTTPClient(t)
+		hc.Transport = delayed{hc.Transport, latency}
+		o.HTTPClient = hc
+	})
+}
+
+// delayed is a transport that waits d before sending each request.
+type delayed struct {
+	base http.RoundTripper
+	d    time.Duration
+}
+
+func (x delayed) RoundTrip(r *http.Request) (*http.Response, error) {
+	tm := time.NewTimer(x.d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	return x.base.RoundTrip(r)
+}
+
 // newHTTPClient returns a client whose pool is large enough for tests that
 // hammer one local server from many goroutines (the default transport keeps
 // only two idle connections per host, so most requests would dial anew).

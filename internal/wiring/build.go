@@ -52,6 +52,9 @@ type Deps struct {
 	OnCommit func(partition string, c *store.Commit)
 	// Hooks are the app's own code (the public package syncular).
 	Hooks Hooks
+	// Forward answers requests the serve gate refused through a newer
+	// build (internal/app's Forwarder); nil refuses them.
+	Forward httpapi.Forwarder
 }
 
 // Hooks are what an app adds to the engine through the public API: each
@@ -144,6 +147,7 @@ func NewEngine(cfg *config.Config, d Deps) (*engine.Engine, error) {
 		OnCommit:      d.OnCommit,
 		Validators:    hooks,
 		Reactions:     d.Hooks.Reactions,
+		NoReactions:   !cfg.Reactions,
 		CRDTMergers:   mergers(d.Hooks.Mergers),
 	}
 	if cfg.AuthLeases {

@@ -80,9 +80,35 @@ func (e *Engine) checkClient(ctx context.Context, rs *reqState) error {
 	return nil
 }
 
-// recordClient writes the client record when it is new, when the cursor
-// changed, or when it aged past CursorRecordMaxAge (§4.5 watermark).
-// cursor < 0 means "no active subscription": the stored cursor is kept.
+// recordClient keeps the client record: the §4.5 cursor with its
+// timestamp (the §4.6 watermark input) and the §8.1 registration with the
+// wire version (what a realtime connect reads). cursor < 0 with hasCursor
+// false means "no active subscription": the stored cursor is kept.
+//
+// The record is not rewritten on every round (recordDue): a stored cursor
+// may lag the one the client just reported by up to CursorRecordInterval.
+// That is harmless because of who reads it:
+//
+//   - Prune (prune.go) takes the least stored cursor of the clients
+//     active within ActiveWindow as the highest horizon allowed (§4.6).
+//     The stored cursor is never above the last one the client reported
+//     (a lower cursor is written at once, a higher one may wait), and a
+//     client's cursor only moves up between resets, so a lagging record
+//     holds the horizon at or below the client's real cursor: it retains
+//     more, never less. Its timestamp lags by at most
+//     max(CursorRecordInterval, CursorRecordMaxAge), far inside the
+//     14-day ActiveWindow floor, as it already did for unchanged cursors.
+//   - Realtime connect (realtime.go, Attach, and the hub's hello) reads
+//     the registration and the wire version, written at once whenever
+//     they change (§8.1), and the cursor: a lagging one only makes hello
+//     report the older cursor and ask for a round first (requiresSync,
+//     §8.1/§8.2), the side that delivers more, never less; a socket's
+//     acks (AckCursor) raise the stored cursor themselves.
+//   - The epoch binding (checkClient, §1.5) reads the actor, which never
+//     changes within an epoch.
+//
+// So a 1-op push round from a client whose record is recent writes no
+// client record at all (issue 23: 1 WCU a round).
 func (e *Engine) recordClient(ctx context.Context, rs *reqState, cursor int64, hasCursor bool) error {
 	now := rs.now
 	prev := rs.client
@@ -99,8 +125,7 @@ func (e *Engine) recordClient(ctx context.Context, rs *reqState, cursor int64, h
 		// and the wire version, for the next realtime connect.
 		next.Registration = rs.registration
 	}
-	if prev != nil && prev.Cursor == next.Cursor && prev.WireVersion == next.WireVersion && prev.Registration == next.Registration &&
-		now-prev.UpdatedAtMs < e.limits.CursorRecordMaxAge.Milliseconds() {
+	if prev != nil && !e.recordDue(prev, &next, now) {
 		return nil
 	}
 	// The record written lives in rs (no allocation of its own); stores
@@ -112,4 +137,24 @@ func (e *Engine) recordClient(ctx context.Context, rs *reqState, cursor int64, h
 	e.clients.put(clientKey{rs.auth.Partition, rs.head.LogEpoch, rs.clientID}, next)
 	rs.client = &rs.clientNext
 	return nil
+}
+
+// recordDue reports whether next must replace the stored record prev
+// (recordClient has the argument): at once when the registration or the
+// wire version changed, when the first cursor arrives and when the cursor
+// went down (so the stored cursor never exceeds the last one reported);
+// a cursor that moved up once the record is CursorRecordInterval old; an
+// unchanged one once it is CursorRecordMaxAge old.
+func (e *Engine) recordDue(prev, next *store.Client, now int64) bool {
+	age := now - prev.UpdatedAtMs
+	switch {
+	case prev.WireVersion != next.WireVersion || prev.Registration != next.Registration:
+		return true
+	case prev.Cursor < 0 && next.Cursor >= 0, next.Cursor < prev.Cursor:
+		return true
+	case next.Cursor != prev.Cursor:
+		return age >= e.limits.CursorRecordInterval.Milliseconds()
+	default:
+		return age >= e.limits.CursorRecordMaxAge.Milliseconds()
+	}
 }

@@ -99,6 +99,11 @@ type Limits struct {
 	// CursorRecordMaxAge is how old a client cursor record may get before
 	// an unchanged cursor is rewritten anyway (§4.6 active window input).
 	CursorRecordMaxAge time.Duration
+	// CursorRecordInterval is how old a client record must be before a
+	// cursor that moved up is written (a lower one is written at once):
+	// the stored cursor may lag by this much, which only holds the §4.6
+	// horizon lower (recordClient). Keep it far below ActiveWindow.
+	CursorRecordInterval time.Duration
 	// MaxCommitBytes, MaxRowBytes and MaxCommitFrameBytes bound what one
 	// commit may store and deliver (see package limits); a commit over
 	// any of them is rejected with sync.constraint_violation on every
@@ -154,6 +159,7 @@ const (
 	DefaultSignedURLTTL          = 5 * time.Minute
 	MaxSignedURLTTL              = 15 * time.Minute
 	DefaultCursorRecordMaxAge    = 6 * time.Hour
+	DefaultCursorRecordInterval  = 5 * time.Minute
 	DefaultActiveWindow          = 14 * 24 * time.Hour
 	DefaultAgeForce              = 30 * 24 * time.Hour
 	DefaultMinRetainedCommits    = 1000
@@ -187,6 +193,7 @@ func (l Limits) withDefaults() Limits {
 	orDefault(&l.MaxRowBytes, limits.MaxRowBytes)
 	orDefault(&l.MaxCommitFrameBytes, limits.MaxCommitFrameBytes)
 	orDefault(&l.CursorRecordMaxAge, DefaultCursorRecordMaxAge)
+	orDefault(&l.CursorRecordInterval, DefaultCursorRecordInterval)
 	orDefault(&l.MaxCascadeOperationsPerCommit, DefaultMaxCascadeOperations)
 	orDefault(&l.MaxBlobBytes, DefaultMaxBlobBytes)
 	orDefault(&l.BlobOrphanGrace, DefaultBlobOrphanGrace)
@@ -255,6 +262,15 @@ type Config struct {
 	// Reactions, when set, plans the §6.9 durable reactions of every
 	// accepted commit; Store must then implement store.ReactionStore.
 	Reactions reactions.Planner
+	// NoReactions says no engine of the deployment plans §6.9 reactions
+	// (SYNC_REACTIONS_ENABLED=false), so no commit in the log carries any: Prune
+	// then skips enqueueing them before it deletes commits (a reaction
+	// cursor read, a read of the pruned log and a cursor write per
+	// partition pruned). It is the deployment's word, not this engine's:
+	// the prune function's engine never has a planner even where the push
+	// function's does, so a nil Reactions alone proves nothing. New
+	// refuses it together with a planner.
+	NoReactions bool
 	// NoGroupCommit turns group commit (groupcommit.go) off on a store
 	// that supports it: every queued commit lands alone in its turn.
 	NoGroupCommit bool
@@ -329,6 +345,10 @@ func New(cfg Config) (*Engine, error) {
 		// §6.9: a planner without transactional enqueue fails before any
 		// row could change.
 		return nil, errors.New("engine: Config.Reactions needs a store that implements store.ReactionStore")
+	}
+	if cfg.Reactions != nil && cfg.NoReactions {
+		// §6.9: prune would delete the planned records unenqueued.
+		return nil, errors.New("engine: Config.Reactions plans reactions but Config.NoReactions says the deployment has none (SYNC_REACTIONS_ENABLED=false)")
 	}
 	if (cfg.Leases == nil) != (cfg.LeaseTTL <= 0) {
 		return nil, errors.New("engine: auth leases need both Config.Leases and a positive Config.LeaseTTL")

@@ -50,6 +50,13 @@ func notReady(details map[string]any) error {
 	return err
 }
 
+// isGateRefusal reports whether err is the gate's refusal (only the
+// gate answers sync.schema_not_ready).
+func isGateRefusal(err error) bool {
+	se := syncerr.As(err)
+	return se != nil && se.Code == syncerr.SchemaNotReady
+}
+
 // gateRefusal is nil when g lets this build serve the partition.
 //
 // Deploys keep serving (issue 20): what refuses an older build is its
@@ -137,7 +144,8 @@ func (e *Engine) gateForCommit(rs *reqState, head store.Head, req *store.CommitR
 //
 // When the gate token moved by exactly this materialisation (one step,
 // same log epoch) and the gate after it still lets this build serve, the
-// after-response check (step 3) compares against the gate after it: the
+// request's later commits and the after-response check (step 3) compare
+// against the gate after it, as gateOwnRaise does for a raised fence: the
 // request's own change is no reason to refuse its response, while any
 // other change since entry still moves the token past it.
 func (e *Engine) materializeFirst(ctx context.Context, run *pushRun) (retry bool, err error) {
@@ -158,9 +166,42 @@ func (e *Engine) materializeFirst(ctx context.Context, run *pushRun) (retry bool
 		h.LogEpoch == rs.head.LogEpoch && e.gateRefusal(rs.auth.Partition, h.Gate) == nil {
 		after := *h.Gate
 		after.StoredSchema = entry.StoredSchema
-		rs.report.gate = &after
+		rs.report.gate, rs.head.Gate = &after, &after
 	}
 	return true, nil
+}
+
+// gateOwnRaise: this request's commit raised the partition's writer
+// fence (RaiseFence), which moves the gate token by exactly one in the
+// same atomic write, conditioned on the token the commit was checked
+// against. When that token is still the one the entry check passed on,
+// nothing else moved the gate meanwhile, and the request's own fence,
+// at or below this build's version, invalidates nothing it read or
+// sends; so its later commits and the after-response check (step 3)
+// compare with the token the commit left instead of refusing the
+// request for its own write (which every first write of a new layout
+// in a partition used to be).
+func (e *Engine) gateOwnRaise(rs *reqState, req *store.CommitRequest) {
+	if e.gates == nil || req.RaiseFence == 0 || !req.CheckGate {
+		return
+	}
+	var entry store.Gate
+	if rs.report.gate != nil {
+		entry = *rs.report.gate
+	}
+	if entry.Token != req.GateToken {
+		return
+	}
+	raised := func(g *store.Gate) *store.Gate {
+		var c store.Gate
+		if g != nil {
+			c = *g
+		}
+		c.WriterFence, c.Token = max(c.WriterFence, req.RaiseFence), req.GateToken+1
+		return &c
+	}
+	rs.report.gate = raised(rs.report.gate)
+	rs.head.Gate = raised(rs.head.Gate)
 }
 
 func fenceOf(g *store.Gate) int64 {
@@ -173,7 +214,12 @@ func fenceOf(g *store.Gate) int64 {
 // readerFloors maps every table of the storage (latest) version to the
 // lowest served version whose build stores it in the same layout: the
 // same columns in the same order with the same types and nullability,
-// and the same scope patterns. A build of that version or later reads
+// the same scope patterns, and the same declared references (§6.11: a
+// child row is written with reference-index entries for the references
+// its build declares, and a parent's delete acts on the entries it
+// finds; a build declaring other references would delete a parent a
+// newer row still refers to, or miss the children its own RESTRICT,
+// CASCADE or SET NULL must see). A build of that version or later reads
 // the rows this build writes; an older one cannot, so the first such
 // commit fences it out of the partition (store.CommitRequest.RaiseFence).
 // A table new in the latest version, or changed in it, has the latest
@@ -201,11 +247,27 @@ func readerFloors(s *schema.Schema) map[string]int64 {
 }
 
 func sameLayout(a, b *schema.Table) bool {
-	if !slices.Equal(a.Columns, b.Columns) || len(a.Scopes) != len(b.Scopes) {
+	if !slices.Equal(a.Columns, b.Columns) || len(a.Scopes) != len(b.Scopes) || !sameReferences(a.References, b.References) {
 		return false
 	}
 	for i := range a.Scopes {
 		if a.Scopes[i].Pattern != b.Scopes[i].Pattern || a.Scopes[i].Column != b.Scopes[i].Column {
+			return false
+		}
+	}
+	return true
+}
+
+// sameReferences: the same references (§6.11), in any order: each
+// column naming the same parent with the same ON DELETE action.
+func sameReferences(a, b []schema.Reference) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, r := range a {
+		if !slices.ContainsFunc(b, func(o schema.Reference) bool {
+			return o.Column == r.Column && o.ParentTable == r.ParentTable && o.OnDelete == r.OnDelete
+		}) {
 			return false
 		}
 	}

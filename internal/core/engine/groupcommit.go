@@ -159,6 +159,9 @@ func (qs *queueState) commitGrouped(ctx context.Context, run *pushRun, creq *sto
 	if err != nil {
 		return 0, 0, err
 	}
+	// Members read but not landed (not stampable, over the write's
+	// limits, their rows changed) commit in their own turns.
+	run.rs.report.GroupLeftOut += len(members) - (n - 1)
 	for _, m := range reqs[1:n] {
 		run.rs.report.GroupMembers++
 		if e.cfg.OnCommit != nil {

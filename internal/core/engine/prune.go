@@ -87,9 +87,11 @@ func (e *Engine) Prune(ctx context.Context, partition string, o *RetentionOverri
 	if target <= head.HorizonSeq {
 		return rep, nil
 	}
-	if rxs, ok := e.store.(store.ReactionStore); ok {
+	if rxs, ok := e.store.(store.ReactionStore); ok && !e.cfg.NoReactions {
 		// §6.9: a pruned commit's reactions must outlive its log entry,
 		// so they are enqueued first (a no-op for what the runner did).
+		// A deployment without reactions (Config.NoReactions) has none
+		// in its log and skips the reads and the cursor write.
 		if _, err := reactions.Enqueue(ctx, e.store, rxs, partition, target, now); err != nil {
 			return rep, storeErr(err, "enqueue reactions before pruning")
 		}

@@ -7,7 +7,10 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/engine/enginetest"
+	"github.com/skyfold/syncular-lambda/internal/core/reactions"
+	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
+	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
 
 func i64(v int64) *int64 { return &v }
@@ -146,5 +149,50 @@ func TestPruneUnknownPartition(t *testing.T) {
 	rep, err := h.Engine.Prune(context.Background(), "never-seen", nil)
 	if err != nil || rep.NewHorizon != 0 || rep.Removed != 0 {
 		t.Fatalf("prune unknown partition: %+v %v", rep, err)
+	}
+}
+
+// The client record is written at most once per CursorRecordInterval
+// while the cursor moves up, and the lag never lets pruning pass a
+// client's cursor (memstore; internal/dynamostore runs the same on
+// DynamoDB Local).
+func TestCursorRecordLagIsSafe(t *testing.T) {
+	enginetest.RunCursorRecords(t, func(testing.TB) (store.Store, store.SegmentStore) {
+		return memstore.New(), memstore.NewSegments()
+	})
+}
+
+// A deployment without §6.9 reactions (Config.NoReactions,
+// SYNC_REACTIONS_ENABLED=false) prunes without enqueueing reactions first: the
+// reaction cursor is neither read into nor moved, while an engine of a
+// deployment with reactions enqueues (and moves the cursor past) every
+// commit it prunes. A planner together with NoReactions is refused.
+func TestPruneWithoutReactionsSkipsEnqueue(t *testing.T) {
+	st, segs := memstore.New(), memstore.NewSegments()
+	h := enginetest.New(t, st, segs, enginetest.Options{})
+	grantAll(h, projects("p1"), "alice")
+	pushN(t, h.Client("tenant", "alice", "a"), "c", 30)
+	cfg := engine.Config{Schema: h.Schema, Store: st, Segments: segs, Resolver: h.Grants, Clock: h.Clock.Now, NoReactions: true}
+	quiet, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := quiet.Prune(t.Context(), "tenant", &engine.RetentionOverride{MinRetainedCommits: i64(20)})
+	if err != nil || rep.NewHorizon != 10 {
+		t.Fatalf("prune without reactions: %+v %v, want horizon 10", rep, err)
+	}
+	if c, err := st.ReactionCursor(t.Context(), "tenant"); err != nil || c != 0 {
+		t.Fatalf("prune without reactions moved the reaction cursor to %d (%v)", c, err)
+	}
+	rep, err = h.Engine.Prune(t.Context(), "tenant", &engine.RetentionOverride{MinRetainedCommits: i64(10)})
+	if err != nil || rep.NewHorizon != 20 {
+		t.Fatalf("prune with reactions: %+v %v, want horizon 20", rep, err)
+	}
+	if c, err := st.ReactionCursor(t.Context(), "tenant"); err != nil || c != 20 {
+		t.Fatalf("prune with reactions left the reaction cursor at %d (%v), want 20", c, err)
+	}
+	cfg.Reactions = reactions.PlannerFunc(func(context.Context, *reactions.Input) ([]reactions.Planned, error) { return nil, nil })
+	if _, err := engine.New(cfg); err == nil {
+		t.Fatal("engine.New accepted a reaction planner with NoReactions")
 	}
 }

@@ -337,6 +337,7 @@ func (e *Engine) land(ctx context.Context, run *pushRun, ev *evaluation, pacer c
 	switch {
 	case err == nil:
 		rs.head.MaxCommitSeq = max(creq.Commit.Seq, last)
+		e.gateOwnRaise(rs, creq)
 		pacer.landed(run, creq)
 		rs.report.CommittedSeq = max(rs.report.CommittedSeq, creq.Commit.Seq)
 		if e.cfg.OnCommit != nil {

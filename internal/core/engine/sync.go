@@ -52,6 +52,13 @@ type Report struct {
 	SchemaFloor    bool
 	ErrorCode      string // in-band ERROR frame code, if any
 	ResolverFailed bool
+	// GateRefused: the serve gate refused the request (gate.go; the
+	// client got sync.schema_not_ready, or its wire-2 mapping): a newer
+	// build serves the partition, so a host may hand the unchanged
+	// request to one instead (a client retry routed there). What this
+	// build did before the refusal is what a retry meets: nothing, or
+	// commits the retry replays (§2.3).
+	GateRefused bool
 	// LeaseIssued: the response carries a LEASE frame (§7.3.3);
 	// LeaseServed: the resolver signalled an outage and the round was
 	// authorized by the client's auth lease.
@@ -77,12 +84,13 @@ type Report struct {
 	CommitRacesLost int
 	// Group commit (groupcommit.go): commits this request published
 	// while waiting, published commits of others it landed with its own,
-	// and its commits another request landed for it.
-	GroupPublished, GroupMembers, GroupedCommits int
-	SegmentsBuilt                                int
-	SegmentsReused                               int
-	RowsScanned                                  int
-	RowsDelivered                                int
+	// published commits it read but left out of its write (they commit
+	// in their own turns), and its commits another request landed for it.
+	GroupPublished, GroupMembers, GroupLeftOut, GroupedCommits int
+	SegmentsBuilt                                              int
+	SegmentsReused                                             int
+	RowsScanned                                                int
+	RowsDelivered                                              int
 
 	gate *store.Gate // serve-gate state read at entry (gate.go)
 }
@@ -192,6 +200,9 @@ func (e *Engine) HandleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		rep, err = e.handleGated(ctx, auth, body, opts, w)
 	} else {
 		rep, err = e.handleSync(ctx, auth, body, opts, w)
+	}
+	if err != nil && rep != nil {
+		rep.GateRefused = rep.GateRefused || isGateRefusal(err)
 	}
 	if err != nil && rep.WireVersion != 0 && rep.BytesOut == 0 {
 		err = errorForWire(err, rep.WireVersion)
@@ -404,6 +415,7 @@ func (e *Engine) handleSync(ctx context.Context, auth Auth, body []byte, opts Sy
 		if se == nil {
 			se = syncerr.Internal(err)
 		}
+		rep.GateRefused = se.Code == syncerr.SchemaNotReady
 		se = syncerr.As(errorForWire(se, rs.version))
 		rep.ErrorCode = string(se.Code)
 		en := se.Entry()

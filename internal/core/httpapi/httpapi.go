@@ -75,6 +75,14 @@ type Request struct {
 	// request headers (Host, X-Forwarded-*). Empty: no native URLs.
 	BaseURL   string
 	RequestID string
+	// Event is the host's invocation document as received (the Lambda
+	// adapter's API Gateway v2 event), which a Forwarder hands on
+	// unchanged; nil when the host has none (no forwarding).
+	Event []byte
+	// Forwarded: another build forwarded this request here (a marker
+	// only a build sets, never taken from the client's request). It is
+	// never forwarded again, so forwarding cannot loop.
+	Forwarded bool
 }
 
 // Response is what the host writes back.
@@ -82,6 +90,21 @@ type Response struct {
 	Status int
 	Header http.Header
 	Body   []byte
+	// Relayed, when set, is another build's whole response document
+	// (Forwarder) the host returns as it is; Status, Header and Body are
+	// its decoded content (for the log line and in-process hosts).
+	Relayed []byte
+}
+
+// Forwarder hands a request the serve gate refused (engine
+// Report.GateRefused: the partition's writer fence or a pending
+// checkpoint belongs to a newer build) to a newer build of the same
+// function and returns that build's answer; ok is false when there is
+// none or it could not answer, and the refusal (retryable, §10.2) stands.
+// The forwarded request is the client's unchanged one; authorization
+// runs again in the build that serves it.
+type Forwarder interface {
+	Forward(ctx context.Context, r *Request) (resp *Response, ok bool)
 }
 
 // Handler serves the routes it is configured for.
@@ -109,6 +132,9 @@ type Handler struct {
 	// BlobURLs, when set, answers native presigned blob URLs on the blob
 	// route (blobs.go).
 	BlobURLs BlobURLHost
+	// Forward, when set, answers a request the serve gate refused
+	// through a newer build instead (rolling schema upgrades).
+	Forward Forwarder
 
 	// lastSegBase caches the segment base URL of the last BaseURL seen:
 	// a host's BaseURL is its configured public URL, the same on every
@@ -148,10 +174,20 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 	}
 	resp, rep, partition, actor := h.route(ctx, r)
 	resp = h.capResponse(ctx, r, resp)
+	forwarded := false
+	if rep != nil && rep.GateRefused && h.Forward != nil && !r.Forwarded && r.Event != nil {
+		// This build is behind the partition's fence: the answer is the
+		// newer build's, as if the client had retried there.
+		// The line then describes the relayed answer, not this build's
+		// refused attempt (its report is dropped).
+		if fr, ok := h.Forward.Forward(ctx, r); ok {
+			resp, rep, forwarded = fr, nil, true
+		}
+	}
 	if h.Logger != nil && h.Logger.Enabled(ctx, slog.LevelInfo) {
 		// Built only when the level lets it through (the metrics'
 		// directive with it): about a quarter of a quiet request's CPU.
-		attrs := h.requestLine(ctx, r, resp, rep, partition, actor, now().Sub(start), meterAttrs)
+		attrs := h.requestLine(ctx, r, resp, rep, partition, actor, now().Sub(start), meterAttrs, forwarded)
 		h.Logger.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 	}
 	resp.Header.Del("X-Syncular-Error")
@@ -169,7 +205,7 @@ func (h *Handler) Serve(ctx context.Context, r *Request) *Response {
 // and what traces it (request id, route, client id). At debug every
 // field is written, zeros included, with the DynamoDB usage (Meter)
 // and the response size.
-func (h *Handler) requestLine(ctx context.Context, r *Request, resp *Response, rep *engine.Report, partition, actor string, elapsed time.Duration, meterAttrs func() []slog.Attr) []slog.Attr {
+func (h *Handler) requestLine(ctx context.Context, r *Request, resp *Response, rep *engine.Report, partition, actor string, elapsed time.Duration, meterAttrs func() []slog.Attr, forwarded bool) []slog.Attr {
 	verbose := h.Logger.Enabled(ctx, slog.LevelDebug)
 	// Sized for the whole line, the metrics' additions included, so
 	// it is allocated once.
@@ -217,6 +253,10 @@ func (h *Handler) requestLine(ctx context.Context, r *Request, resp *Response, r
 	if rep != nil {
 		attrs = reportAttrs(attrs, rep, verbose, failed)
 	}
+	if forwarded {
+		// Answered by a newer build (Forward): a counter, so a metric.
+		attrs = append(attrs, slog.Int(ForwardedField, 1))
+	}
 	if meterAttrs != nil {
 		// Called at every level: the meter may keep the request's
 		// usage for its host (the cost measurement does).
@@ -243,6 +283,10 @@ const (
 	errorCodeField = "errorCode"
 )
 
+// ForwardedField is the request line's counter of a request a newer
+// build answered (Forward); internal/metrics declares the metric.
+const ForwardedField = "forwarded"
+
 // reportAttrs appends the engine report's part of the request line: the
 // counters only when not zero, unless verbose (debug); the client id and
 // the number of commits pushed on a failed request's line or at debug
@@ -263,6 +307,7 @@ func reportAttrs(attrs []slog.Attr, rep *engine.Report, verbose, failed bool) []
 			slog.Int("wireVersion", int(rep.WireVersion)),
 			slog.Int("subscriptions", rep.Subscriptions),
 			slog.Int64("bytesOut", rep.BytesOut),
+			slog.Int("offered", rep.GroupPublished),
 		)
 	}
 	attrs = count(attrs, "applied", int64(rep.Applied))
@@ -272,6 +317,11 @@ func reportAttrs(attrs []slog.Attr, rep *engine.Report, verbose, failed bool) []
 	attrs = count(attrs, "sent", int64(rep.CommitsSent))
 	attrs = count(attrs, "segmentsSent", int64(rep.SegmentsSent))
 	attrs = count(attrs, "commitRacesLost", int64(rep.CommitRacesLost))
+	// Group commit (one of these on a contended push's line, none on an
+	// uncontended one); the offers a waiter made are a debug field.
+	attrs = count(attrs, "carried", int64(rep.GroupMembers))
+	attrs = count(attrs, "leftOut", int64(rep.GroupLeftOut))
+	attrs = count(attrs, "grouped", int64(rep.GroupedCommits))
 	attrs = count(attrs, "segmentsBuilt", int64(rep.SegmentsBuilt))
 	attrs = count(attrs, "segmentsReused", int64(rep.SegmentsReused))
 	attrs = count(attrs, "rowsScanned", int64(rep.RowsScanned))

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
@@ -124,15 +125,29 @@ func Backfill(ctx context.Context, b Backend, partition, name string, fn Transfo
 // activate activates the checkpoint at the partition's head in one
 // conditional write (store.CheckpointAdvance.Activate) once no other
 // commit above the watermark changed a source table, catching up first
-// when one did. The head condition is the lock: a source commit landing
-// meanwhile costs one more round (at most MaxCatchUps), so a busy
-// partition does not starve the activation the way a separate
-// check-then-activate could (issue 20).
+// when one did. The head condition keeps it correct: a commit landing
+// meanwhile costs one more round (at most MaxCatchUps). On a store with
+// a commit queue, a round after the first runs in the partition's
+// commit turn (engine.WaitTurn), held until the activation ends: queued
+// writers wait behind it instead of landing between its check and its
+// write, so a busy partition cannot starve it (issue 20 item 9). A quiet
+// partition activates in the first round and takes no turn; when the
+// scan ended without writing, that round is the scan's last advance
+// itself (activateDeferred), without reading the head first.
 func (r *runner) activate(ctx context.Context) (store.ActivationOutcome, error) {
 	if out, done, err := r.activateDeferred(ctx); done || err != nil {
 		return out, err
 	}
-	for range r.o.MaxCatchUps {
+	var turn *engine.Turn
+	defer func() { turn.Release(ctx) }()
+	for round := range r.o.MaxCatchUps {
+		if round > 0 && turn == nil {
+			t, err := engine.WaitTurn(ctx, r.b, r.p)
+			if err != nil {
+				return "", fmt.Errorf("activate %s: %w", r.c.Name, err)
+			}
+			turn = t
+		}
 		h, _, err := r.b.Head(ctx, r.p)
 		if err != nil {
 			return "", err

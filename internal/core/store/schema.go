@@ -257,3 +257,27 @@ type SchemaStore interface {
 	// the checkpoint's version; ErrNotFound when undeclared.
 	ActivateCheckpoint(ctx context.Context, partition, name string, epoch, nowMs int64) (ActivationOutcome, error)
 }
+
+// Build is one deployed build of a function as the build registry records
+// it: Version is the platform's name for it (a Lambda function version),
+// SchemaVersion the storage schema it runs.
+type Build struct {
+	Function      string
+	SchemaVersion int64
+	Version       string
+}
+
+// BuildRegistry records, per function and schema version, the newest
+// build that served it, so that an older build refused by a partition's
+// writer fence can hand the request to a build past that fence
+// (docs/OPERATIONS.md "Rolling schema upgrades"). Implemented by stores
+// on a shared table (dynamostore); memstore runs one build.
+type BuildRegistry interface {
+	// RegisterBuild records b for its function and schema version,
+	// replacing a different version recorded there; a no-op when b is
+	// recorded already.
+	RegisterBuild(ctx context.Context, b Build) error
+	// NewestBuild returns the registered build of function with the
+	// highest schema version above schemaVersion; false when none.
+	NewestBuild(ctx context.Context, function string, schemaVersion int64) (Build, bool, error)
+}

@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -30,6 +31,8 @@ func RollingUpgrade(t *testing.T, newStore func(t testing.TB) SchemaBackend, seg
 	}{
 		{"MarkerAloneServesFenceRefuses", rollingMarkerNewer},
 		{"LazyFenceOnNewLayoutWrite", rollingLazyFence},
+		{"OwnFenceRaiseServesItsResponse", rollingOwnFence},
+		{"LazyFenceOnReferenceChange", rollingReferenceFence},
 		{"UndeclaredCheckpointRefusesUntilActivated", rollingCheckpointGate},
 		{"TableWideCheckpointGatedBeforeMaterialised", rollingTableWide},
 		{"WriterRacingMigrationFenced", rollingRacingWriter},
@@ -161,6 +164,99 @@ func rollingLazyFence(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 	so := old.ClientV3("shared", "actor-a", "client-old3")
 	if _, err := so.pull(0); err != nil {
 		t.Fatalf("old build on the partition without version-2 data: %v", err)
+	}
+}
+
+// rollingOwnFence: the request whose own commit raises the partition's
+// fence (the newer build's first write of its layout there) is answered:
+// that raise moved the gate token, but nothing else did, and the fence
+// is the request's own build's. Before, the after-response check
+// refused it and the client retried a commit already applied.
+func rollingOwnFence(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	nw := New(t, st, segs, Options{Schema: TodoSchemaV2, OlderSchemas: []string{TodoSchema}})
+	nw.Grants.Set("actor-a", rollingScopes)
+	c := nw.ClientV3("own", "actor-a", "client-new")
+	applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+	note := c.Row("notes", Cols{"id": S("n1"), "project_id": S("p1"), "body": S("hello")})
+	resp, err := c.Send(c.Request([]wire.PushCommit{{ClientCommitID: "n1", Operations: []wire.Operation{Upsert("notes", "n1", note, -1)}}},
+		&wire.PullHeader{Accept: c.Accept}, taskSub(0)))
+	if err != nil {
+		t.Fatalf("the push+pull whose commit fenced the partition was refused: %v", err)
+	}
+	if g, err := st.ReadGate(context.Background(), "own"); err != nil || g.WriterFence != 2 {
+		t.Fatalf("gate after the first notes write: %+v, %v; want fence 2", g, err)
+	}
+	var res *wire.PushResult
+	sent := 0
+	for _, f := range resp.Frames {
+		switch x := f.(type) {
+		case *wire.PushResult:
+			res = x
+		case *wire.Commit:
+			sent++
+		}
+	}
+	if res == nil {
+		t.Fatal("no push result")
+	}
+	applied(t, res)
+	if sent == 0 {
+		t.Fatal("the response carries no commit: the after-response check was not exercised")
+	}
+}
+
+// todoWithTaskRef is TodoSchema at version v, tasks declaring project_id
+// a reference to projects (§6.11, RESTRICT) when ref is set: the same
+// columns and scopes either way.
+func todoWithTaskRef(v int, ref bool) string {
+	doc := strings.Replace(TodoSchema, `"version": 1`, fmt.Sprintf(`"version": %d`, v), 1)
+	if ref {
+		doc = strings.Replace(doc, `"scopes": ["project:{project_id}"]}`, `"scopes": ["project:{project_id}"],
+     "references": [{"column": "project_id", "parentTable": "projects"}]}`, 1)
+	}
+	return doc
+}
+
+// rollingReferenceFence: a release that changes only a table's declared
+// references (§6.11) changes what its rows mean to the partition: a task
+// written by the build declaring tasks.project_id → projects (RESTRICT)
+// has a reference-index entry under its project, one written by a build
+// without the reference has none. Left unfenced, an older build without
+// the reference deletes a project a newer build's task still refers to
+// (a dangling reference the newer build's RESTRICT forbids); an older
+// build declaring a reference the newer one dropped finds no index entry
+// for a task the newer build wrote and deletes its project as well,
+// against its own RESTRICT. So the newer build's first write of the
+// table fences the older one out of the partition, in either direction,
+// as for a column change (LazyFenceOnNewLayoutWrite), and the older
+// build's delete is refused.
+func rollingReferenceFence(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	ctx := context.Background()
+	for _, added := range []bool{true, false} {
+		p := map[bool]string{true: "ref-added", false: "ref-dropped"}[added]
+		old := New(t, st, segs, Options{Schema: todoWithTaskRef(1, !added)})
+		nw := New(t, st, segs, Options{Schema: todoWithTaskRef(2, added), OlderSchemas: []string{todoWithTaskRef(1, !added)}})
+		for _, h := range []*Harness{old, nw} {
+			h.Grants.Set("actor-a", engine.ScopeMap{"project_id": {"p1", "p3"}})
+		}
+		o := old.ClientV3(p, "actor-a", "client-old")
+		applied(t, o.Push("proj-p1", Upsert("projects", "p1", o.Row("projects", Cols{"id": S("p1"), "name": S("p1")}), -1)))
+		c := nw.ClientV3(p, "actor-a", "client-new")
+		c.Schema = 1 // an app release still on version 1
+		applied(t, c.Push("proj-p3", Upsert("projects", "p3", c.Row("projects", Cols{"id": S("p3"), "name": S("p3")}), -1)))
+		if g, err := st.ReadGate(ctx, p); err != nil || g.WriterFence != 0 {
+			t.Fatalf("%s: a write of a table whose layout did not change fenced the partition: %+v, %v", p, g, err)
+		}
+		applied(t, c.Push("t1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+		if g, err := st.ReadGate(ctx, p); err != nil || g.WriterFence != 2 {
+			t.Fatalf("%s: gate after the first tasks write under changed references: %+v, %v; want fence 2", p, g, err)
+		}
+		_, err := o.Send(o.Request([]wire.PushCommit{{ClientCommitID: "drop-p1", Operations: []wire.Operation{
+			Delete("projects", "p1")}}}, nil, nil))
+		wantNotReady(t, err, p+": the older build deleting the project of a task written under other references")
+		if got := headSeq(t, st, p); got != 3 {
+			t.Fatalf("%s: head at %d after the refused write, want 3", p, got)
+		}
 	}
 }
 

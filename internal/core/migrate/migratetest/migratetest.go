@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -25,6 +27,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) migrate.Backend) {
 		{"SupersededOwnerWritesNothing", supersededOwner},
 		{"CatchesUpRacingWrites", catchesUp},
 		{"ActivatesOnABusyPartition", activatesOnBusyPartition},
+		{"ActivatesAheadOfQueuedWriters", activatesAheadOfQueuedWriters},
 	} {
 		t.Run(sc.name, func(t *testing.T) { sc.fn(t, newBackend(t)) })
 	}
@@ -68,18 +71,22 @@ func write(t *testing.T, b migrate.Backend, p string, wv int64, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := b.Commit(ctx, p, writeRequest(h, wv, id)); err != nil {
+		t.Fatalf("commit %s: %v", id, err)
+	}
+}
+
+// writeRequest is the commit of one tasks row id on head h.
+func writeRequest(h store.Head, wv int64, id string) *store.CommitRequest {
 	seq := h.MaxCommitSeq + 1
 	payload := []byte("row " + id)
-	req := &store.CommitRequest{
+	return &store.CommitRequest{
 		ExpectedMaxSeq: h.MaxCommitSeq,
 		Commit: store.Commit{Seq: seq, CreatedAtMs: now(), ActorID: "a", ClientID: "c", ClientCommitID: fmt.Sprintf("w%d", seq),
 			Changes: []store.Change{{Table: "tasks", RowID: id, Op: wire.OpUpsert, RowVersion: 1, Row: payload}}},
 		Rows:          []store.RowWrite{{Table: "tasks", Row: store.Row{RowID: id, Version: 1, Payload: payload, CommitSeq: seq}}},
 		Outcome:       store.Outcome{Applied: true, CommitSeq: seq, RecordedAtMs: now(), ActorID: "a"},
 		WriterVersion: wv,
-	}
-	if err := b.Commit(ctx, p, req); err != nil {
-		t.Fatalf("commit %s: %v", id, err)
 	}
 }
 
@@ -339,4 +346,105 @@ func activatesOnBusyPartition(t *testing.T, b migrate.Backend) {
 	if c, _ := b.GetCheckpoint(ctx, "a", "proj"); c == nil || c.State != store.CheckpointActivated {
 		t.Fatalf("checkpoint %+v", c)
 	}
+}
+
+// queuedWriters lands, before each of the first busy activating
+// advances, a source commit the way a queued writer does (issue 11): it
+// takes a ticket and commits in its turn with it, at once when the turn
+// is free, else from the background as soon as the turn comes.
+type queuedWriters struct {
+	migrate.Backend
+	store.CommitQueue
+	t            *testing.T
+	busy, tries  int
+	atOnce, held int
+	wg           sync.WaitGroup
+}
+
+func (b *queuedWriters) AdvanceCheckpoint(ctx context.Context, p string, a store.CheckpointAdvance, nowMs int64) (bool, error) {
+	if a.Activate && b.tries < b.busy {
+		b.tries++
+		b.queue(p, fmt.Sprintf("queued-%02d", b.tries))
+	}
+	return b.Backend.AdvanceCheckpoint(ctx, p, a, nowMs)
+}
+
+func (b *queuedWriters) queue(p, id string) {
+	ctx := context.Background()
+	tk, err := b.TakeTicket(ctx, p)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	commit := func() (bool, error) {
+		h, _, err := b.Head(ctx, p)
+		if err != nil || h.Turn != tk-1 {
+			if err == nil && h.Turn >= tk {
+				err = fmt.Errorf("ticket %d was skipped (turn %d)", tk, h.Turn)
+			}
+			return false, err
+		}
+		req := writeRequest(h, 2, id)
+		req.Ticket, req.TurnAtUs = tk, time.Now().UnixMicro()
+		return true, b.Commit(ctx, p, req)
+	}
+	if ok, err := commit(); ok || err != nil {
+		if err != nil {
+			b.t.Errorf("queued write %s: %v", id, err)
+		}
+		b.atOnce++
+		return
+	}
+	b.held++
+	b.wg.Go(func() {
+		for range 2000 {
+			if ok, err := commit(); ok || err != nil {
+				if err != nil {
+					b.t.Errorf("queued write %s: %v", id, err)
+				}
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		b.t.Errorf("queued write %s never got its turn", id)
+	})
+}
+
+// activatesAheadOfQueuedWriters (issue 20 item 9, activation under the
+// commit-queue turn): on a store with a commit queue, a queued writer
+// lands before every activation attempt, more of them than the runner
+// has rounds. The activation still completes, because after its first
+// round it holds the partition's turn: the writers queued behind it wait
+// and land after it, every one of them (the turn is passed on). A store
+// without a queue has nothing to hold (ActivatesOnABusyPartition covers
+// the race there).
+func activatesAheadOfQueuedWriters(t *testing.T, b migrate.Backend) {
+	q, ok := b.(store.CommitQueue)
+	if !ok {
+		t.Skip("the store has no commit queue")
+	}
+	ctx := context.Background()
+	seed(t, b, "a", 3)
+	if _, err := migrate.Step(ctx, b, plan("a")); err != nil {
+		t.Fatal(err)
+	}
+	qw := &queuedWriters{Backend: b, CommitQueue: q, t: t, busy: 12}
+	pr, err := migrate.Backfill(ctx, qw, "a", "proj", project, migrate.BackfillOptions{Now: now, MaxCatchUps: 4})
+	qw.wg.Wait()
+	if err != nil || pr.Activated != 1 || pr.Incomplete != 0 {
+		t.Fatalf("backfill behind queued writers: %+v %v (%d writes landed at once, %d waited behind the activation)", pr, err, qw.atOnce, qw.held)
+	}
+	if c, _ := b.GetCheckpoint(ctx, "a", "proj"); c == nil || c.State != store.CheckpointActivated {
+		t.Fatalf("checkpoint %+v", c)
+	}
+	if qw.held == 0 {
+		t.Fatalf("no queued writer waited behind the activation (%d landed at once)", qw.atOnce)
+	}
+	ids := make([]string, qw.tries)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("queued-%02d", i+1)
+	}
+	if rows, err := b.GetRows(ctx, "a", "tasks", ids); err != nil || len(rows) != len(ids) {
+		t.Fatalf("queued writers' rows: %d of %d, %v", len(rows), len(ids), err)
+	}
+	t.Logf("%d queued writes landed at once, %d waited behind the activation", qw.atOnce, qw.held)
 }
