@@ -78,13 +78,16 @@ commands:
 
   migrate [-backfill] [-batch N] [-timeout D] [-parallel N]
         Rolling schema upgrade to the schema's latest version
-        (SYNC_SCHEMA_PATH): raise the stored schema marker, declare the
-        checkpoints of SYNC_CHECKPOINTS (name=table+table,...) on every
-        registered partition (the set the post-traffic hook walks; each
-        declaration raises that partition's writer fence; -parallel
-        partitions at once, default 32) and, with -backfill, run or
-        resume their backfills and activate them. Without checkpoints it
-        only moves the marker. Idempotent: re-run to resume. Prints per
+        (SYNC_SCHEMA_PATH): raise the stored schema marker and declare
+        the schema's backfills and the checkpoints of SYNC_CHECKPOINTS
+        (name=table+table,...) table-wide in the same write (one item,
+        whatever the number of partitions; every partition gates them
+        from then on). With -backfill it then walks the registered
+        partitions (the set the post-traffic hook walks; -parallel
+        partitions at once, default 32): each materialises the
+        declaration (its checkpoints declared there, its writer fence
+        raised with them) and its backfills run or resume and activate.
+        Idempotent: re-run to resume; a partition done costs one read. Prints per
         partition and checkpoint: state, watermark, observed rows. Roll
         forward only: builds older than a partition's fence answer
         sync.schema_not_ready there (docs/OPERATIONS.md).

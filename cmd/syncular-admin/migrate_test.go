@@ -9,8 +9,10 @@ import (
 )
 
 // TestMigrate: the operator path on DynamoDB Local. The step raises the
-// marker to the schema's latest version and fences every partition; with
-// -backfill it activates the declared checkpoints; re-running is a no-op.
+// marker to the schema's latest version and declares the checkpoint
+// table-wide (every partition gates it); with -backfill it materialises
+// it in every partition, fencing each, and activates it; re-running
+// changes nothing and lists the same activated checkpoints.
 func TestMigrate(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -34,7 +36,7 @@ func TestMigrate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.StoredSchema != 1 || g.WriterFence != 1 || len(g.Pending) != 1 {
+		if g.StoredSchema != 1 || g.Unmaterialized == 0 || len(g.Pending) != 1 {
 			t.Fatalf("gate of %s after migrate: %+v", p, g)
 		}
 	}
@@ -47,12 +49,13 @@ func TestMigrate(t *testing.T) {
 		t.Fatalf("progress lines %v", rows)
 	}
 	for _, p := range []string{"a", "b"} {
-		if g, _ := f.store.ReadGate(ctx, p); len(g.Pending) != 0 {
-			t.Fatalf("%s still pending after the backfill", p)
+		if g, _ := f.store.ReadGate(ctx, p); len(g.Pending) != 0 || g.WriterFence != 1 || g.Unmaterialized != 0 {
+			t.Fatalf("%s after the backfill: %+v", p, g)
 		}
 	}
-	if r := f.run("migrate", "-backfill"); r.code != exitOK {
-		t.Fatalf("re-run exit %d", r.code)
+	r = f.run("migrate", "-backfill")
+	if rows := f.rows(r, "partition\tcheckpoint\tstate\twatermark\tobservedRows"); r.code != exitOK || len(rows) != 2 || rows["b"][1] != string(store.CheckpointActivated) {
+		t.Fatalf("re-run exit %d, progress lines %v", r.code, rows)
 	}
 	f.env["SYNC_CHECKPOINTS"] = "broken"
 	if r := f.run("migrate"); r.code != exitUsage {

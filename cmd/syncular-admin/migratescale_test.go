@@ -66,9 +66,12 @@ func (c *opCounter) take() (map[string]int, int) {
 	return out, total
 }
 
-// TestMigrateWalksTheRegistry: syncular-admin migrate fences exactly the
-// registered partitions (the set the post-traffic hook fences), with no
-// Scan of the table, and does so with several partitions in flight.
+// TestMigrateWalksTheRegistry: syncular-admin migrate declares the
+// release's checkpoint table-wide without listing a partition; migrate
+// -backfill walks exactly the registered partitions (the set the
+// post-traffic hook walks), with no Scan of the table and several
+// partitions in flight, materialising and activating the checkpoint in
+// each.
 func TestMigrateWalksTheRegistry(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -93,29 +96,44 @@ func TestMigrateWalksTheRegistry(t *testing.T) {
 	f.env["SYNC_DYNAMODB_ENDPOINT"] = counter.srv.URL
 	f.env["SYNC_CHECKPOINTS"] = "tasks-projection=tasks"
 	r := f.run("migrate", "-parallel", "8")
-	ops, _ := counter.take()
-	if r.code != exitOK || !strings.Contains(r.stderr, "fenced 40 of 40 partition(s)") {
-		t.Fatalf("migrate: exit %d, %q", r.code, r.stderr)
+	ops, total := counter.take()
+	if r.code != exitOK || !strings.Contains(r.stderr, "1 checkpoint(s) declared table-wide") || total > 3 || ops["Query"] != 0 {
+		t.Fatalf("migrate: exit %d, %q, operations %v", r.code, r.stderr, ops)
 	}
-	if ops["Scan"] != 0 {
-		t.Fatalf("migrate sent %d Scan(s); operations: %v", ops["Scan"], ops)
+	// The test's Store reads the marker again (its copy may be up to
+	// MarkerTTL old, as another instance's would be).
+	if m, err := f.store.SchemaMarker(ctx); err != nil || m != 1 {
+		t.Fatalf("marker after migrate: %d, %v", m, err)
 	}
-	for _, p := range registered {
+	for _, p := range append(registered, "legacy") {
 		g, err := f.store.ReadGate(ctx, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.WriterFence != 1 || len(g.Pending) != 1 {
+		// Gated as declared everywhere, before any partition holds it.
+		if g.WriterFence != 0 || len(g.Pending) != 1 || g.Unmaterialized == 0 {
 			t.Fatalf("gate of %s after migrate: %+v", p, g)
 		}
 	}
-	if g, err := f.store.ReadGate(ctx, "legacy"); err != nil || g.WriterFence != 0 || len(g.Pending) != 0 {
-		t.Fatalf("unregistered partition migrated: %+v, %v", g, err)
-	}
-	// -backfill with parallel partitions activates every checkpoint once.
+	// -backfill with parallel partitions materialises and activates
+	// every registered partition's checkpoint once.
 	r = f.run("migrate", "-backfill", "-parallel", "8")
-	if r.code != exitOK || !strings.Contains(r.stderr, "40 checkpoint(s) activated, 0 incomplete") {
+	ops, _ = counter.take()
+	if r.code != exitOK || !strings.Contains(r.stderr, "fenced 40 of 40 partition(s)") || !strings.Contains(r.stderr, "40 checkpoint(s) activated, 0 incomplete") {
 		t.Fatalf("migrate -backfill: exit %d, %q", r.code, r.stderr)
+	}
+	if ops["Scan"] != 0 {
+		t.Fatalf("migrate -backfill sent %d Scan(s); operations: %v", ops["Scan"], ops)
+	}
+	for _, p := range registered {
+		if g, err := f.store.ReadGate(ctx, p); err != nil || g.WriterFence != 1 || len(g.Pending) != 0 || g.Unmaterialized != 0 {
+			t.Fatalf("gate of %s after migrate -backfill: %+v, %v", p, g, err)
+		}
+	}
+	// Not walked (not registered): still gated as declared, nothing
+	// materialised.
+	if c, err := f.store.GetCheckpoint(ctx, "legacy", "tasks-projection"); err != nil || c != nil {
+		t.Fatalf("unregistered partition migrated: %+v, %v", c, err)
 	}
 	if rows := f.rows(r, "partition\tcheckpoint\tstate\twatermark\tobservedRows"); len(rows) != 40 {
 		t.Fatalf("%d progress lines, want 40", len(rows))
@@ -152,23 +170,10 @@ func TestMigrateScale(t *testing.T) {
 		}
 		seed := dynamostore.New(base, table, dynamostore.Options{})
 		start := time.Now()
-		var wg sync.WaitGroup
-		errs := make(chan error, 16)
-		for w := range 16 {
-			wg.Go(func() {
-				for i := w; i < n; i += 16 {
-					if _, err := seed.TouchPartition(ctx, fmt.Sprintf("p%06d", i), 1, "e"); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
+		testenv.SeedPartitions(t, n, func(ctx context.Context, p string) error {
+			_, err := seed.TouchPartition(ctx, p, 1, "e")
+			return err
+		})
 		t.Logf("seeded %d partitions in %v", n, time.Since(start).Round(time.Millisecond))
 		st := dynamostore.New(counted, table, dynamostore.Options{})
 		hook := func(version int64, decls []migrate.Declaration) app.HookResult {

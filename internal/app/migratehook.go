@@ -72,18 +72,21 @@ type HookReporter interface {
 //     downgrade past a migration: CodeDeploy rolls back to the newer
 //     version) or either cannot be read;
 //  2. after a Succeeded report it runs migrate.Run in the invocation's
-//     remaining time: marker bump, store-format level raised to this
-//     build's (from now on writers may use the stored formats only
-//     builds like this one read: every request is on it, "read first,
-//     write later"), SYNC_CHECKPOINTS declarations over the
-//     partition registry, then the backfills and activations. The new
-//     version serves meanwhile (it declared those checkpoints). A run
+//     remaining time: the marker bump and the table-wide declaration of
+//     the release's checkpoints in one write (O(1) in partitions), the
+//     store-format level raised to this build's (from now on writers may
+//     use the stored formats only builds like this one read: every
+//     request is on it, "read first, write later"), then the walk of the
+//     partition registry that materialises the declaration in each
+//     partition, backfills and activates. The new version serves
+//     meanwhile (it declared those checkpoints), and every partition the
+//     walk has not reached is gated as declared. A run
 //     that does not finish logs incomplete at error level; the next run
 //     (a redeploy's hook, a manual invocation with {}, or syncular-admin
-//     migrate -backfill) resumes from the stored cursors.
+//     migrate -backfill) resumes: a partition done costs one read.
 //
-// Reporting before the backfill is what keeps a rollback serving: a
-// deploy is never rolled back after declarations fenced partitions.
+// Reporting before the declaration is what keeps a rollback serving: a
+// deploy is never rolled back after a declaration gated partitions.
 type MigrateHook struct {
 	Store       *dynamostore.Store
 	Reporter    HookReporter

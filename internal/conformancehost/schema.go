@@ -51,6 +51,24 @@ func (j *journalStore) DeclareCheckpoint(ctx context.Context, p, name string, v 
 	})
 }
 
+// DeclareCheckpoints implements store.SchemaStore.
+func (j *journalStore) DeclareCheckpoints(ctx context.Context, v int64, decls []store.CheckpointDecl) (int64, error) {
+	got, err := j.cur().DeclareCheckpoints(ctx, v, decls)
+	return got, j.record(err, func(ctx context.Context, s store.Store) error {
+		_, err := schemaOf(s).DeclareCheckpoints(ctx, v, decls)
+		return err
+	})
+}
+
+// MaterializeCheckpoints implements store.SchemaStore.
+func (j *journalStore) MaterializeCheckpoints(ctx context.Context, p string, nowMs int64) (store.Head, error) {
+	h, err := j.cur().MaterializeCheckpoints(ctx, p, nowMs)
+	return h, j.record(err, func(ctx context.Context, s store.Store) error {
+		_, err := schemaOf(s).MaterializeCheckpoints(ctx, p, nowMs)
+		return err
+	})
+}
+
 // GetCheckpoint implements store.SchemaStore.
 func (j *journalStore) GetCheckpoint(ctx context.Context, p, name string) (*store.Checkpoint, error) {
 	return j.cur().GetCheckpoint(ctx, p, name)

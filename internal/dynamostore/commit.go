@@ -420,6 +420,7 @@ func (s *Store) commit(ctx context.Context, partition string, req *store.CommitR
 					return ErrUnknownPartition
 				}
 			}
+			s.lazyGate(&h)
 			if err := gateFailure(h.Gate, req); err != nil {
 				return err
 			}

@@ -481,7 +481,25 @@
 // Store's copy of the marker is below the declared version (so no
 // declaration is ever visible without the marker at its version; the
 // migration step bumps the marker first, so its declarations add no
-// action on the shared item). A checkpoint activates in one
+// action on the shared item). A release declares its checkpoints once,
+// table-wide (DeclareCheckpoints: a consistent read and one conditional
+// update of the marker item that sets the marker, the declaration and
+// its generation together; 2 round trips whatever the number of
+// partitions). The Store's marker copy carries the declaration, and a
+// head whose ckd is below its generation gets the declared checkpoints
+// added to its gate's pending set (store.Gate.Unmaterialized: gated as
+// declared, with the marker copy's bounded age). MaterializeCheckpoints
+// makes them the partition's own in one transaction (checkpoint Puts,
+// ConditionChecks pinning existing ones, the head's rwv, pcs, gt and
+// ckd); the new build's first write in the partition and the backfill
+// walk call it. A partition created after a declaration starts with ckd
+// at its generation (pinned with the marker's ConditionCheck): it has
+// nothing to backfill. An instance whose copy predates a declaration
+// serves and writes an unmaterialised partition as it did just before
+// the declaration, for at most one MarkerTTL: harmless, since a
+// partition's backfill starts only after it materialised (its scan sees
+// every earlier commit) and the declaring build serves either way. A
+// checkpoint activates in one
 // transaction with the head's pending-set removal conditioned on the
 // head still at the watermark the runner caught up to (AdvanceCheckpoint
 // with Activate: the head condition keeps it correct). A runner whose
@@ -507,9 +525,10 @@
 // put before the head's, so creating a partition costs one more round
 // trip and ~1 WCU once; a request to an existing partition writes
 // nothing more). ListRegisteredPartitions Queries them, resumable from a
-// cursor; syncular-admin -all and the migration step (the post-traffic
-// hook and syncular-admin migrate, through EachRegisteredPartition, so
-// both declare on the same set) use it. Scheduled pruning walks the 16
+// cursor; syncular-admin -all and the backfill walk (the post-traffic
+// hook and syncular-admin migrate -backfill, through
+// EachRegisteredPartition, so both materialise and backfill the same
+// set; the declaration itself lists nothing) use it. Scheduled pruning walks the 16
 // shards in parallel with ListRegistryShard, one resumable cursor per
 // shard.
 // ListPartitions is the one Scan: it reads the whole table and serves

@@ -282,6 +282,7 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 		return err
 	}
 	s.noteIndex(partition, h)
+	s.lazyGate(&h)
 	if err := gateFailure(h.Gate, req); err != nil {
 		return err
 	}
@@ -394,6 +395,7 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 	if isConditionFailed(err) {
 		if old := conditionItem(err); old != nil {
 			if h2, perr := parseHead(old); perr == nil {
+				s.lazyGate(&h2)
 				if gerr := gateFailure(h2.Gate, req); gerr != nil {
 					return gerr
 				}

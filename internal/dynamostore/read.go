@@ -93,6 +93,7 @@ func (s *Store) getRows(ctx context.Context, partition, table string, rowIDs []s
 		return nil, nil, err
 	}
 	if h != nil {
+		s.lazyGate(h)
 		s.noteIndex(partition, *h)
 	}
 	if h != nil && h.pendingSmall() {

@@ -21,12 +21,16 @@ import (
 // Rolling schema upgrades (store.SchemaStore). Items:
 //
 //	item            pk          sk          attributes
-//	schema marker   SYS         SCHEMA      v (N), fl (N, the store-format level, formats.go)
+//	schema marker   SYS         SCHEMA      v (N), fl (N, the store-format level, formats.go), dv dg (N), dc (L)
 //	checkpoint      P#<p>#K     K<name>     sv st src wm cur oe obs upd
 //
-// and three head attributes: rwv (N, the writer fence), pcs (SS, pending
-// checkpoints as "<version>:<name>") and gt (N, the gate token, +1 on
-// every fence, declare or activate change). The marker is one item read
+// and four head attributes: rwv (N, the writer fence), pcs (SS, pending
+// checkpoints as "<version>:<name>"), gt (N, the gate token, +1 on
+// every fence, declare or activate change) and ckd (N, the generation of
+// the table-wide declaration materialised in the partition). The
+// marker's dv, dg and dc are the table-wide checkpoint declaration
+// (DeclareCheckpoints): its version, generation and checkpoints, each a
+// list [name, source...]. The marker is one item read
 // beside the head in TouchPartition's BatchGetItem and never joins a
 // commit transaction (an item in a transaction conflicts with every other
 // transaction touching it, which would serialize all partitions). The
@@ -38,10 +42,14 @@ const (
 	markerPK = "SYS"
 	markerSK = "SCHEMA"
 	mVersion = "v"
+	mDeclV   = "dv"
+	mDeclGen = "dg"
+	mDecls   = "dc"
 
-	hFence   = "rwv"
-	hPending = "pcs"
-	hToken   = "gt"
+	hFence        = "rwv"
+	hPending      = "pcs"
+	hToken        = "gt"
+	hMaterialized = "ckd"
 
 	kVersion  = "sv"
 	kState    = "st"
@@ -132,8 +140,9 @@ type markerCache struct {
 	// level is the store-format level (fl) of the same item
 	// (formats.go): it rides on every read of the marker.
 	level   atomic.Int64
-	due     atomic.Int64 // ns since base when the next read includes the marker
-	dueWall atomic.Int64 // the same deadline in Unix ns (wall clock)
+	decl    atomic.Pointer[store.TableDeclaration] // the newest declaration seen
+	due     atomic.Int64                           // ns since base when the next read includes the marker
+	dueWall atomic.Int64                           // the same deadline in Unix ns (wall clock)
 }
 
 func (c *markerCache) init(ttl time.Duration) {
@@ -172,14 +181,6 @@ func (c *markerCache) release() {
 // seen raises the copy to v.
 func (c *markerCache) seen(v int64) { raiseTo(&c.v, v) }
 
-// seenItem raises the copy to the marker item's version and store-format
-// level (nil: the item does not exist yet).
-func (c *markerCache) seenItem(item map[string]types.AttributeValue) {
-	v, _ := getN(item, mVersion)
-	l, _ := getN(item, mFormatLevel)
-	raiseTo(&c.v, v)
-	raiseTo(&c.level, l)
-}
 
 func raiseTo(a *atomic.Int64, v int64) {
 	for {
@@ -188,6 +189,76 @@ func raiseTo(a *atomic.Int64, v int64) {
 			return
 		}
 	}
+}
+
+// seenItem raises the copy to what a marker item holds: its version,
+// store-format level and checkpoint declaration (nil: the item does not
+// exist yet).
+func (c *markerCache) seenItem(item map[string]types.AttributeValue) {
+	v, _ := getN(item, mVersion)
+	l, _ := getN(item, mFormatLevel)
+	c.seen(v)
+	raiseTo(&c.level, l)
+	if d := parseDecl(item); d != nil {
+		c.seenDecl(d)
+	}
+}
+
+// seenDecl raises the copy's declaration to d (declarations only rise).
+func (c *markerCache) seenDecl(d *store.TableDeclaration) {
+	for {
+		o := c.decl.Load()
+		if o.Gen() >= d.Generation || c.decl.CompareAndSwap(o, d) {
+			return
+		}
+	}
+}
+
+// parseDecl reads the marker item's declaration; nil when it has none.
+func parseDecl(item map[string]types.AttributeValue) *store.TableDeclaration {
+	dv, okV := getN(item, mDeclV)
+	dg, okG := getN(item, mDeclGen)
+	l, isL := item[mDecls].(*types.AttributeValueMemberL)
+	if !okV || !okG || !isL {
+		return nil
+	}
+	d := &store.TableDeclaration{Version: dv, Generation: dg}
+	for _, e := range l.Value {
+		parts, isL := e.(*types.AttributeValueMemberL)
+		if !isL || len(parts.Value) == 0 {
+			continue
+		}
+		var strs []string
+		for _, v := range parts.Value {
+			if sv, isS := v.(*types.AttributeValueMemberS); isS {
+				strs = append(strs, sv.Value)
+			}
+		}
+		if len(strs) == len(parts.Value) {
+			d.Checkpoints = append(d.Checkpoints, store.CheckpointDecl{Name: strs[0], Sources: strs[1:]})
+		}
+	}
+	return d
+}
+
+// declValue encodes decls as the marker's dc attribute.
+func declValue(decls []store.CheckpointDecl) types.AttributeValue {
+	out := make([]types.AttributeValue, len(decls))
+	for i, d := range decls {
+		parts := []types.AttributeValue{S(d.Name)}
+		for _, t := range d.Sources {
+			parts = append(parts, S(t))
+		}
+		out[i] = &types.AttributeValueMemberL{Value: parts}
+	}
+	return &types.AttributeValueMemberL{Value: out}
+}
+
+// lazyGate adds to h's gate the table-wide declaration of the Store's
+// marker copy while the partition has not materialised it: its
+// checkpoints pend there as declared ones do (store.Gate.Unmaterialized).
+func (s *Store) lazyGate(h *head) {
+	h.Gate = s.marker.decl.Load().Lazy(h.Gate, h.materialized)
 }
 
 // readHeadMarkerRows reads the head and the row items of rowKeys (at
@@ -229,6 +300,9 @@ func (s *Store) readHeadMarkerRows(ctx context.Context, p string, rowKeys []map[
 			rows = append(rows, r)
 		}
 	}
+	if ok {
+		s.lazyGate(&h) // after the marker item, whichever came first
+	}
 	return h, ok, s.marker.v.Load(), fresh, rows, nil
 }
 
@@ -263,6 +337,213 @@ func (s *Store) readMarker(ctx context.Context, op, attr string) (int64, error) 
 	s.marker.seenItem(item)
 	v, _ := getN(item, attr)
 	return v, nil
+}
+
+// DeclareCheckpoints implements store.SchemaStore: a consistent read of
+// the marker item, then (unless it holds this declaration already) one
+// conditional update of it that sets the marker, the declaration and the
+// next generation together, so neither is ever visible without the
+// other; the condition pins the generation read.
+func (s *Store) DeclareCheckpoints(ctx context.Context, version int64, decls []store.CheckpointDecl) (int64, error) {
+	for _, d := range decls {
+		if err := checkName("checkpoint", d.Name); err != nil {
+			return 0, err
+		}
+	}
+	for range 8 {
+		item, err := s.getItem(ctx, "read schema marker", markerPK, markerSK, nil)
+		if err != nil {
+			return 0, err
+		}
+		s.marker.seenItem(item)
+		m, _ := getN(item, mVersion)
+		if m > version {
+			return m, nil
+		}
+		old := parseDecl(item)
+		switch {
+		case old != nil && old.Version > version:
+			return m, fmt.Errorf("dynamostore: checkpoints of version %d are declared: %w", old.Version, store.ErrNewerDeclaration)
+		case old.Declares(version, decls):
+			return s.BumpSchemaMarker(ctx, version)
+		}
+		cond, vals := "(attribute_not_exists(v) OR v <= :v) AND attribute_not_exists(dg)", map[string]types.AttributeValue{
+			":v": N(version), ":dc": declValue(decls), ":g": N(old.Gen() + 1),
+		}
+		if old != nil {
+			cond, vals[":og"] = "(attribute_not_exists(v) OR v <= :v) AND dg = :og", N(old.Generation)
+		}
+		item, err = s.updateItem(ctx, "declare checkpoints", &dynamodb.UpdateItemInput{
+			Key:                       Key(markerPK, markerSK),
+			UpdateExpression:          aws.String("SET v = :v, dv = :v, dg = :g, dc = :dc"),
+			ConditionExpression:       aws.String(cond),
+			ExpressionAttributeValues: vals,
+			ReturnValues:              types.ReturnValueAllNew,
+		})
+		if isConditionFailed(err) {
+			continue // another declaration or bump landed: read again
+		}
+		if err != nil {
+			return 0, err
+		}
+		s.marker.seenItem(item)
+		return version, nil
+	}
+	return 0, errors.New("dynamostore: checkpoint declaration kept racing")
+}
+
+// MaterializeCheckpoints implements store.SchemaStore: one consistent
+// BatchGetItem of the head, the marker and the checkpoint items the
+// Store's copy of the declaration names, then (unless materialised) one
+// transaction: absent checkpoints put as declared, existing ones pinned
+// by a ConditionCheck on the state read, and the head's fence, pending
+// set, token and ckd, conditioned on ckd still below the generation. A
+// race reads again.
+func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, nowMs int64) (store.Head, error) {
+	if err := checkPartition(partition); err != nil {
+		return store.Head{}, err
+	}
+	for range 8 {
+		keys := []map[string]types.AttributeValue{Key(headPK(partition), headSK), Key(markerPK, markerSK)}
+		guess := s.marker.decl.Load()
+		if guess != nil {
+			for _, c := range guess.Checkpoints {
+				keys = append(keys, Key(checkpointPK(partition), checkpointSK(c.Name)))
+			}
+		}
+		items, err := s.batchGet(ctx, "read head, marker and checkpoints", keys)
+		if err != nil {
+			return store.Head{}, err
+		}
+		var (
+			h      head
+			ok     bool
+			marker map[string]types.AttributeValue
+			found  = map[string]map[string]types.AttributeValue{}
+		)
+		for _, it := range items {
+			pk, _ := getS(it, AttrPK)
+			sk, _ := getS(it, AttrSK)
+			switch {
+			case pk == markerPK:
+				marker = it
+			case sk == headSK:
+				if h, err = parseHead(it); err != nil {
+					return store.Head{}, err
+				}
+				ok = true
+			default:
+				found[sk] = it
+			}
+		}
+		if !ok {
+			return store.Head{}, ErrUnknownPartition
+		}
+		d := parseDecl(marker)
+		if d != nil {
+			s.marker.seenItem(marker)
+		}
+		if d.Gen() <= h.materialized {
+			g := gateValue(h.Gate)
+			h.Gate = &g
+			return h.Head, nil
+		}
+		if guess.Gen() != d.Generation {
+			continue // the copy named other checkpoints: read them
+		}
+		g := gateValue(h.Gate)
+		acts, add := s.materializeActs(partition, d, found, nowMs)
+		vals := map[string]types.AttributeValue{":v": N(d.Version), ":g": N(d.Generation), ":one": N(1)}
+		update, cond := "SET ckd = :g", "attribute_exists(pk) AND (attribute_not_exists(ckd) OR ckd < :g) AND "
+		if g.WriterFence < d.Version {
+			update += ", rwv = :v"
+			cond += "(attribute_not_exists(rwv) OR rwv < :v)"
+			g.WriterFence = d.Version
+		} else {
+			cond += "rwv >= :v"
+		}
+		update += " ADD gt :one"
+		if len(add) > 0 {
+			update += ", pcs :p"
+			ss := make([]string, len(add))
+			for i, p := range add {
+				ss[i] = pendingEntry(p.SchemaVersion, p.Name)
+				if !slices.Contains(g.Pending, p) {
+					g.Pending = append(g.Pending, p)
+				}
+			}
+			vals[":p"] = &types.AttributeValueMemberSS{Value: ss}
+		}
+		acts = append(acts, txItem{size: 200, w: types.TransactWriteItem{Update: &types.Update{
+			TableName: s.table, Key: Key(headPK(partition), headSK),
+			UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
+		}}})
+		err = s.transact(ctx, "materialize checkpoints", acts)
+		if codes, _ := cancelReasons(err); codes != nil {
+			continue // raced a declaration, a fence, an activation or another materialisation
+		}
+		if err != nil {
+			return store.Head{}, wrap("materialize checkpoints", err)
+		}
+		g.Token++
+		sort.Slice(g.Pending, func(i, j int) bool { return g.Pending[i].Name < g.Pending[j].Name })
+		h.Gate = &g
+		return h.Head, nil
+	}
+	return store.Head{}, errors.New("dynamostore: checkpoint materialisation kept racing")
+}
+
+// materializeActs are the checkpoint actions of materialising d in
+// partition p, and the checkpoints it adds to the pending set.
+func (s *Store) materializeActs(p string, d *store.TableDeclaration, found map[string]map[string]types.AttributeValue, nowMs int64) ([]txItem, []store.PendingCheckpoint) {
+	var (
+		acts []txItem
+		add  []store.PendingCheckpoint
+	)
+	for _, c := range d.Checkpoints {
+		old := found[checkpointSK(c.Name)]
+		if old == nil {
+			item := checkpointItem(p, c.Name, d.Version, c.Sources, nowMs)
+			acts = append(acts, txItem{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
+				TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)")}}})
+			add = append(add, store.PendingCheckpoint{Name: c.Name, SchemaVersion: d.Version})
+			continue
+		}
+		// Declared before (per partition): left as it is, pending unless
+		// activated, pinned so an activation in between reads again.
+		st, _ := getS(old, kState)
+		sv, _ := getN(old, kVersion)
+		acts = append(acts, txItem{size: 100, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+			TableName: s.table, Key: Key(checkpointPK(p), checkpointSK(c.Name)),
+			ConditionExpression:       aws.String("st = :st"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":st": S(st)},
+		}}})
+		if st != string(store.CheckpointActivated) {
+			add = append(add, store.PendingCheckpoint{Name: c.Name, SchemaVersion: sv})
+		}
+	}
+	return acts, add
+}
+
+// checkpointItem is a newly declared checkpoint's item.
+func checkpointItem(p, name string, version int64, sources []string, nowMs int64) map[string]types.AttributeValue {
+	item := Key(checkpointPK(p), checkpointSK(name))
+	src := make([]types.AttributeValue, len(sources))
+	for i, t := range sources {
+		src[i] = S(t)
+	}
+	item[kVersion], item[kState], item[kSources] = N(version), S(string(store.CheckpointDeclared)), &types.AttributeValueMemberL{Value: src}
+	item[kWater], item[kCursor], item[kEpoch], item[kObserved], item[kUpdated] = N(0), S(""), N(0), N(0), N(nowMs)
+	return item
+}
+
+func gateValue(g *store.Gate) store.Gate {
+	if g == nil {
+		return store.Gate{}
+	}
+	c := *g
+	c.Pending = slices.Clone(g.Pending)
+	return c
 }
 
 // BumpSchemaMarker implements store.SchemaStore: one conditional update
@@ -383,13 +664,7 @@ func (s *Store) DeclareCheckpoint(ctx context.Context, partition, name string, v
 		if !ok {
 			return nil, ErrUnknownPartition
 		}
-		item := Key(checkpointPK(partition), checkpointSK(name))
-		src := make([]types.AttributeValue, len(sources))
-		for i, t := range sources {
-			src[i] = S(t)
-		}
-		item[kVersion], item[kState], item[kSources] = N(version), S(string(store.CheckpointDeclared)), &types.AttributeValueMemberL{Value: src}
-		item[kWater], item[kCursor], item[kEpoch], item[kObserved], item[kUpdated] = N(0), S(""), N(0), N(0), N(nowMs)
+		item := checkpointItem(partition, name, version, sources, nowMs)
 		vals := map[string]types.AttributeValue{
 			":p": &types.AttributeValueMemberSS{Value: []string{pendingEntry(version, name)}}, ":one": N(1), ":v": N(version),
 		}

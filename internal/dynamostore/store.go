@@ -160,6 +160,9 @@ type head struct {
 	pendSeq              int64
 	pendLog, pendOutcome map[string]types.AttributeValue
 	rejections           int64
+	// materialized: the table-wide checkpoint declaration version
+	// materialised in the partition (hMaterialized, schema.go).
+	materialized int64
 }
 
 func parseHead(item map[string]types.AttributeValue) (head, error) {
@@ -192,6 +195,7 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 		}
 	}
 	h.Gate = parseGate(item)
+	h.materialized, _ = getN(item, hMaterialized) // absent until materialised
 	return h, nil
 }
 
@@ -223,6 +227,7 @@ func (s *Store) readHead(ctx context.Context, p string) (head, bool, error) {
 	h, err := parseHead(item)
 	if err == nil {
 		s.noteIndex(p, h)
+		s.lazyGate(&h)
 	}
 	return h, err == nil, err
 }
@@ -329,11 +334,19 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 		} else {
 			item[hFence] = N(marker)
 			created.Gate = &store.Gate{StoredSchema: marker, WriterFence: marker}
+			// A new partition has nothing to backfill: it starts with the
+			// table-wide checkpoint declaration materialised (and so with
+			// nothing pending), pinned like the marker.
+			cond, vals := "v = :v AND attribute_not_exists(dg)", map[string]types.AttributeValue{":v": N(marker)}
+			if dg := s.marker.decl.Load().Gen(); dg > 0 {
+				item[hMaterialized] = N(dg)
+				cond, vals[":dg"] = "v = :v AND dg = :dg", N(dg)
+			}
 			err = s.transact(ctx, "create partition", []txItem{
 				{size: 40, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 					TableName: s.table, Key: Key(markerPK, markerSK),
-					ConditionExpression:       aws.String("v = :v"),
-					ExpressionAttributeValues: map[string]types.AttributeValue{":v": N(marker)},
+					ConditionExpression:       aws.String(cond),
+					ExpressionAttributeValues: vals,
 				}}},
 				{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
 					TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)"),
@@ -367,6 +380,7 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 		// the stored head is the answer.
 		if old := conditionItem(err); old != nil {
 			if h2, perr := parseHead(old); perr == nil {
+				s.lazyGate(&h2)
 				h2.Gate = withMarker(h2.Gate, marker)
 				return h2.Head, nil
 			}
@@ -380,6 +394,7 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 	if err != nil {
 		return store.Head{}, err
 	}
+	s.lazyGate(&h2)
 	h2.Gate = withMarker(h2.Gate, marker)
 	return h2.Head, nil
 }

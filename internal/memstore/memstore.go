@@ -18,6 +18,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
@@ -63,8 +64,10 @@ type Store struct {
 	partitions map[string]*partState
 	// rxDue marks the partitions that may have live §6.9 reactions.
 	rxDue rxDue
-	// marker is the stored schema marker (schema.go).
+	// marker is the stored schema marker (schema.go); decl the
+	// table-wide checkpoint declaration stored with it.
 	marker int64
+	decl   atomic.Pointer[store.TableDeclaration] // written under mu, read without it
 	// leases are the §7.3 auth leases (leases.go), under their own lock.
 	leases leaseTable
 	// pubs are commits published for group commit (group.go).
@@ -121,6 +124,8 @@ type partState struct {
 	fence       int64
 	gateToken   int64
 	checkpoints map[string]*store.Checkpoint
+	// materialized is the table-wide declaration generation materialised here.
+	materialized int64
 	// §6.9 reactions (reactions.go), under their own lock.
 	rx rxState
 }
@@ -214,14 +219,17 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 				clients:  make(map[string]*store.Client),
 				refs:     make(map[refKey]map[string]struct{}),
 			}
+			// It has nothing to backfill: the table-wide declaration
+			// holds for it as materialised (and activated).
+			p.materialized = s.decl.Load().Gen()
 			s.partitions[partition] = p
 		}
 		s.mu.Unlock()
 	}
-	marker := s.markerValue()
+	marker, decl := s.markerDecl()
 	p.mu.RLock()
 	h := p.head
-	h.Gate = withMarker(p.gateLocked(), marker)
+	h.Gate = withMarker(p.gateLocked(decl), marker)
 	p.mu.RUnlock()
 	if !s.stale(h.LastSeenAtMs, nowMs) {
 		return h, nil
@@ -231,7 +239,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 		p.head.LastSeenAtMs = nowMs
 	}
 	h = p.head
-	h.Gate = withMarker(p.gateLocked(), marker)
+	h.Gate = withMarker(p.gateLocked(decl), marker)
 	p.mu.Unlock()
 	return h, nil
 }
@@ -251,9 +259,10 @@ func (s *Store) Head(ctx context.Context, partition string) (store.Head, bool, e
 	if p == nil {
 		return store.Head{}, false, nil
 	}
+	decl := s.decl.Load()
 	p.mu.RLock()
 	h := p.head
-	h.Gate = p.gateLocked()
+	h.Gate = p.gateLocked(decl)
 	p.mu.RUnlock()
 	return h, true, nil
 }
@@ -418,7 +427,7 @@ func (s *Store) commitLocked(p *partState, req *store.CommitRequest, pc *prepare
 		// The current head with its gate, as Head reads it: the engine's
 		// retry commits against it without reading the head again.
 		h := p.head
-		h.Gate = p.gateLocked()
+		h.Gate = p.gateLocked(s.decl.Load())
 		return &store.HeadMovedError{Head: h}
 	}
 	if !p.rowsAsReadLocked(req.ReadRows) {

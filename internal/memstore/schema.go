@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 
@@ -10,20 +11,22 @@ import (
 
 var _ store.SchemaStore = (*Store)(nil)
 
-// gateLocked builds the partition part of the gate; nil when the
-// partition has no gate state. p.mu must be held.
-func (p *partState) gateLocked() *store.Gate {
-	if p.fence == 0 && p.gateToken == 0 && len(p.checkpoints) == 0 {
-		return nil
-	}
-	g := &store.Gate{WriterFence: p.fence, Token: p.gateToken}
-	for _, c := range p.checkpoints {
-		if c.State != store.CheckpointActivated {
-			g.Pending = append(g.Pending, store.PendingCheckpoint{Name: c.Name, SchemaVersion: c.SchemaVersion})
+// gateLocked builds the partition part of the gate, with the table-wide
+// declaration decl (may be nil) while the partition has not materialised
+// it; nil when the partition has no gate state. p.mu must be held.
+func (p *partState) gateLocked(decl *store.TableDeclaration) *store.Gate {
+	var g *store.Gate
+	if p.fence != 0 || p.gateToken != 0 || len(p.checkpoints) != 0 {
+		g = &store.Gate{WriterFence: p.fence, Token: p.gateToken}
+		for _, c := range p.checkpoints {
+			if c.State != store.CheckpointActivated {
+				g.Pending = append(g.Pending, store.PendingCheckpoint{Name: c.Name, SchemaVersion: c.SchemaVersion})
+			}
 		}
+		sort.Slice(g.Pending, func(i, j int) bool { return g.Pending[i].Name < g.Pending[j].Name })
 	}
-	sort.Slice(g.Pending, func(i, j int) bool { return g.Pending[i].Name < g.Pending[j].Name })
-	return g
+	// Not materialised here yet: gated as declared.
+	return decl.Lazy(g, p.materialized)
 }
 
 // withMarker returns g (possibly nil) with the marker filled in; nil
@@ -45,18 +48,26 @@ func (s *Store) markerValue() int64 {
 	return s.marker
 }
 
+// markerDecl returns the marker and the table-wide declaration.
+func (s *Store) markerDecl() (int64, *store.TableDeclaration) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.marker, s.decl.Load()
+}
+
 // ReadGate implements store.SchemaStore.
 func (s *Store) ReadGate(ctx context.Context, partition string) (store.Gate, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Gate{}, err
 	}
 	var g *store.Gate
+	marker, decl := s.markerDecl()
 	if p := s.lookup(partition); p != nil {
 		p.mu.RLock()
-		g = p.gateLocked()
+		g = p.gateLocked(decl)
 		p.mu.RUnlock()
 	}
-	g = withMarker(g, s.markerValue())
+	g = withMarker(g, marker)
 	if g == nil {
 		return store.Gate{}, nil
 	}
@@ -137,6 +148,65 @@ func (s *Store) DeclareCheckpoint(ctx context.Context, partition, name string, v
 		p.gateToken++
 	}
 	return copyCheckpoint(c), nil
+}
+
+// DeclareCheckpoints implements store.SchemaStore.
+func (s *Store) DeclareCheckpoints(ctx context.Context, version int64, decls []store.CheckpointDecl) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.marker > version {
+		return s.marker, nil
+	}
+	d := s.decl.Load()
+	if d != nil && d.Version > version {
+		return s.marker, fmt.Errorf("memstore: checkpoints of version %d are declared: %w", d.Version, store.ErrNewerDeclaration)
+	}
+	if !d.Declares(version, decls) {
+		nd := &store.TableDeclaration{Version: version, Generation: d.Gen() + 1, Checkpoints: make([]store.CheckpointDecl, len(decls))}
+		for i, c := range decls {
+			nd.Checkpoints[i] = store.CheckpointDecl{Name: c.Name, Sources: slices.Clone(c.Sources)}
+		}
+		s.decl.Store(nd)
+	}
+	s.marker = version
+	return s.marker, nil
+}
+
+// MaterializeCheckpoints implements store.SchemaStore.
+func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, nowMs int64) (store.Head, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Head{}, err
+	}
+	p := s.lookup(partition)
+	if p == nil {
+		return store.Head{}, ErrUnknownPartition
+	}
+	decl := s.decl.Load()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if decl.Gen() > p.materialized {
+		if p.checkpoints == nil {
+			p.checkpoints = make(map[string]*store.Checkpoint)
+		}
+		for _, d := range decl.Checkpoints {
+			if p.checkpoints[d.Name] == nil {
+				p.checkpoints[d.Name] = &store.Checkpoint{Name: d.Name, SchemaVersion: decl.Version, State: store.CheckpointDeclared,
+					Sources: slices.Clone(d.Sources), UpdatedAtMs: nowMs}
+			}
+		}
+		p.fence = max(p.fence, decl.Version)
+		p.materialized = decl.Generation
+		p.gateToken++
+	}
+	h := p.head
+	h.Gate = p.gateLocked(decl)
+	if h.Gate == nil {
+		h.Gate = &store.Gate{}
+	}
+	return h, nil
 }
 
 // GetCheckpoint implements store.SchemaStore.

@@ -260,3 +260,34 @@ func stopDynamo() {
 	dynamo.mu.Unlock()
 	inst.stop()
 }
+
+// SeedPartitions creates n partitions named p000000, p000001, … with
+// touch (a store's TouchPartition), 16 at a time, for tests that measure
+// work over many partitions; it returns their names.
+func SeedPartitions(t testing.TB, n int, touch func(ctx context.Context, partition string) error) []string {
+	t.Helper()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("p%06d", i)
+	}
+	var (
+		wg    sync.WaitGroup
+		first error
+		once  sync.Once
+	)
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < n; i += 16 {
+				if err := touch(context.Background(), names[i]); err != nil {
+					once.Do(func() { first = fmt.Errorf("touch %s: %w", names[i], err) })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		t.Fatal(first)
+	}
+	return names
+}

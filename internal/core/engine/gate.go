@@ -132,6 +132,45 @@ func (e *Engine) gateForCommit(rs *reqState, head store.Head, req *store.CommitR
 	return nil
 }
 
+// materializeFirst: the first write of a build in a partition that has
+// not materialised the table-wide checkpoint declaration yet
+// (store.Gate.Unmaterialized) materialises it first, one atomic write
+// that declares the checkpoints there and raises the partition's writer
+// fence with them, as the migration's background walk would. From then
+// on an older build is refused by the fence itself, also by its commit's
+// own condition. retry: the gate token moved, so the commit is evaluated
+// again on a head read afresh. A build that may not serve the partition
+// (gateRefusal) materialises nothing: the commit meets its refusal.
+//
+// When the gate token moved by exactly this materialisation (one step,
+// same log epoch) and the gate after it still lets this build serve, the
+// request's later commits and the after-response check (step 3) compare
+// against the gate after it, as gateOwnRaise does for a raised fence: the
+// request's own change is no reason to refuse its response, while any
+// other change since entry still moves the token past it.
+func (e *Engine) materializeFirst(ctx context.Context, run *pushRun) (retry bool, err error) {
+	g := run.head.Gate
+	if e.gates == nil || g == nil || g.Unmaterialized == 0 || run.materialized {
+		return false, nil
+	}
+	rs := run.rs
+	if e.gateRefusal(rs.auth.Partition, g) != nil {
+		return false, nil
+	}
+	run.materialized = true
+	h, err := e.gates.MaterializeCheckpoints(ctx, rs.auth.Partition, rs.now)
+	if err != nil {
+		return false, storeErr(err, "materialize checkpoints")
+	}
+	if entry := rs.report.gate; entry != nil && h.Gate != nil && h.Gate.Token == entry.Token+1 &&
+		h.LogEpoch == rs.head.LogEpoch && e.gateRefusal(rs.auth.Partition, h.Gate) == nil {
+		after := *h.Gate
+		after.StoredSchema = entry.StoredSchema
+		rs.report.gate, rs.head.Gate = &after, &after
+	}
+	return true, nil
+}
+
 // gateOwnRaise: this request's commit raised the partition's writer
 // fence (RaiseFence), which moves the gate token by exactly one in the
 // same atomic write, conditioned on the token the commit was checked

@@ -27,6 +27,9 @@ type pushRun struct {
 	// grouped: a holder landed this waiter's published commit; its
 	// answer (groupcommit.go).
 	grouped *wire.PushResult
+	// materialized: this push materialised the table-wide checkpoint
+	// declaration in its partition (gate.go), once.
+	materialized bool
 }
 
 // readHead reads the partition head into run.head.
@@ -303,6 +306,9 @@ func (ev *evaluation) rejectCascadeLimit(clientCommitID string) {
 // serve gate moved): the caller evaluates again.
 func (e *Engine) land(ctx context.Context, run *pushRun, ev *evaluation, pacer commitPacer) (*wire.PushResult, bool, error) {
 	rs, pc := run.rs, run.pc
+	if retry, err := e.materializeFirst(ctx, run); retry || err != nil {
+		return nil, retry, err
+	}
 	if ev.reject != nil {
 		return e.recordRejection(ctx, rs, pc, run.head, ev)
 	}

@@ -30,6 +30,9 @@ type BackfillOptions struct {
 	Now      func() int64
 	// MaxCatchUps bounds the catch up → activate attempts (default 64).
 	MaxCatchUps int
+	// head: the caller materialised the table-wide declaration in the
+	// partition already (Run's walk), reading this head.
+	head *store.Head
 }
 
 // MaxBatchRows bounds the rows of one backfill commit, and
@@ -78,6 +81,15 @@ func Backfill(ctx context.Context, b Backend, partition, name string, fn Transfo
 	if o.Deadline == nil {
 		o.Deadline = func() bool { return false }
 	}
+	if o.head == nil {
+		// A declaration made table-wide (Step) becomes this partition's
+		// checkpoint here, if no write of the new build made it so yet.
+		h, err := b.MaterializeCheckpoints(ctx, partition, o.Now())
+		if err != nil {
+			return pr, fmt.Errorf("materialize checkpoints: %w", err)
+		}
+		o.head = &h
+	}
 	c, err := b.ClaimCheckpoint(ctx, partition, name, o.Now())
 	if errors.Is(err, store.ErrCheckpointActivated) {
 		pr.Activated++
@@ -86,7 +98,10 @@ func Backfill(ctx context.Context, b Backend, partition, name string, fn Transfo
 	if err != nil {
 		return pr, fmt.Errorf("claim %s: %w", name, err)
 	}
-	r := &runner{b: b, p: partition, c: c, fn: fn, o: o, pr: &pr}
+	// The head read with the materialisation was read before any of the
+	// scan's reads: it is the first batch's head and, for a fresh scan,
+	// its watermark (a commit landing since is above it and caught up).
+	r := &runner{b: b, p: partition, c: c, fn: fn, o: o, pr: &pr, known: o.head}
 	if err := r.scan(ctx); err != nil || pr.Superseded || pr.TimedOutNow {
 		return pr, err
 	}
@@ -116,8 +131,13 @@ func Backfill(ctx context.Context, b Backend, partition, name string, fn Transfo
 // commit turn (engine.WaitTurn), held until the activation ends: queued
 // writers wait behind it instead of landing between its check and its
 // write, so a busy partition cannot starve it (issue 20 item 9). A quiet
-// partition activates in the first round and takes no turn.
+// partition activates in the first round and takes no turn; when the
+// scan ended without writing, that round is the scan's last advance
+// itself (activateDeferred), without reading the head first.
 func (r *runner) activate(ctx context.Context) (store.ActivationOutcome, error) {
+	if out, done, err := r.activateDeferred(ctx); done || err != nil {
+		return out, err
+	}
 	var turn *engine.Turn
 	defer func() { turn.Release(ctx) }()
 	for round := range r.o.MaxCatchUps {
@@ -157,19 +177,55 @@ func (r *runner) activate(ctx context.Context) (store.ActivationOutcome, error) 
 		if ok {
 			return store.Activated, nil
 		}
-		c, err := r.b.GetCheckpoint(ctx, r.p, r.c.Name)
-		if err != nil {
-			return "", err
-		}
-		switch {
-		case c != nil && c.State == store.CheckpointActivated:
-			return store.Activated, nil
-		case c == nil || c.OwnerEpoch != r.c.OwnerEpoch:
-			r.pr.Superseded = true
-			return store.Stale, nil
+		if out, done, err := r.lost(ctx); done || err != nil {
+			return out, err
 		}
 	}
 	return store.Stale, nil
+}
+
+// lost reads the checkpoint after an advance wrote nothing: done when
+// another owner activated it or took it over.
+func (r *runner) lost(ctx context.Context) (store.ActivationOutcome, bool, error) {
+	c, err := r.b.GetCheckpoint(ctx, r.p, r.c.Name)
+	if err != nil {
+		return "", true, err
+	}
+	switch {
+	case c != nil && c.State == store.CheckpointActivated:
+		return store.Activated, true, nil
+	case c == nil || c.OwnerEpoch != r.c.OwnerEpoch:
+		r.pr.Superseded = true
+		return store.Stale, true, nil
+	}
+	return "", false, nil
+}
+
+// activateDeferred: a scan whose last batch wrote nothing left its
+// advance to the activation (runner.deferred). On a quiet partition the
+// activation carries it, without reading the head first: the write is
+// conditioned on the head still at the watermark (no commit above it, so
+// no source change), the fence and the horizon. When that does not hold
+// the advance is recorded alone and the usual catch-up path decides.
+func (r *runner) activateDeferred(ctx context.Context) (store.ActivationOutcome, bool, error) {
+	if r.deferred == nil {
+		return "", false, nil
+	}
+	adv := *r.deferred
+	r.deferred = nil
+	adv.Activate, adv.SchemaVersion = true, r.c.SchemaVersion
+	ok, err := r.b.AdvanceCheckpoint(ctx, r.p, adv, r.o.Now())
+	if err != nil {
+		return "", false, err
+	}
+	if ok {
+		return store.Activated, true, nil
+	}
+	adv.Activate, adv.SchemaVersion = false, 0
+	if ok, err = r.b.AdvanceCheckpoint(ctx, r.p, adv, r.o.Now()); err != nil || ok {
+		return "", false, err
+	}
+	return r.lost(ctx)
 }
 
 // sourceChanged reports whether a commit above the watermark, up to
@@ -202,6 +258,22 @@ type runner struct {
 	fn Transform
 	o  BackfillOptions
 	pr *Progress
+	// known is a head read before any read of the run, used once: by
+	// the first batch (and a fresh scan's watermark) instead of a read.
+	known *store.Head
+	// deferred is the scan's last advance when that batch wrote nothing:
+	// the activation records it (activateDeferred).
+	deferred *store.CheckpointAdvance
+}
+
+// head returns the known head the first time, then reads it.
+func (r *runner) head(ctx context.Context) (store.Head, error) {
+	if h := r.known; h != nil {
+		r.known = nil
+		return *h, nil
+	}
+	h, _, err := r.b.Head(ctx, r.p)
+	return h, err
 }
 
 // batchPlan is what one batch writes: built from reads made after the
@@ -216,11 +288,15 @@ type batchPlan struct {
 // scan walks the source tables from the cursor ("<table index>:<rowId>").
 func (r *runner) scan(ctx context.Context) error {
 	if r.c.Cursor == "" {
-		// The watermark a scan starts from: every commit at or below the
-		// head read now is visible to the scan.
-		h, _, err := r.b.Head(ctx, r.p)
-		if err != nil {
-			return err
+		// The watermark a scan starts from: every commit at or below a
+		// head read before the scan's reads is visible to the scan.
+		h := r.known
+		if h == nil {
+			read, _, err := r.b.Head(ctx, r.p)
+			if err != nil {
+				return err
+			}
+			h = &read
 		}
 		r.c.Watermark = h.MaxCommitSeq
 	}
@@ -234,7 +310,7 @@ func (r *runner) scan(ctx context.Context) error {
 			return err
 		}
 		key := fmt.Sprintf("backfill/%s/v%d/scan/%s", r.c.Name, r.c.SchemaVersion, r.c.Cursor)
-		err = r.batch(ctx, key, r.c.Watermark, func() (batchPlan, error) {
+		err = r.batch(ctx, key, r.c.Watermark, true, func() (batchPlan, error) {
 			return r.scanBatch(ctx, ti, after, hasAfter)
 		})
 		if err != nil || r.pr.Superseded {
@@ -347,7 +423,7 @@ func (r *runner) catchUp(ctx context.Context) error {
 		if i == len(chunks)-1 {
 			wm = h.MaxCommitSeq
 		}
-		err := r.batch(ctx, key, wm, func() (batchPlan, error) {
+		err := r.batch(ctx, key, wm, false, func() (batchPlan, error) {
 			pl := batchPlan{cursor: cursorDone}
 			if ch.table == "" {
 				return pl, nil
@@ -380,10 +456,12 @@ func (r *runner) catchUp(ctx context.Context) error {
 // advance when there is nothing to write. The head is read before the
 // plan's reads and the commit is conditioned on it (§2.1), so a commit
 // that raced the reads fails and the batch is planned again from fresh
-// reads. A superseded owner stops.
-func (r *runner) batch(ctx context.Context, key string, watermark int64, plan func() (batchPlan, error)) error {
+// reads. A superseded owner stops. With deferLast, a batch that ends
+// the scan and writes nothing leaves its advance to the activation
+// (runner.deferred), which records it in its own write.
+func (r *runner) batch(ctx context.Context, key string, watermark int64, deferLast bool, plan func() (batchPlan, error)) error {
 	for range 64 {
-		h, _, err := r.b.Head(ctx, r.p)
+		h, err := r.head(ctx)
 		if err != nil {
 			return err
 		}
@@ -393,6 +471,11 @@ func (r *runner) batch(ctx context.Context, key string, watermark int64, plan fu
 		}
 		adv := store.CheckpointAdvance{Name: r.c.Name, Epoch: r.c.OwnerEpoch, Watermark: watermark, Cursor: pl.cursor, Observed: pl.observed}
 		now := r.o.Now()
+		if len(pl.writes) == 0 && deferLast && pl.cursor == cursorDone {
+			r.deferred = &adv
+			r.c.Cursor = cursorDone
+			return nil
+		}
 		if len(pl.writes) == 0 {
 			ok, err := r.b.AdvanceCheckpoint(ctx, r.p, adv, now)
 			if err != nil {

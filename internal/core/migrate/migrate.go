@@ -7,19 +7,22 @@
 // Nothing here holds traffic back (issue 20). Partitions are fenced
 // lazily: the new build's first commit that writes a table layout an
 // older build cannot read raises that partition's writer fence in the
-// same transaction (engine readerFloor), and a checkpoint declaration
-// raises its partition's fence with the declaration. A step without
-// checkpoints is therefore O(1) in partitions (the marker bump and, on a
-// store with a store-format level, the level raise: FormatLeveler), and
-// an older build serves every partition nothing newer was written to,
-// during the traffic shift and after a rollback.
+// same transaction (engine readerFloor). Checkpoints are declared once,
+// table-wide, with the marker (one item update), and gated in every
+// partition from then on; a partition materialises them (declares them
+// there, raising its fence) with the new build's first write in it or
+// when Run's backfill walk over the registry reaches it, whichever comes
+// first. A step is therefore O(1) in partitions, with or without
+// checkpoints (the marker bump with the declaration and, on a store with
+// a store-format level, the level raise: FormatLeveler); only the
+// backfills walk the registry, in parallel and resumably. An older build
+// serves every partition nothing newer was written to, during the
+// traffic shift and after a rollback of a release without checkpoints.
 package migrate
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 )
@@ -56,12 +59,12 @@ type Plan struct {
 	Version     int64
 	Checkpoints []Declaration
 	// Partitions lists every partition (the partition registry); only
-	// walked when the plan declares checkpoints.
+	// walked by Run's backfills, never by Step.
 	Partitions func(ctx context.Context, fn func(partition string) bool) error
 	// Now is the clock of checkpoint timestamps.
 	Now func() int64
-	// Parallel is how many partitions are fenced and declared at once
-	// (0: DefaultParallel). Each partition's step stays sequential.
+	// Parallel is how many partitions Run's backfill walk works on at
+	// once (0: DefaultParallel). Each partition's work stays sequential.
 	Parallel int
 }
 
@@ -71,9 +74,9 @@ type Progress struct {
 	// FormatLevel is the stored-format level after the step (backends
 	// implementing FormatLeveler; 0 otherwise).
 	FormatLevel int64
-	Partitions  int
-	Fenced      int // partitions with every checkpoint declared (fenced with it)
-	Declared    int
+	Partitions  int // partitions the backfill walk reached
+	Fenced      int // of them, with the declaration materialised (fenced with it)
+	Declared    int // checkpoints declared table-wide
 	Batches     int
 	Rows        int64
 	Activated   int
@@ -83,18 +86,28 @@ type Progress struct {
 	TimedOutNow bool                               // stopped at the deadline; resume later
 }
 
-// Step bumps the marker to p.Version, raises the store-format level when
-// the backend has one (FormatLeveler), and declares p's checkpoints on
-// every partition (each declaration raises that partition's writer fence
-// in the same transaction). Without checkpoints it touches no partition:
-// the marker is then one update, whatever the number of partitions.
-// Every part is idempotent: a step interrupted anywhere is finished by
-// running it again.
+// Step bumps the marker to p.Version and declares p's checkpoints
+// table-wide in the same atomic write (store.SchemaStore.
+// DeclareCheckpoints): O(1) in partitions, with or without checkpoints.
+// From then on every partition gates those checkpoints as declared; each
+// materialises them (its own checkpoint items, its writer fence raised
+// with them) lazily: with the first write of the new build there, or when
+// Run's backfill walk reaches it. It then raises the store-format level
+// when the backend has one (FormatLeveler). Step is idempotent: running
+// it again changes nothing.
 func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
-	var pr Progress
-	m, err := b.BumpSchemaMarker(ctx, p.Version)
+	var (
+		pr  Progress
+		m   int64
+		err error
+	)
+	if len(p.Checkpoints) == 0 {
+		m, err = b.BumpSchemaMarker(ctx, p.Version)
+	} else {
+		m, err = b.DeclareCheckpoints(ctx, p.Version, decls(p.Checkpoints))
+	}
 	if err != nil {
-		return pr, fmt.Errorf("bump schema marker: %w", err)
+		return pr, fmt.Errorf("bump schema marker and declare checkpoints: %w", err)
 	}
 	pr.Marker = m
 	if m > p.Version {
@@ -105,41 +118,14 @@ func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 			return pr, fmt.Errorf("raise store-format level: %w", err)
 		}
 	}
-	if len(p.Checkpoints) == 0 {
-		return pr, nil
-	}
-	var (
-		mu   sync.Mutex
-		errs []error
-	)
-	err = eachPartition(ctx, p.Partitions, p.Parallel, func(part string) bool {
-		declared, err := stepPartition(ctx, b, p, part)
-		mu.Lock()
-		defer mu.Unlock()
-		pr.Partitions++
-		if declared == len(p.Checkpoints) {
-			pr.Fenced++
-		}
-		pr.Declared += declared
-		if err != nil {
-			errs = append(errs, err)
-			return false
-		}
-		return true
-	})
-	return pr, errors.Join(append(errs, err)...)
+	pr.Declared = len(p.Checkpoints)
+	return pr, nil
 }
 
-// stepPartition declares p's checkpoints on one partition; each
-// declaration raises the partition's writer fence to p.Version in its own
-// transaction, so a checkpoint is only declared on a partition the old
-// build can no longer write.
-func stepPartition(ctx context.Context, b Backend, p Plan, part string) (declared int, err error) {
-	for _, d := range p.Checkpoints {
-		if _, err := b.DeclareCheckpoint(ctx, part, d.Name, p.Version, d.Sources, p.Now()); err != nil {
-			return declared, fmt.Errorf("declare checkpoint %s on %q: %w", d.Name, part, err)
-		}
-		declared++
+func decls(ds []Declaration) []store.CheckpointDecl {
+	out := make([]store.CheckpointDecl, len(ds))
+	for i, d := range ds {
+		out[i] = store.CheckpointDecl{Name: d.Name, Sources: d.Sources}
 	}
-	return declared, nil
+	return out
 }

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/skyfold/syncular-lambda/internal/core/store"
 )
 
 // ParseDeclarations reads SYNC_CHECKPOINTS: comma-separated
@@ -54,9 +57,13 @@ type RunOptions struct {
 	Transform Transform
 }
 
-// Run is the operator path: Step, then (with Backfill) every declared
-// checkpoint's backfill on every partition, writing one progress line per
-// (partition, checkpoint) to out (may be nil).
+// Run is the operator path: Step, then (with Backfill) the backfill walk
+// over p.Partitions, up to p.Parallel partitions at once: each partition
+// materialises the declaration (one read when it already has, which
+// makes a re-run cheap) and runs the backfill of every declared
+// checkpoint still pending there, writing one progress line per
+// (partition, checkpoint) to out (may be nil). A run stopped by the
+// timeout is resumed by the next one.
 func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (Progress, error) {
 	pr, err := Step(ctx, b, p)
 	if err != nil || !o.Backfill || len(p.Checkpoints) == 0 {
@@ -75,11 +82,41 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 		errs []error
 	)
 	err = eachPartition(ctx, p.Partitions, p.Parallel, func(part string) bool {
-		for _, d := range p.Checkpoints {
-			if d.Transform == nil {
-				d.Transform = o.Transform
+		if deadline() {
+			mu.Lock()
+			pr.TimedOutNow = true
+			mu.Unlock()
+			return false
+		}
+		h, err := b.MaterializeCheckpoints(ctx, part, p.Now())
+		mu.Lock()
+		pr.Partitions++
+		if err == nil && h.Gate.Unmaterialized == 0 {
+			pr.Fenced++
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("partition %q: %w", part, err))
+		}
+		mu.Unlock()
+		if err != nil {
+			return false
+		}
+		for i, d := range p.Checkpoints {
+			var bp Progress
+			if slices.ContainsFunc(h.Gate.Pending, func(pc store.PendingCheckpoint) bool { return pc.Name == d.Name }) {
+				if d.Transform == nil {
+					d.Transform = o.Transform
+				}
+				bo := BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now, head: &h}
+				if i > 0 {
+					bo.head = nil // an earlier backfill may have committed: read it again
+				}
+				bp, err = RunBackfill(ctx, b, part, d, bo)
+			} else {
+				// Activated here already (or the partition was created
+				// after the declaration: nothing to backfill).
+				bp.Activated = 1
 			}
-			bp, err := RunBackfill(ctx, b, part, d, BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now})
 			var line string
 			if out != nil {
 				if c, err := b.GetCheckpoint(ctx, part, d.Name); err == nil && c != nil {

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 )
 
 // Rolling schema upgrades. During a deploy two function versions serve
@@ -16,6 +18,10 @@ import (
 //     commit; checked by the commit's own conditional write.
 //   - Checkpoints: per (partition, name), declared → backfilling →
 //     activated, with an owner epoch fencing concurrent backfill runs.
+//   - Table-wide declaration: a release declares its checkpoints once,
+//     on the schema marker (DeclareCheckpoints, O(1) in partitions);
+//     each partition materialises them lazily (MaterializeCheckpoints)
+//     and gates as though they were declared there until it does.
 
 var (
 	// ErrWriterFenced reports a commit whose WriterVersion is below the
@@ -33,6 +39,9 @@ var (
 	// ErrFenceMissing reports an activation while the partition's writer
 	// fence is below the checkpoint's version.
 	ErrFenceMissing = errors.New("store: writer fence below the checkpoint's version")
+	// ErrNewerDeclaration reports a table-wide checkpoint declaration
+	// below the one stored; nothing was written.
+	ErrNewerDeclaration = errors.New("store: a newer version's checkpoints are declared")
 )
 
 // Gate is what the serve gate reads. StoredSchema comes from the table's
@@ -49,6 +58,66 @@ type Gate struct {
 	// begun before an epoch rotation is re-checked like one begun before
 	// a migration step.
 	Token int64
+	// Unmaterialized is the generation of the table-wide checkpoint
+	// declaration (SchemaStore.DeclareCheckpoints) while this partition
+	// has not materialised it, else 0. Its checkpoints are listed in
+	// Pending (at its version) meanwhile, even one activated here under
+	// an earlier generation (materialising finds it activated), so every
+	// build gates them at least as strictly as checkpoints declared in
+	// the partition; they are not in Token. It comes from the store's
+	// copy of the marker (bounded age, like StoredSchema).
+	Unmaterialized int64
+}
+
+// CheckpointDecl is one checkpoint of a table-wide declaration.
+type CheckpointDecl struct {
+	Name    string
+	Sources []string
+}
+
+// TableDeclaration is a stored table-wide declaration, as stores keep
+// it: Generation rises with every declaration that changed the set, and
+// a partition records the generation it materialised. Immutable.
+type TableDeclaration struct {
+	Version, Generation int64
+	Checkpoints         []CheckpointDecl
+}
+
+// Gen is d's generation, 0 for none (nil).
+func (d *TableDeclaration) Gen() int64 {
+	if d == nil {
+		return 0
+	}
+	return d.Generation
+}
+
+// Declares reports whether d is version's declaration of decls.
+func (d *TableDeclaration) Declares(version int64, decls []CheckpointDecl) bool {
+	return d != nil && d.Version == version && slices.EqualFunc(d.Checkpoints, decls, func(a, b CheckpointDecl) bool {
+		return a.Name == b.Name && slices.Equal(a.Sources, b.Sources)
+	})
+}
+
+// Lazy returns g (nil: no gate state) with d's checkpoints pending, at
+// d's version, when the partition materialised an older generation than
+// d's (Gate.Unmaterialized); g itself is not modified.
+func (d *TableDeclaration) Lazy(g *Gate, materialized int64) *Gate {
+	if d == nil || d.Generation <= materialized {
+		return g
+	}
+	out := &Gate{}
+	if g != nil {
+		*out = *g
+		out.Pending = slices.Clone(g.Pending)
+	}
+	out.Unmaterialized = d.Generation
+	for _, c := range d.Checkpoints {
+		if !slices.ContainsFunc(out.Pending, func(p PendingCheckpoint) bool { return p.Name == c.Name }) {
+			out.Pending = append(out.Pending, PendingCheckpoint{Name: c.Name, SchemaVersion: d.Version})
+		}
+	}
+	slices.SortFunc(out.Pending, func(a, b PendingCheckpoint) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // PendingCheckpoint names a checkpoint that is not activated yet.
@@ -149,6 +218,29 @@ type SchemaStore interface {
 	// returns, never after the declaration is visible (raised with it,
 	// unless it was there already). It returns the stored checkpoint.
 	DeclareCheckpoint(ctx context.Context, partition, name string, version int64, sources []string, nowMs int64) (*Checkpoint, error)
+	// DeclareCheckpoints raises the marker to version and records decls
+	// as the table-wide checkpoint declaration of version in the same
+	// atomic write (one item, whatever the number of partitions). A new
+	// version's declaration, or another set at the same version, is a
+	// new generation, which every partition materialises again (keeping
+	// the checkpoints it has); the same set again is a no-op. A
+	// partition that has not materialised the current generation gates
+	// as though each checkpoint were declared there (Gate.
+	// Unmaterialized). It returns the stored marker: when that is above
+	// version nothing is written (roll forward only);
+	// ErrNewerDeclaration when a newer version's checkpoints are
+	// declared.
+	DeclareCheckpoints(ctx context.Context, version int64, decls []CheckpointDecl) (int64, error)
+	// MaterializeCheckpoints makes the table-wide declaration partition
+	// state: one atomic write declares each of its checkpoints there
+	// (absent ones as declared; existing ones are left as they are, and
+	// pending unless activated), raises the writer fence to its version
+	// and records the partition as materialised. Nothing is written when
+	// it already is, or when there is no declaration. It returns the
+	// partition's head as read, with its gate as it is afterwards (Gate
+	// never nil; StoredSchema unset): a backfill starting next may take
+	// it as its first head. An unknown partition is an error.
+	MaterializeCheckpoints(ctx context.Context, partition string, nowMs int64) (Head, error)
 	// GetCheckpoint returns a checkpoint, nil when absent.
 	GetCheckpoint(ctx context.Context, partition, name string) (*Checkpoint, error)
 	// ClaimCheckpoint makes the caller the owner: OwnerEpoch+1, state

@@ -40,6 +40,10 @@ func RunSchemaStore(t *testing.T, newStore func(t *testing.T) SchemaBackend) {
 		{"Checkpoint/SupersededOwnerWritesNothing", testCheckpointSuperseded},
 		{"Checkpoint/ActivationOutcomes", testCheckpointActivation},
 		{"Checkpoint/Unverifiable", testCheckpointUnverifiable},
+		{"TableWide/GatedBeforeMaterialised", testTableWideGated},
+		{"TableWide/MaterialiseKeepsExisting", testTableWideKeepsExisting},
+		{"TableWide/NewPartitionStartsMaterialised", testTableWideNewPartition},
+		{"TableWide/NewGenerationMaterialisesAgain", testTableWideGeneration},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -558,5 +562,173 @@ func testCheckpointUnverifiable(t *testing.T, e *schemaT) {
 	}
 	if o := e.activate("proj", ep); o != store.Activated {
 		t.Fatalf("activation at the horizon = %s, want activated", o)
+	}
+}
+
+func (e *schemaT) declareAll(v int64, decls ...store.CheckpointDecl) int64 {
+	e.t.Helper()
+	m, err := e.ss.DeclareCheckpoints(e.ctx, v, decls)
+	if err != nil {
+		e.t.Fatalf("DeclareCheckpoints(%d): %v", v, err)
+	}
+	return m
+}
+
+func (e *schemaT) materialize() store.Gate {
+	e.t.Helper()
+	h, err := e.ss.MaterializeCheckpoints(e.ctx, e.p, baseMs)
+	if err != nil || h.Gate == nil {
+		e.t.Fatalf("MaterializeCheckpoints: %+v, %v", h.Gate, err)
+	}
+	if want := e.head(); h.MaxCommitSeq != want.MaxCommitSeq || h.LogEpoch != want.LogEpoch {
+		e.t.Fatalf("MaterializeCheckpoints returned head %+v, stored %+v", h, want)
+	}
+	return *h.Gate
+}
+
+func pendingNames(g *store.Gate) []string {
+	if g == nil {
+		return nil
+	}
+	var out []string
+	for _, p := range g.Pending {
+		out = append(out, fmt.Sprintf("%s@%d", p.Name, p.SchemaVersion))
+	}
+	return out
+}
+
+// testTableWideGated: a table-wide declaration is one write with the
+// marker; an existing partition gates its checkpoints as pending (in
+// TouchPartition, Head and ReadGate alike) before it holds any
+// checkpoint item; materialising declares them there and raises the
+// fence in one write, once.
+func testTableWideGated(t *testing.T, e *schemaT) {
+	e.touch()
+	e.commit(e.versioned(2, upsert("tasks", "a", 1, "x")))
+	if m := e.declareAll(3, store.CheckpointDecl{Name: "proj", Sources: []string{"tasks"}}); m != 3 {
+		t.Fatalf("marker after the declaration = %d, want 3", m)
+	}
+	if m, _ := e.ss.SchemaMarker(e.ctx); m != 3 {
+		t.Fatalf("stored marker = %d, want 3", m)
+	}
+	want := "[proj@3]"
+	g := e.gate()
+	if fmt.Sprint(pendingNames(&g)) != want || g.Unmaterialized == 0 || g.WriterFence != 0 {
+		t.Fatalf("ReadGate before materialising: %+v", g)
+	}
+	if h := e.touch(); fmt.Sprint(pendingNames(h.Gate)) != want || h.Gate.Unmaterialized == 0 {
+		t.Fatalf("TouchPartition gate before materialising: %+v", h.Gate)
+	}
+	if h := e.head(); fmt.Sprint(pendingNames(h.Gate)) != want || h.Gate.Unmaterialized == 0 {
+		t.Fatalf("Head gate before materialising: %+v", h.Gate)
+	}
+	if c, err := e.ss.GetCheckpoint(e.ctx, e.p, "proj"); err != nil || c != nil {
+		t.Fatalf("checkpoint item before materialising: %+v, %v", c, err)
+	}
+	if m := e.declareAll(3, store.CheckpointDecl{Name: "proj", Sources: []string{"tasks"}}); m != 3 || e.gate().Unmaterialized != g.Unmaterialized {
+		t.Fatalf("the same declaration again changed it: marker %d, gate %+v", m, e.gate())
+	}
+	before := e.gate().Token
+	mg := e.materialize()
+	if fmt.Sprint(pendingNames(&mg)) != want || mg.Unmaterialized != 0 || mg.WriterFence != 3 || mg.Token == before {
+		t.Fatalf("gate MaterializeCheckpoints returned: %+v (token before %d)", mg, before)
+	}
+	if g := e.gate(); g.Unmaterialized != 0 || g.WriterFence != 3 || g.Token != mg.Token || fmt.Sprint(pendingNames(&g)) != want {
+		t.Fatalf("stored gate after materialising: %+v", g)
+	}
+	if c := e.checkpoint("proj"); c.State != store.CheckpointDeclared || c.SchemaVersion != 3 || fmt.Sprint(c.Sources) != "[tasks]" {
+		t.Fatalf("materialised checkpoint: %+v", c)
+	}
+	if again := e.materialize(); again.Token != mg.Token {
+		t.Fatalf("a second materialisation wrote: %+v", again)
+	}
+	if err := e.s.Commit(e.ctx, e.p, e.versioned(2, upsert("tasks", "b", 1, "old"))); !errors.Is(err, store.ErrWriterFenced) {
+		t.Fatalf("version-2 commit after materialising: %v, want ErrWriterFenced", err)
+	}
+	if _, err := e.ss.MaterializeCheckpoints(e.ctx, unique(t, "nope"), baseMs); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("materialising an unknown partition: %v, want ErrNotFound", err)
+	}
+	// The marker never goes back: an older declaration writes nothing.
+	if m, err := e.ss.DeclareCheckpoints(e.ctx, 2, []store.CheckpointDecl{{Name: "older", Sources: []string{"t"}}}); m != 3 || err != nil {
+		t.Fatalf("an older declaration: marker %d, %v", m, err)
+	}
+	if g := e.gate(); fmt.Sprint(pendingNames(&g)) != want || g.Unmaterialized != 0 {
+		t.Fatalf("gate after an older declaration: %+v", g)
+	}
+}
+
+// testTableWideKeepsExisting: materialising leaves a checkpoint the
+// partition declared before as it is: an activated one stays activated
+// and leaves the pending set (it pends only until then, failing closed).
+func testTableWideKeepsExisting(t *testing.T, e *schemaT) {
+	e.touch()
+	e.declare("proj", 2, "tasks")
+	ep := e.claim("proj")
+	if o := e.activate("proj", ep); o != store.Activated {
+		t.Fatalf("activation = %s", o)
+	}
+	e.declareAll(2, store.CheckpointDecl{Name: "proj", Sources: []string{"tasks"}}, store.CheckpointDecl{Name: "extra", Sources: []string{"notes"}})
+	if g := e.gate(); fmt.Sprint(pendingNames(&g)) != "[extra@2 proj@2]" || g.Unmaterialized == 0 {
+		t.Fatalf("gate before materialising: %+v", g)
+	}
+	g := e.materialize()
+	if fmt.Sprint(pendingNames(&g)) != "[extra@2]" || g.WriterFence != 2 || g.Unmaterialized != 0 {
+		t.Fatalf("gate after materialising: %+v", g)
+	}
+	if c := e.checkpoint("proj"); c.State != store.CheckpointActivated || c.OwnerEpoch != ep {
+		t.Fatalf("existing checkpoint after materialising: %+v", c)
+	}
+	if c := e.checkpoint("extra"); c.State != store.CheckpointDeclared || c.SchemaVersion != 2 {
+		t.Fatalf("new checkpoint: %+v", c)
+	}
+}
+
+// testTableWideNewPartition: a partition created after the declaration
+// has nothing to backfill: it starts materialised, fenced at the marker,
+// with nothing pending.
+func testTableWideNewPartition(t *testing.T, e *schemaT) {
+	e.declareAll(4, store.CheckpointDecl{Name: "proj", Sources: []string{"tasks"}})
+	h := e.touch()
+	if h.Gate == nil || h.Gate.WriterFence != 4 || len(h.Gate.Pending) != 0 || h.Gate.Unmaterialized != 0 {
+		t.Fatalf("new partition gate: %+v", h.Gate)
+	}
+	if g := e.gate(); len(g.Pending) != 0 || g.Unmaterialized != 0 {
+		t.Fatalf("new partition ReadGate: %+v", g)
+	}
+	if g := e.materialize(); len(g.Pending) != 0 || g.WriterFence != 4 {
+		t.Fatalf("materialising a new partition: %+v", g)
+	}
+	if c, err := e.ss.GetCheckpoint(e.ctx, e.p, "proj"); err != nil || c != nil {
+		t.Fatalf("checkpoint of a new partition: %+v, %v", c, err)
+	}
+}
+
+// testTableWideGeneration: another set at the same version is a new
+// generation: partitions that materialised the first set gate the new
+// one until they materialise again, keeping the checkpoints they have.
+func testTableWideGeneration(t *testing.T, e *schemaT) {
+	e.touch()
+	e.declareAll(3, store.CheckpointDecl{Name: "a", Sources: []string{"t"}})
+	e.materialize()
+	ep := e.claim("a")
+	e.declareAll(3, store.CheckpointDecl{Name: "a", Sources: []string{"t"}}, store.CheckpointDecl{Name: "b", Sources: []string{"t"}})
+	if g := e.gate(); fmt.Sprint(pendingNames(&g)) != "[a@3 b@3]" || g.Unmaterialized == 0 {
+		t.Fatalf("gate after the second set: %+v", g)
+	}
+	g := e.materialize()
+	if fmt.Sprint(pendingNames(&g)) != "[a@3 b@3]" || g.Unmaterialized != 0 {
+		t.Fatalf("gate after materialising again: %+v", g)
+	}
+	if c := e.checkpoint("a"); c.State != store.CheckpointBackfilling || c.OwnerEpoch != ep {
+		t.Fatalf("checkpoint a after materialising again: %+v", c)
+	}
+	if m := e.declareAll(5); m != 5 {
+		t.Fatalf("an empty declaration at 5: marker %d", m)
+	}
+	if g := e.gate(); len(g.Pending) != 2 || g.Unmaterialized == 0 {
+		t.Fatalf("gate after an empty declaration: %+v", g)
+	}
+	if g := e.materialize(); g.WriterFence != 5 || len(g.Pending) != 2 {
+		t.Fatalf("materialising an empty declaration: %+v", g)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/core/syncerr"
 	"github.com/skyfold/syncular-lambda/internal/core/wire"
@@ -33,6 +34,7 @@ func RollingUpgrade(t *testing.T, newStore func(t testing.TB) SchemaBackend, seg
 		{"OwnFenceRaiseServesItsResponse", rollingOwnFence},
 		{"LazyFenceOnReferenceChange", rollingReferenceFence},
 		{"UndeclaredCheckpointRefusesUntilActivated", rollingCheckpointGate},
+		{"TableWideCheckpointGatedBeforeMaterialised", rollingTableWide},
 		{"WriterRacingMigrationFenced", rollingRacingWriter},
 		{"RejectionRacingMigrationFenced", rollingRacingRejection},
 		{"RefusedAfterResponseBuilt", func(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
@@ -483,4 +485,89 @@ func rollingEpochMidResponse(t *testing.T, st SchemaBackend, segs store.SegmentS
 	m.arm.Store(true)
 	_, err := c.pull(0)
 	wantNotReady(t, err, "pull whose log epoch rotated under it")
+}
+
+// rollingTableWide: a release declares its checkpoint table-wide (the
+// migration step, O(1) in partitions). Before any partition holds it,
+// every partition gates it as declared: the old build and a build of the
+// new version that did not declare it are refused, the declaring build
+// serves. The declaring build's first write in a partition materialises
+// it there (checkpoint declared, fence raised) in a write of its own
+// before the commit; the backfill walk materialises and activates the
+// rest, after which only the old build stays refused (by the fence).
+func rollingTableWide(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	ctx := context.Background()
+	old := rollingHarness(t, st, segs)
+	declaring := New(t, st, segs, Options{Schema: TodoSchemaV2, OlderSchemas: []string{TodoSchema}, Checkpoints: []string{"proj"}})
+	undeclared := New(t, st, segs, Options{Schema: TodoSchemaV2, OlderSchemas: []string{TodoSchema}})
+	for _, h := range []*Harness{declaring, undeclared} {
+		h.Grants.Set("actor-a", rollingScopes)
+	}
+	parts := []string{"read-only", "written"}
+	olds, undecl := map[string]*Client{}, map[string]*Client{}
+	for _, p := range parts {
+		c := old.ClientV3(p, "actor-a", "client-old")
+		applied(t, c.Push("c1", Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)))
+		olds[p], undecl[p] = c, undeclared.ClientV3(p, "actor-a", "client-undeclared")
+	}
+	decl := migrate.Declaration{Name: "proj", Sources: []string{"tasks"}}
+	plan := migrate.Plan{Version: 2, Checkpoints: []migrate.Declaration{decl}, Now: func() int64 { return 0 },
+		Partitions: func(_ context.Context, fn func(string) bool) error {
+			for _, p := range parts {
+				if !fn(p) {
+					break
+				}
+			}
+			return nil
+		}}
+	if _, err := migrate.Step(ctx, st, plan); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		o := olds[p]
+		_, err := o.pull(0)
+		wantNotReady(t, err, p+": old build, checkpoint declared table-wide")
+		_, err = o.Send(o.Request([]wire.PushCommit{{ClientCommitID: "c2", Operations: []wire.Operation{Upsert("tasks", "t2", o.Task("t2", "p1", "two", false), -1)}}}, nil, nil))
+		wantNotReady(t, err, p+": old build's push, checkpoint declared table-wide")
+		_, err = undecl[p].pull(0)
+		wantNotReady(t, err, p+": new version without the declaration")
+		if got := headSeq(t, st, p); got != 1 {
+			t.Fatalf("%s: a refused push moved the head to %d", p, got)
+		}
+	}
+	d := declaring.ClientV3("read-only", "actor-a", "client-new")
+	if _, err := d.pull(0); err != nil {
+		t.Fatalf("the declaring build refused: %v", err)
+	}
+	if c, err := st.GetCheckpoint(ctx, "read-only", "proj"); err != nil || c != nil {
+		t.Fatalf("a pull materialised the checkpoint: %+v %v", c, err)
+	}
+	// Its first write, with a pull in the same request: the request's
+	// own materialisation does not make it refuse its response.
+	w := declaring.ClientV3("written", "actor-a", "client-new")
+	resp, err := w.Send(w.Request([]wire.PushCommit{{ClientCommitID: "c3", Operations: []wire.Operation{Upsert("tasks", "t3", w.Task("t3", "p1", "three", false), -1)}}},
+		&wire.PullHeader{Accept: w.Accept}, taskSub(0)))
+	if err != nil {
+		t.Fatalf("the declaring build's first push and pull: %v", err)
+	}
+	if n := len(Sections(t, resp)[0].Commits); n != 2 {
+		t.Fatalf("pull with the first push sent %d commits, want 2", n)
+	}
+	if c, err := st.GetCheckpoint(ctx, "written", "proj"); err != nil || c == nil || c.State != store.CheckpointDeclared || c.SchemaVersion != 2 {
+		t.Fatalf("checkpoint after the declaring build's first write: %+v %v", c, err)
+	}
+	if g, err := st.ReadGate(ctx, "written"); err != nil || g.WriterFence != 2 || g.Unmaterialized != 0 || len(g.Pending) != 1 {
+		t.Fatalf("gate after the declaring build's first write: %+v %v", g, err)
+	}
+	pr, err := migrate.Run(ctx, st, plan, migrate.RunOptions{Backfill: true}, nil)
+	if err != nil || pr.Partitions != 2 || pr.Fenced != 2 || pr.Activated != 2 || pr.Incomplete != 0 {
+		t.Fatalf("backfill walk: %+v %v", pr, err)
+	}
+	for _, p := range parts {
+		if _, err := undecl[p].pull(0); err != nil {
+			t.Fatalf("%s: new version without the declaration, after activation: %v", p, err)
+		}
+		_, err := olds[p].pull(0)
+		wantNotReady(t, err, p+": old build after the walk (fenced)")
+	}
 }

@@ -4,6 +4,7 @@ package migratetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -105,17 +106,24 @@ func projected(t *testing.T, b migrate.Backend, p string) []string {
 	return ids
 }
 
+// stepIdempotent: a step with checkpoints declares them table-wide,
+// O(1) in partitions (the registry is not listed); every partition gates
+// them as declared until it materialises them, which raises its fence;
+// repeating either changes nothing.
 func stepIdempotent(t *testing.T, b migrate.Backend) {
 	ctx := context.Background()
 	seed(t, b, "a", 1)
 	seed(t, b, "b", 1)
+	listed := 0
+	pl := plan("a", "b")
+	pl.Partitions = func(context.Context, func(string) bool) error { listed++; return nil }
 	for range 2 {
-		pr, err := migrate.Step(ctx, b, plan("a", "b"))
+		pr, err := migrate.Step(ctx, b, pl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pr.Marker != 2 || pr.Fenced != 2 || pr.Declared != 2 {
-			t.Fatalf("step progress %+v", pr)
+		if pr.Marker != 2 || pr.Declared != 1 || pr.Partitions != 0 || listed != 0 {
+			t.Fatalf("step progress %+v (registry listed %d times)", pr, listed)
 		}
 	}
 	for _, p := range []string{"a", "b"} {
@@ -123,9 +131,33 @@ func stepIdempotent(t *testing.T, b migrate.Backend) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.StoredSchema != 2 || g.WriterFence != 2 || len(g.Pending) != 1 {
+		if g.StoredSchema != 2 || g.Unmaterialized == 0 || len(g.Pending) != 1 || g.Pending[0] != (store.PendingCheckpoint{Name: "proj", SchemaVersion: 2}) {
 			t.Fatalf("gate of %s after the step: %+v", p, g)
 		}
+	}
+	// An older build's commit is refused once the partition materialised
+	// the declaration: the fence came with it.
+	var token int64
+	for range 2 {
+		h, err := b.MaterializeCheckpoints(ctx, "a", now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := h.Gate
+		if g.WriterFence != 2 || g.Unmaterialized != 0 || len(g.Pending) != 1 || token != 0 && g.Token != token {
+			t.Fatalf("gate after materialising: %+v (token before %d)", g, token)
+		}
+		token = g.Token
+	}
+	if c, err := b.GetCheckpoint(ctx, "a", "proj"); err != nil || c == nil || c.State != store.CheckpointDeclared || c.SchemaVersion != 2 {
+		t.Fatalf("materialised checkpoint: %+v %v", c, err)
+	}
+	h, _, _ := b.Head(ctx, "a")
+	old := &store.CommitRequest{ExpectedMaxSeq: h.MaxCommitSeq, WriterVersion: 1,
+		Commit:  store.Commit{Seq: h.MaxCommitSeq + 1, CreatedAtMs: now(), ActorID: "a", ClientID: "c", ClientCommitID: "old"},
+		Outcome: store.Outcome{Applied: true, CommitSeq: h.MaxCommitSeq + 1, RecordedAtMs: now(), ActorID: "a"}}
+	if err := b.Commit(ctx, "a", old); !errors.Is(err, store.ErrWriterFenced) {
+		t.Fatalf("version-1 commit after materialising: %v, want ErrWriterFenced", err)
 	}
 	// Roll forward only: an older step does not lower anything.
 	if _, err := migrate.Step(ctx, b, migrate.Plan{Version: 1, Partitions: partitions("a"), Now: now}); err == nil {
