@@ -1,12 +1,10 @@
 package wiring
 
 import (
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/config"
-	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
@@ -15,22 +13,8 @@ import (
 // (the default) gives it none; a store without leases is refused at
 // start rather than serving without them.
 func TestNewEngineAuthLeases(t *testing.T) {
-	doc, err := os.ReadFile("../../examples/todo/schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := schema.Parse(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	load := func(leases string) *config.Config {
-		env := map[string]string{"SYNC_TABLE_NAME": "t", "SYNC_BUCKET": "b", "SYNC_SIGNED_URLS": "off", "SYNC_AUTH_LEASES": leases}
-		cfg, err := config.Load(func(k string) string { return env[k] })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
+	sc := todoSchema(t)
+	load := func(leases string) *config.Config { return configWith(t, "SYNC_AUTH_LEASES", leases) }
 	for _, tc := range []struct {
 		leases string
 		want   bool
@@ -43,7 +27,7 @@ func TestNewEngineAuthLeases(t *testing.T) {
 			t.Fatalf("SYNC_AUTH_LEASES=%q: leases enabled %v", tc.leases, eng.LeasesEnabled())
 		}
 	}
-	_, err = NewEngine(load("on"), Deps{Schema: sc, Store: noLeases{memstore.New()}, Segments: memstore.NewSegments()})
+	_, err := NewEngine(load("on"), Deps{Schema: sc, Store: noLeases{memstore.New()}, Segments: memstore.NewSegments()})
 	if err == nil || !strings.Contains(err.Error(), "SYNC_AUTH_LEASES=on") {
 		t.Fatalf("a store without leases: %v", err)
 	}

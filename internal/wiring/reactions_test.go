@@ -2,13 +2,11 @@ package wiring
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/reactions"
-	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/memstore"
 )
 
@@ -17,22 +15,8 @@ import (
 // registers a planner is refused at start instead of having its planned
 // reactions pruned unenqueued; with true (the default) it starts.
 func TestNewEngineReactionsOff(t *testing.T) {
-	doc, err := os.ReadFile("../../examples/todo/schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := schema.Parse(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	load := func(v string) *config.Config {
-		env := map[string]string{"SYNC_TABLE_NAME": "t", "SYNC_BUCKET": "b", "SYNC_SIGNED_URLS": "off", "SYNC_REACTIONS_ENABLED": v}
-		cfg, err := config.Load(func(k string) string { return env[k] })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
+	sc := todoSchema(t)
+	load := func(v string) *config.Config { return configWith(t, "SYNC_REACTIONS_ENABLED", v) }
 	planner := reactions.PlannerFunc(func(context.Context, *reactions.Input) ([]reactions.Planned, error) { return nil, nil })
 	for _, v := range []string{"true", ""} {
 		if _, err := NewEngine(load(v), Deps{Schema: sc, Store: memstore.New(), Segments: memstore.NewSegments(), Hooks: Hooks{Reactions: planner}}); err != nil {
@@ -42,7 +26,7 @@ func TestNewEngineReactionsOff(t *testing.T) {
 	if _, err := NewEngine(load("false"), Deps{Schema: sc, Store: memstore.New(), Segments: memstore.NewSegments()}); err != nil {
 		t.Fatalf("SYNC_REACTIONS_ENABLED=false without a planner: %v", err)
 	}
-	_, err = NewEngine(load("false"), Deps{Schema: sc, Store: memstore.New(), Segments: memstore.NewSegments(), Hooks: Hooks{Reactions: planner}})
+	_, err := NewEngine(load("false"), Deps{Schema: sc, Store: memstore.New(), Segments: memstore.NewSegments(), Hooks: Hooks{Reactions: planner}})
 	if err == nil || !strings.Contains(err.Error(), "SYNC_REACTIONS_ENABLED=false") {
 		t.Fatalf("SYNC_REACTIONS_ENABLED=false with a planner: %v", err)
 	}
