@@ -181,7 +181,6 @@ func (c *markerCache) release() {
 // seen raises the copy to v.
 func (c *markerCache) seen(v int64) { raiseTo(&c.v, v) }
 
-
 func raiseTo(a *atomic.Int64, v int64) {
 	for {
 		o := a.Load()
