@@ -44,7 +44,13 @@ func buildAll(t *testing.T) map[string]string {
 			t.Fatal(err)
 		}
 		for _, f := range app.Functions {
-			bin := testenv.BuildFunction(t, "./"+f.Dir)
+			// Not the first caller's TempDir: every later test uses
+			// these binaries after that test ended.
+			dir := filepath.Join(testenv.SharedDir(t), f.Name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			bin := testenv.BuildFunctionIn(t, "./"+f.Dir, dir)
 			if err := os.WriteFile(filepath.Join(filepath.Dir(bin), "schema.json"), schema, 0o644); err != nil {
 				t.Fatal(err)
 			}

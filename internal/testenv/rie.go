@@ -242,11 +242,18 @@ func (r *RIE) FunctionPIDs() []int {
 // architecture rather than the deploy target's so the emulator can run it.
 func BuildFunction(t testing.TB, pkgPath string) string {
 	t.Helper()
+	return BuildFunctionIn(t, pkgPath, t.TempDir())
+}
+
+// BuildFunctionIn is BuildFunction writing the binary into dir (for a
+// build that outlives the test that made it: SharedDir).
+func BuildFunctionIn(t testing.TB, pkgPath, dir string) string {
+	t.Helper()
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "bootstrap")
+	out := filepath.Join(dir, "bootstrap")
 	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, pkgPath)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+runtime.GOARCH, "CGO_ENABLED=0")

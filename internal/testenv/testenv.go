@@ -46,9 +46,31 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// stopShared stops every process-wide service that was started.
+// stopShared stops every process-wide service that was started and
+// removes SharedDir.
 func stopShared() {
 	stopDynamo()
+	if d := sharedDir.dir; d != "" {
+		os.RemoveAll(d)
+	}
+}
+
+var sharedDir struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// SharedDir is a directory that lives until Main returns: for what tests
+// of one process share and a test's own TempDir would delete when that
+// test ends (function builds cached across tests).
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	sharedDir.once.Do(func() { sharedDir.dir, sharedDir.err = os.MkdirTemp("", "testenv-shared-") })
+	if sharedDir.err != nil {
+		t.Fatalf("testenv: shared directory: %v", sharedDir.err)
+	}
+	return sharedDir.dir
 }
 
 // FreePort returns a TCP port that was free on 127.0.0.1 a moment ago. The
