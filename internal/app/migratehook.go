@@ -234,7 +234,7 @@ func MigrateHookMain() {
 		if err != nil {
 			return nil, err
 		}
-		return h.Run, nil
+		return h.Handle, nil
 	})
 }
 
