@@ -3,7 +3,6 @@ package functions
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,15 +66,7 @@ func TestMigrateHookBackfillsFromSchema(t *testing.T) {
 		}
 	}
 
-	bin := testenv.BuildFunction(t, "./"+app.MigrateHookJob.Dir)
-	if err := os.WriteFile(filepath.Join(filepath.Dir(bin), "schema.json"), []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := envLocal(t)
-	env["SYNC_DYNAMODB_ENDPOINT"] = ddb.Endpoint
-	env["SYNC_TABLE_NAME"] = table
-	env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = "120"
-	rie := testenv.LambdaRIE(t, bin, env)
+	rie := hookUnderEmulator(t, ddb.Endpoint, table, []byte(doc), nil)
 	res := invokeJob[app.HookResult](t, ctx, rie, `{}`)
 	if res.Status != "Succeeded" || res.Activated != 1 || res.Incomplete != 0 || res.Marker != 2 {
 		t.Fatalf("hook: %+v", res)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -34,6 +35,23 @@ type hookStatus struct {
 	LifecycleEventHookExecutionID string `json:"lifecycleEventHookExecutionId"`
 	Status                        string `json:"status"`
 	Signed                        bool
+}
+
+// hookUnderEmulator starts the hook function under the Lambda emulator
+// over table on DynamoDB Local, deployed with the schema document doc,
+// with extra environment.
+func hookUnderEmulator(t *testing.T, endpoint, table string, doc []byte, extra map[string]string) *testenv.RIE {
+	t.Helper()
+	bin := testenv.BuildFunction(t, "./"+app.MigrateHookJob.Dir)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(bin), "schema.json"), doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := envLocal(t)
+	env["SYNC_DYNAMODB_ENDPOINT"] = endpoint
+	env["SYNC_TABLE_NAME"] = table
+	env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = "120"
+	maps.Copy(env, extra)
+	return testenv.LambdaRIE(t, bin, env)
 }
 
 // fakeCodeDeploy speaks the part of the CodeDeploy API (JSON 1.1 over
@@ -117,21 +135,13 @@ func TestMigrateHookUnderEmulator(t *testing.T) {
 	srv := httptest.NewServer(cd)
 	t.Cleanup(srv.Close)
 
-	bin := testenv.BuildFunction(t, "./"+app.MigrateHookJob.Dir)
 	sch, err := os.ReadFile(schemaPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(filepath.Dir(bin), "schema.json"), sch, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := envLocal(t)
-	env["SYNC_DYNAMODB_ENDPOINT"] = ddb.Endpoint
-	env["SYNC_TABLE_NAME"] = table
-	env["SYNC_CHECKPOINTS"] = "proj=tasks"
-	env["AWS_ENDPOINT_URL_CODEDEPLOY"] = srv.URL
-	env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = "120"
-	rie := testenv.LambdaRIE(t, bin, env)
+	rie := hookUnderEmulator(t, ddb.Endpoint, table, sch, map[string]string{
+		"SYNC_CHECKPOINTS": "proj=tasks", "AWS_ENDPOINT_URL_CODEDEPLOY": srv.URL,
+	})
 
 	invoke := func(ev string) app.HookResult {
 		t.Helper()

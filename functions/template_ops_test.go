@@ -480,3 +480,58 @@ func TestTemplateAccessLogMetrics(t *testing.T) {
 		}
 	}
 }
+
+// A new stack runs the migration step once (docs/OPERATIONS.md "Rolling
+// schema upgrades"): CloudFormation creates its aliases without a
+// CodeDeploy deployment, so no hook runs. The custom resource
+// MigrateOnCreate is served by the hook function, exists only when the
+// stack creates its table (another stack's older build may serve an
+// existing one), and references the alias of every traffic-shifted
+// function, so CloudFormation creates it only once each of them points at
+// this build (on a stack update that adds it: after their deployments).
+func TestTemplateMigrateOnCreate(t *testing.T) {
+	root := loadYAML(t)
+	r := get(root, "Resources", "MigrateOnCreate")
+	if r == nil {
+		t.Fatal("no MigrateOnCreate custom resource")
+	}
+	if ty := scalar(get(r, "Type")); !strings.HasPrefix(ty, "Custom::") {
+		t.Errorf("MigrateOnCreate: type %q, want a custom resource", ty)
+	}
+	if c := scalar(get(r, "Condition")); c != "CreateSyncTable" {
+		t.Errorf("MigrateOnCreate: condition %q, want CreateSyncTable (only a table the stack created has no older build serving it)", c)
+	}
+	p := get(r, "Properties")
+	tok := get(p, "ServiceToken")
+	if tok == nil || tok.Tag != "!GetAtt" || tok.Value != app.MigrateHookJob.LogicalID+".Arn" {
+		t.Errorf("MigrateOnCreate: ServiceToken must be !GetAtt %s.Arn", app.MigrateHookJob.LogicalID)
+	}
+	// Every alias reference among the properties, direct or under !If.
+	aliases := map[string]bool{}
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n == nil {
+			return
+		}
+		if n.Tag == "!Ref" && strings.HasSuffix(n.Value, ".Alias") {
+			aliases[strings.TrimSuffix(n.Value, ".Alias")] = true
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(p)
+	res := get(root, "Resources")
+	for i := 0; i+1 < len(res.Content); i += 2 {
+		id, fn := res.Content[i].Value, res.Content[i+1]
+		if scalar(get(fn, "Type")) != "AWS::Serverless::Function" || get(fn, "Properties", "DeploymentPreference") == nil {
+			continue
+		}
+		if !aliases[id] {
+			t.Errorf("MigrateOnCreate does not reference %s.Alias: it could run before %s's traffic shifted", id, id)
+		}
+	}
+	if len(aliases) < len(app.Functions) {
+		t.Errorf("MigrateOnCreate references %d aliases, fewer than the %d request functions", len(aliases), len(app.Functions))
+	}
+}

@@ -282,6 +282,10 @@ func TestTemplateReferencesResolve(t *testing.T) {
 		if get(root, "Resources", id, "Properties", "Role") == nil {
 			resources[id+"Role"] = true
 		}
+		// With AutoPublishAlias, `!Ref <Id>.Alias` names its alias.
+		if get(root, "Globals", "Function", "AutoPublishAlias") != nil || get(root, "Resources", id, "Properties", "AutoPublishAlias") != nil {
+			resources[id+".Alias"] = true
+		}
 	}
 	var refs []reference
 	collect(root, "", &refs)

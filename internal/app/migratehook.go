@@ -44,15 +44,24 @@ type HookResult struct {
 	Reported bool   `json:"reported"`
 	Marker   int64  `json:"marker"`
 	// FormatLevel is the table's store-format level after the run
-	// (dynamostore formats.go): the step raises it to this build's, so
-	// writers may use the formats this build reads.
-	FormatLevel int64  `json:"formatLevel"`
-	Partitions  int    `json:"partitions"`
-	Fenced      int    `json:"fenced"`
-	Activated   int    `json:"activated"`
-	Incomplete  int    `json:"incomplete"`
-	TimedOut    bool   `json:"timedOut"`
-	Error       string `json:"error,omitempty"`
+	// (dynamostore formats.go): the step raises it towards this build's
+	// (FormatTarget), so writers may use the formats this build reads.
+	FormatLevel  int64 `json:"formatLevel"`
+	FormatTarget int64 `json:"formatTarget"`
+	// FormatHeldBack: a live realtime tier instance of an older build
+	// (FormatReaders live, the lowest reading FormatLimit) kept the level
+	// below FormatTarget (dynamostore tierlevel.go). Not a failure: the
+	// tier rolls out on its own; the next hook run or syncular-admin
+	// migrate raises it further once those tasks are gone.
+	FormatHeldBack bool   `json:"formatHeldBack,omitempty"`
+	FormatReaders  int    `json:"formatReaders,omitempty"`
+	FormatLimit    int64  `json:"formatLimit,omitempty"`
+	Partitions     int    `json:"partitions"`
+	Fenced         int    `json:"fenced"`
+	Activated      int    `json:"activated"`
+	Incomplete     int    `json:"incomplete"`
+	TimedOut       bool   `json:"timedOut"`
+	Error          string `json:"error,omitempty"`
 }
 
 // HookReporter is the CodeDeploy call the hook makes.
@@ -172,6 +181,8 @@ func (h *MigrateHook) Run(ctx context.Context, ev HookEvent) (HookResult, error)
 	}, migrate.RunOptions{Backfill: true, BatchRows: h.BatchRows, Timeout: timeout}, nil)
 	res.Marker, res.Partitions, res.Fenced = pr.Marker, pr.Partitions, pr.Fenced
 	res.FormatLevel = max(res.FormatLevel, pr.FormatLevel)
+	res.FormatTarget, res.FormatReaders, res.FormatLimit = pr.FormatRaise.Target, pr.FormatRaise.Readers, pr.FormatRaise.Limit
+	res.FormatHeldBack = pr.FormatRaise.HeldBack()
 	res.Activated, res.Incomplete, res.TimedOut = pr.Activated, pr.Incomplete, pr.TimedOutNow
 	if err != nil {
 		res.Error = err.Error()
@@ -196,15 +207,22 @@ func (h *MigrateHook) report(ctx context.Context, ev HookEvent, status cdtypes.L
 }
 
 // log writes the run's line: error level when it failed or left
-// checkpoints unfinished (finish them: docs/OPERATIONS.md).
+// checkpoints unfinished (finish them: docs/OPERATIONS.md), warn level
+// when the realtime tier held the store-format level back (raise it
+// later: docs/OPERATIONS.md).
 func (h *MigrateHook) log(ctx context.Context, ev HookEvent, res HookResult) {
 	level := slog.LevelInfo
-	if res.Error != "" || res.Incomplete > 0 || res.TimedOut || res.Fenced != res.Partitions {
+	switch {
+	case res.Error != "" || res.Incomplete > 0 || res.TimedOut || res.Fenced != res.Partitions:
 		level = slog.LevelError
+	case res.FormatHeldBack:
+		level = slog.LevelWarn
 	}
 	h.Logger.LogAttrs(ctx, level, "migrate hook",
 		slog.String("deploymentId", ev.DeploymentID), slog.String("status", res.Status), slog.Bool("reported", res.Reported),
-		slog.Int64("marker", res.Marker), slog.Int64("formatLevel", res.FormatLevel), slog.Int("partitions", res.Partitions), slog.Int("fenced", res.Fenced),
+		slog.Int64("marker", res.Marker), slog.Int64("formatLevel", res.FormatLevel), slog.Int64("formatTarget", res.FormatTarget),
+		slog.Bool("formatHeldBack", res.FormatHeldBack), slog.Int("formatReaders", res.FormatReaders), slog.Int64("formatLimit", res.FormatLimit),
+		slog.Int("partitions", res.Partitions), slog.Int("fenced", res.Fenced),
 		slog.Int("activated", res.Activated), slog.Int("incomplete", res.Incomplete), slog.Bool("timedOut", res.TimedOut),
 		slog.String("error", res.Error))
 }
@@ -216,7 +234,7 @@ func MigrateHookMain() {
 		if err != nil {
 			return nil, err
 		}
-		return h.Run, nil
+		return h.Handle, nil
 	})
 }
 

@@ -103,7 +103,9 @@
 // attribute fl, raised only upward by a conditional update
 // (RaiseFormatLevel) from migrate.Step, which only the post-traffic hook
 // and syncular-admin migrate run, after every request is on the new
-// build; a request never raises it. A Store writes a gated format when
+// build, and no higher than every live realtime tier instance reads
+// (tierlevel.go: the tier rolls out on its own); a request never raises
+// it. A Store writes a gated format when
 // the level it last saw is at or above that format's level, and reads
 // every format up to FormatLevel whatever the level. The level reaches
 // writers with the marker's cached copy (markerCache: the same item in

@@ -3,6 +3,8 @@ package dynamostore
 import (
 	"context"
 	"fmt"
+
+	"github.com/skyfold/syncular-lambda/internal/core/migrate"
 )
 
 // Store-format level: read first, write later (issue 20 item 1).
@@ -24,8 +26,9 @@ import (
 //     format every build reads, exactly as before that format existed;
 //   - the level only rises (RaiseFormatLevel, a conditional update), and
 //     only the post-traffic hook and syncular-admin migrate raise it
-//     (migrate.Step), once every request runs on the new build; a request
-//     never raises it.
+//     (migrate.Step), once every request runs on the new build, and no
+//     higher than every live realtime tier instance reads (tierlevel.go);
+//     a request never raises it.
 //
 // Writers learn the level from the marker copy each Store already keeps
 // (markerCache): the item that brings the marker brings fl, in the
@@ -95,16 +98,30 @@ func (s *Store) StoredFormatLevel(ctx context.Context) (int64, error) {
 	return s.readMarker(ctx, "read store-format level", mFormatLevel)
 }
 
-// RaiseFormatLevel raises the table's store-format level to this build's
-// FormatLevel: one conditional update of the marker item that never
-// lowers it, returning the stored level. A level above this build's (a
-// newer build raised it) is an error: this build cannot read everything
-// stored, roll forward only. Only the migration step calls it
-// (migrate.Step), after all traffic is on this build.
-func (s *Store) RaiseFormatLevel(ctx context.Context) (int64, error) {
-	l, err := s.raiseMarker(ctx, "raise store-format level", mFormatLevel, s.readLevel)
-	if err == nil && l > s.readLevel {
-		err = fmt.Errorf("dynamostore: stored store-format level %d is above this build's %d: roll forward only", l, s.readLevel)
+// RaiseFormatLevel raises the table's store-format level towards this
+// build's FormatLevel, but not above the lowest level a live realtime
+// tier instance reads (tierlevel.go): one read of the instance registry,
+// then one conditional update of the marker item that never lowers it.
+// It returns the stored level and what held it back. A level above this
+// build's (a newer build raised it) is an error: this build cannot read
+// everything stored, roll forward only. Only the migration step calls it
+// (migrate.Step), after all traffic to the functions is on this build.
+func (s *Store) RaiseFormatLevel(ctx context.Context) (migrate.FormatRaise, error) {
+	r := migrate.FormatRaise{Target: s.readLevel}
+	limit, live, err := s.tierReadLevel(ctx)
+	if err != nil {
+		return r, err
 	}
-	return l, err
+	to := s.readLevel
+	if live > 0 {
+		r.Readers, r.Limit = live, limit
+		to = min(to, limit)
+	}
+	if r.Level, err = s.raiseMarker(ctx, "raise store-format level", mFormatLevel, to); err != nil {
+		return r, err
+	}
+	if r.Level > s.readLevel {
+		return r, fmt.Errorf("dynamostore: stored store-format level %d is above this build's %d: roll forward only", r.Level, s.readLevel)
+	}
+	return r, nil
 }

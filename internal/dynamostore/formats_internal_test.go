@@ -159,8 +159,8 @@ func TestFormatLevelReadFirstWriteLater(t *testing.T) {
 		t.Fatalf("a new instance after the step stored format %d, want %d", f, logFormatZstd)
 	}
 	// The level never drops, and a build below it refuses to step.
-	if l, err := older.RaiseFormatLevel(r.ctx); err == nil || l != FormatLevel {
-		t.Fatalf("an older build's RaiseFormatLevel: %d, %v; want the stored %d and an error", l, err, FormatLevel)
+	if l, err := older.RaiseFormatLevel(r.ctx); err == nil || l.Level != FormatLevel {
+		t.Fatalf("an older build's RaiseFormatLevel: %d, %v; want the stored %d and an error", l.Level, err, FormatLevel)
 	}
 	if l, err := hook.StoredFormatLevel(r.ctx); err != nil || l != FormatLevel {
 		t.Fatalf("stored level after an older build's raise: %d, %v", l, err)

@@ -159,8 +159,8 @@ func TestCompressedLogOverDynamoDB(t *testing.T) {
 	}
 	crash := errors.New("injected crash")
 	w := New(c, table, Options{AfterLogWrite: func() error { return crash }})
-	if l, err := w.RaiseFormatLevel(ctx); err != nil || l != FormatLevel {
-		t.Fatalf("RaiseFormatLevel: %d, %v", l, err)
+	if l, err := w.RaiseFormatLevel(ctx); err != nil || l.Level != FormatLevel {
+		t.Fatalf("RaiseFormatLevel: %d, %v", l.Level, err)
 	}
 	p := "zlog"
 	if _, err := w.TouchPartition(ctx, p, 1, "e"); err != nil {

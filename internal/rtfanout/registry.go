@@ -24,11 +24,14 @@ import (
 	ds "github.com/skyfold/syncular-lambda/internal/dynamostore"
 )
 
-// Registry item layout: pk RegistryPK, sk the instance id.
+// Registry item layout: pk RegistryPK, sk the instance id. The layout
+// the store-format level raise reads (exp, fl) is dynamostore's
+// (tierlevel.go).
 const (
-	RegistryPK = "RTI"
-	attrAddr   = "addr"
-	attrExp    = "exp"
+	RegistryPK      = ds.TierRegistryPK
+	attrAddr        = "addr"
+	attrExp         = ds.TierAttrExp
+	attrFormatLevel = ds.TierAttrFormatLevel
 )
 
 // Registry timing: an instance refreshes its item every RefreshInterval
@@ -74,7 +77,11 @@ func (r *Registry) now() time.Time {
 	return time.Now()
 }
 
-// Register writes (or refreshes) id's entry, valid for Lifetime.
+// Register writes (or refreshes) id's entry, valid for Lifetime. The
+// entry carries the store-format level this build reads
+// (dynamostore.FormatLevel): while it is live, the migration step raises
+// the table's level no higher (dynamostore tierlevel.go), so the tier
+// never meets a stored format it cannot decode.
 func (r *Registry) Register(ctx context.Context, id, addr string) error {
 	exp := r.now().Add(Lifetime).Unix()
 	_, err := r.DB.PutItem(ctx, &dynamodb.PutItemInput{
@@ -82,6 +89,7 @@ func (r *Registry) Register(ctx context.Context, id, addr string) error {
 		Item: map[string]types.AttributeValue{
 			ds.AttrPK: ds.S(RegistryPK), ds.AttrSK: ds.S(id),
 			attrAddr: ds.S(addr), attrExp: ds.N(exp), ds.TTLAttribute: ds.N(exp),
+			attrFormatLevel: ds.N(ds.FormatLevel),
 		},
 	})
 	if err != nil {

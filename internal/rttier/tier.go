@@ -212,24 +212,28 @@ func (t *Tier) writeMetrics(ctx context.Context, l *slog.Logger) {
 }
 
 // Drain is the SIGTERM path: /healthz answers 503 (the load balancer
-// stops routing new sockets here), the registry entry goes (hints and
-// presence stop coming), the drain delay lets in-flight rounds finish,
-// then every socket closes with going-away (1001) and its client
-// reconnects to another instance and catches up from its cursor.
+// stops routing new sockets here), the drain delay lets in-flight rounds
+// finish, then every socket closes with going-away (1001) and its client
+// reconnects to another instance and catches up from its cursor; only
+// then does the registry entry go. Until it goes the instance still
+// reads the log for its sockets, so its entry keeps holding the
+// store-format level at what this build reads (dynamostore
+// tierlevel.go), and hints keep coming for the rounds in flight.
 func (t *Tier) Drain(ctx context.Context, delay time.Duration) {
 	t.draining.Store(true)
 	t.peers.stop()
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	if err := t.registry.Deregister(dctx, t.id); err != nil {
-		t.log.Warn("realtime: deregister", "instance", t.id, "error", err.Error())
-	}
-	cancel()
 	t.log.Info("realtime draining", "instance", t.id, "connections", t.ws.Connections(), "delayMs", delay.Milliseconds())
 	time.Sleep(delay)
 	t.hub.Drain("server shutting down")
 	// Let the close frames go out before the process ends.
 	for end := time.Now().Add(5 * time.Second); t.ws.Connections() > 0 && time.Now().Before(end); {
 		time.Sleep(20 * time.Millisecond)
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := t.registry.Deregister(dctx, t.id); err != nil {
+		// The entry lapses rtfanout.Lifetime after its last refresh.
+		t.log.Warn("realtime: deregister", "instance", t.id, "error", err.Error())
 	}
 }
 

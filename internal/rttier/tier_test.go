@@ -644,11 +644,13 @@ func TestTierEpochRotation(t *testing.T) {
 }
 
 // /healthz answers 200 while serving and 503 once the instance drains;
-// the drain leaves the registry and then closes sockets with going-away
-// (1001), so clients reconnect elsewhere and catch up.
+// the drain closes sockets with going-away (1001), so clients reconnect
+// elsewhere and catch up, and only then leaves the registry: while it
+// still serves sockets (it reads the log for them) its entry holds the
+// store-format level at what its build reads (dynamostore tierlevel.go).
 func TestTierDrain(t *testing.T) {
 	st := newStack(t)
-	st.drain = 300 * time.Millisecond
+	st.drain = 2 * time.Second
 	in := st.start("inst-a")
 	health := func() int {
 		resp, err := http.Get(in.url + "/healthz")
@@ -662,12 +664,31 @@ func TestTierDrain(t *testing.T) {
 		t.Fatalf("healthz %d", h)
 	}
 	c := st.reader(t, in, "reader", "r1")
+	// The drain starts after stop is called and closes no socket before
+	// its delay has passed, so a registry read that returns before
+	// stopped+drain is one made while the instance still serves.
+	stopped := time.Now()
 	go in.stop()
 	for end := time.Now().Add(10 * time.Second); health() != http.StatusServiceUnavailable; {
 		if time.Now().After(end) {
 			t.Fatal("healthz never answered 503 while draining")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	reads := 0
+	for {
+		live, err := st.fwd.Registry.Live(context.Background())
+		if time.Since(stopped) >= st.drain {
+			break
+		}
+		if err != nil || !slicesHasID(live, "inst-a") {
+			t.Fatalf("a draining instance that still serves sockets left the registry: %v %v", live, err)
+		}
+		reads++
+		time.Sleep(50 * time.Millisecond)
+	}
+	if reads == 0 {
+		t.Fatal("no registry read during the drain delay")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -680,9 +701,14 @@ func TestTierDrain(t *testing.T) {
 			break
 		}
 	}
-	live, err := st.fwd.Registry.Live(context.Background())
-	if err != nil || slicesHasID(live, "inst-a") {
-		t.Fatalf("a drained instance is still registered: %v %v", live, err)
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		live, err := st.fwd.Registry.Live(context.Background())
+		if err == nil && !slicesHasID(live, "inst-a") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("a drained instance is still registered: %v %v", live, err)
+		}
 	}
 }
 

@@ -35,14 +35,34 @@ type Backend interface {
 
 // FormatLeveler is a backend whose stored formats are gated by a
 // store-format level (dynamostore, formats.go: "read first, write
-// later"). Step raises the level to what this build reads: it runs once
-// every request is served by this build, so from then on writers may
-// use the formats only this build (and newer ones) can read. The level
-// never drops; RaiseFormatLevel fails when a newer build raised it above
-// this one's (roll forward only).
+// later"). Step raises the level towards what this build reads: it runs
+// once every request to the functions is served by this build, so from
+// then on writers may use the formats only this build (and newer ones)
+// can read. Readers that roll out on their own (the realtime tier's
+// instances, registered in the backend) hold the raise back to the
+// lowest level a live one reads; the next step raises it further. The
+// level never drops; RaiseFormatLevel fails when a newer build raised it
+// above this one's (roll forward only).
 type FormatLeveler interface {
-	RaiseFormatLevel(ctx context.Context) (int64, error)
+	RaiseFormatLevel(ctx context.Context) (FormatRaise, error)
 }
+
+// FormatRaise is what a store-format level raise did.
+type FormatRaise struct {
+	// Level is the stored level after the raise.
+	Level int64
+	// Target is the level this build reads: where the raise goes when
+	// nothing holds it back.
+	Target int64
+	// Readers is how many live registered readers that roll out on their
+	// own (realtime tier instances) there are, and Limit the lowest level
+	// one of them reads (meaningless when Readers is 0).
+	Readers int
+	Limit   int64
+}
+
+// HeldBack reports whether a live reader kept the level below Target.
+func (r FormatRaise) HeldBack() bool { return r.Level < r.Target }
 
 // Declaration is one backfill checkpoint a schema version declares.
 type Declaration struct {
@@ -74,6 +94,9 @@ type Progress struct {
 	// FormatLevel is the stored-format level after the step (backends
 	// implementing FormatLeveler; 0 otherwise).
 	FormatLevel int64
+	// FormatRaise is the step's raise in detail (FormatLevel is its
+	// Level): whether a live reader held it back (HeldBack).
+	FormatRaise FormatRaise
 	Partitions  int // partitions the backfill walk reached
 	Fenced      int // of them, with the declaration materialised (fenced with it)
 	Declared    int // checkpoints declared table-wide
@@ -93,8 +116,10 @@ type Progress struct {
 // materialises them (its own checkpoint items, its writer fence raised
 // with them) lazily: with the first write of the new build there, or when
 // Run's backfill walk reaches it. It then raises the store-format level
-// when the backend has one (FormatLeveler). Step is idempotent: running
-// it again changes nothing.
+// when the backend has one (FormatLeveler), as far as the live readers
+// that roll out on their own allow. Step is idempotent: running it again
+// changes nothing, except raising a level held back further once those
+// readers are gone.
 func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 	var (
 		pr  Progress
@@ -114,7 +139,9 @@ func Step(ctx context.Context, b Backend, p Plan) (Progress, error) {
 		return pr, fmt.Errorf("stored schema marker %d is newer than %d: roll forward only", m, p.Version)
 	}
 	if fl, ok := b.(FormatLeveler); ok {
-		if pr.FormatLevel, err = fl.RaiseFormatLevel(ctx); err != nil {
+		pr.FormatRaise, err = fl.RaiseFormatLevel(ctx)
+		pr.FormatLevel = pr.FormatRaise.Level
+		if err != nil {
 			return pr, fmt.Errorf("raise store-format level: %w", err)
 		}
 	}
