@@ -145,7 +145,13 @@ func newProdStorage(ctx context.Context, cfg *Prod, id string, now func() int64,
 	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(ps.table)}, time.Minute); err != nil {
 		return nil, fmt.Errorf("wait for table %s: %w", ps.table, err)
 	}
-	ps.store = &faultStore{Store: dynamostore.New(ps.db, ps.table, dynamostore.Options{})}
+	ds := dynamostore.New(ps.db, ps.table, dynamostore.Options{})
+	// A fresh table, as a new stack's MigrateOnCreate leaves it: at this
+	// build's store-format level (small commits, compressed log bodies).
+	if _, err := ds.RaiseFormatLevel(ctx); err != nil {
+		return nil, fmt.Errorf("raise the store-format level of %s: %w", ps.table, err)
+	}
+	ps.store = &faultStore{Store: ds}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

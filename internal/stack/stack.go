@@ -372,6 +372,11 @@ func (s *Stack) createStorage(ctx context.Context, view string) error {
 		return fmt.Errorf("stack: enable the table's stream: %w", err)
 	}
 	s.StreamARN = aws.ToString(out.TableDescription.LatestStreamArn)
+	// The stack's table is new, so no older build serves it: raise the
+	// store-format level as a new stack's MigrateOnCreate does.
+	if _, err := dynamostore.New(db, s.Table, dynamostore.Options{}).RaiseFormatLevel(ctx); err != nil {
+		return fmt.Errorf("stack: raise the store-format level: %w", err)
+	}
 	return nil
 }
 
