@@ -233,47 +233,11 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 	e := req.ExpectedMaxSeq
 	rr := readRowChecks(partition, req.ReadRows)
 	hkey := Key(headPK(partition), headSK)
-	opk, osk := outcomePK(partition, req.Commit.ClientID), outcomeSK(req.Commit.ClientCommitID)
-	keys := []map[string]types.AttributeValue{hkey, Key(opk, osk)}
-	if e > 0 {
-		keys = append(keys, Key(logPK(partition), chunkSK(e, 0)))
-	}
-	for _, r := range rr {
-		keys = append(keys, Key(rowPK(partition, r.Table), rowSK(r.RowID)))
-	}
-	if len(keys) > batchGetMax {
-		return errNotFast
-	}
-	items, err := s.batchGet(ctx, "read before a small commit", keys)
+	r1, err := s.readBeforeSmall(ctx, partition, e, Key(outcomePK(partition, req.Commit.ClientID), outcomeSK(req.Commit.ClientCommitID)), rr)
 	if err != nil {
 		return err
 	}
-	var (
-		hitem, oitem, elog map[string]types.AttributeValue
-		read               = map[rowKey]*store.Row{}
-	)
-	for _, it := range items {
-		pk, _ := getS(it, AttrPK)
-		sk, _ := getS(it, AttrSK)
-		switch pk {
-		case headPK(partition):
-			hitem = it
-		case opk:
-			oitem = it
-		case logPK(partition):
-			elog = it
-		default:
-			r, err := parseRow(it)
-			if err != nil {
-				return err
-			}
-			for k := range rr {
-				if rowPK(partition, k.table) == pk && rowSK(k.id) == sk {
-					read[k] = r
-				}
-			}
-		}
-	}
+	items, hitem, read := r1.items, r1.head, r1.rows
 	if hitem == nil {
 		return ErrUnknownPartition
 	}
@@ -293,55 +257,9 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 	if h.indexOn() || !pending && h.applied != e {
 		return errNotFast // the transactional path finishes a large commit first, or writes the index
 	}
-	// E's log item: read in 1, else the head's (E pending), else read
-	// once more (1's read may have missed it; absent for good: pruned).
-	var pendLog, pendOut map[string]types.AttributeValue
-	if pending {
-		pendLog, pendOut = pendingItems(partition, &h)
-		if elog == nil {
-			elog = pendLog
-		}
-	}
-	if elog == nil && e > 0 {
-		if elog, err = s.getItem(ctx, "read log before a small commit", logPK(partition), chunkSK(e, 0), nil); err != nil {
-			return err
-		}
-		if elog == nil {
-			return errNotFast
-		}
-	}
-	var prev []store.RowWrite // E's writes
-	if elog != nil {
-		if nc, _ := getN(elog, lChunks); nc != 1 {
-			return errNotFast // E is a large commit: its body is in several items
-		}
-		body, _ := getB(elog, lData)
-		if prev, err = writesOf(e, body); err != nil {
-			return err
-		}
-		client, _ := getS(elog, lClient)
-		commitID, _ := getS(elog, lCommit)
-		if client == req.Commit.ClientID && commitID == req.Commit.ClientCommitID {
-			// E has this commit's key (§2.3). Pending and not logged: E
-			// is recent; write it whole, so the engine reads its
-			// outcome. Else E's outcome was written before its log item;
-			// when 1 did not see it, read it again: absent now, it
-			// expired and was deleted, and the key is free.
-			if pending && !hasLog(items, partition) {
-				if err := s.finishSmall(ctx, partition, e, pendLog, pendOut, body); err != nil {
-					return err
-				}
-				return store.ErrOutcomeExists
-			}
-			if oitem == nil {
-				if oitem, err = s.getItem(ctx, "read push outcome", opk, osk, nil); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if oitem != nil && outcomeLive(oitem, req.Outcome.RecordedAtMs) {
-		return store.ErrOutcomeExists
+	prev, pendLog, pendOut, err := s.previousSmall(ctx, partition, req, &h, r1)
+	if err != nil {
+		return err
 	}
 	overlayWrites(partition, e, prev, func(k rowKey, r *store.Row) {
 		if _, ok := rr[k]; ok {
@@ -373,6 +291,142 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 
 	// 2: the commit point.
 	seq := pc.seq
+	if err := s.smallCommitPoint(ctx, hkey, req, &h, seq, logAttrs, outAttrs); err != nil {
+		return err
+	}
+	if s.afterLog != nil {
+		if err := s.afterLog(); err != nil {
+			return err
+		}
+	}
+	// 3 and 4. The commit is durable: a failure here leaves it to the
+	// next reader or commit (settleSmall), so only a hook's error is
+	// reported.
+	if err := s.finishSmall(ctx, partition, seq, pc.chunks[0], pc.outcome, pc.body); errors.Is(err, errInjected) {
+		return err
+	}
+	return nil
+}
+
+// previousSmall looks at commit E = req.ExpectedMaxSeq before a small
+// commit follows it (wave 1 read r1; h its head): E's log item, read in 1,
+// else the head's (E pending), else read once more (1's read may have
+// missed it; absent for good: pruned, and the commit goes the
+// transactional way). It returns E's row writes, E's pending log and
+// outcome items when E is on the head, and ErrOutcomeExists when this
+// commit's key already has a live outcome (§2.3).
+func (s *Store) previousSmall(ctx context.Context, partition string, req *store.CommitRequest, h *head, r1 *smallRead) (prev []store.RowWrite, pendLog, pendOut map[string]types.AttributeValue, err error) {
+	e, pending, elog, oitem, items := req.ExpectedMaxSeq, h.pendingSmall(), r1.log, r1.outcome, r1.items
+	opk, osk := outcomePK(partition, req.Commit.ClientID), outcomeSK(req.Commit.ClientCommitID)
+	if pending {
+		pendLog, pendOut = pendingItems(partition, h)
+		if elog == nil {
+			elog = pendLog
+		}
+	}
+	if elog == nil && e > 0 {
+		if elog, err = s.getItem(ctx, "read log before a small commit", logPK(partition), chunkSK(e, 0), nil); err != nil {
+			return nil, nil, nil, err
+		}
+		if elog == nil {
+			return nil, nil, nil, errNotFast
+		}
+	}
+	if elog != nil {
+		if nc, _ := getN(elog, lChunks); nc != 1 {
+			return nil, nil, nil, errNotFast // E is a large commit: its body is in several items
+		}
+		body, _ := getB(elog, lData)
+		if prev, err = writesOf(e, body); err != nil {
+			return nil, nil, nil, err
+		}
+		client, _ := getS(elog, lClient)
+		commitID, _ := getS(elog, lCommit)
+		if client == req.Commit.ClientID && commitID == req.Commit.ClientCommitID {
+			// E has this commit's key (§2.3). Pending and not logged: E
+			// is recent; write it whole, so the engine reads its
+			// outcome. Else E's outcome was written before its log item;
+			// when 1 did not see it, read it again: absent now, it
+			// expired and was deleted, and the key is free.
+			if pending && !hasLog(items, partition) {
+				if err := s.finishSmall(ctx, partition, e, pendLog, pendOut, body); err != nil {
+					return nil, nil, nil, err
+				}
+				return nil, nil, nil, store.ErrOutcomeExists
+			}
+			if oitem == nil {
+				if oitem, err = s.getItem(ctx, "read push outcome", opk, osk, nil); err != nil {
+					return nil, nil, nil, err
+				}
+			}
+		}
+	}
+	if oitem != nil && outcomeLive(oitem, req.Outcome.RecordedAtMs) {
+		return nil, nil, nil, store.ErrOutcomeExists
+	}
+	return prev, pendLog, pendOut, nil
+}
+
+// smallRead is what wave 1 of a small commit read: its items as
+// returned, and the head, the outcome, the previous commit's log item and
+// the read rows among them (absent: nil).
+type smallRead struct {
+	items              []map[string]types.AttributeValue
+	head, outcome, log map[string]types.AttributeValue
+	rows               map[rowKey]*store.Row
+}
+
+// readBeforeSmall is wave 1: one consistent BatchGetItem of the head, the
+// commit's outcome key, commit e's first log item (e > 0) and the rows
+// the evaluation read (rr); errNotFast when they do not fit one call.
+func (s *Store) readBeforeSmall(ctx context.Context, partition string, e int64, outKey map[string]types.AttributeValue, rr map[rowKey]store.RowRead) (*smallRead, error) {
+	keys := []map[string]types.AttributeValue{Key(headPK(partition), headSK), outKey}
+	if e > 0 {
+		keys = append(keys, Key(logPK(partition), chunkSK(e, 0)))
+	}
+	for _, r := range rr {
+		keys = append(keys, Key(rowPK(partition, r.Table), rowSK(r.RowID)))
+	}
+	if len(keys) > batchGetMax {
+		return nil, errNotFast
+	}
+	items, err := s.batchGet(ctx, "read before a small commit", keys)
+	if err != nil {
+		return nil, err
+	}
+	opk, _ := getS(outKey, AttrPK)
+	r := &smallRead{items: items, rows: map[rowKey]*store.Row{}}
+	for _, it := range items {
+		pk, _ := getS(it, AttrPK)
+		sk, _ := getS(it, AttrSK)
+		switch pk {
+		case headPK(partition):
+			r.head = it
+		case opk:
+			r.outcome = it
+		case logPK(partition):
+			r.log = it
+		default:
+			row, err := parseRow(it)
+			if err != nil {
+				return nil, err
+			}
+			for k := range rr {
+				if rowPK(partition, k.table) == pk && rowSK(k.id) == sk {
+					r.rows[k] = row
+				}
+			}
+		}
+	}
+	return r, nil
+}
+
+// smallCommitPoint is wave 2: the conditional head update that takes seq
+// (the commit point), marks the previous small commit applied and carries
+// this commit's log and outcome attributes; h is the head wave 1 read. A
+// failed condition reports the gate's refusal or the head that moved.
+func (s *Store) smallCommitPoint(ctx context.Context, hkey map[string]types.AttributeValue, req *store.CommitRequest, h *head, seq int64, logAttrs, outAttrs map[string]types.AttributeValue) error {
+	e := req.ExpectedMaxSeq
 	cond, vals := writerCondition(store.WriterCheck{WriterVersion: req.WriterVersion, CheckGate: req.CheckGate, GateToken: req.GateToken})
 	cond = "attribute_exists(pk) AND mx = :e AND (ap = :e OR (ap = :e1 AND " + hPendSeq + " = :e)) AND " + cond +
 		" AND " + indexOffCondition
@@ -385,7 +439,7 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 	}
 	update := "SET mx = :n, ap = :e, " + hPendSeq + " = :n, " + hPendLog + " = :pl, " + hPendOutcome + " = :po"
 	vals[":n"], vals[":pl"], vals[":po"] = N(seq), &types.AttributeValueMemberM{Value: logAttrs}, &types.AttributeValueMemberM{Value: outAttrs}
-	_, err = s.updateItem(ctx, "small commit", &dynamodb.UpdateItemInput{
+	_, err := s.updateItem(ctx, "small commit", &dynamodb.UpdateItemInput{
 		Key:                                 hkey,
 		UpdateExpression:                    aws.String(update),
 		ConditionExpression:                 aws.String(cond),
@@ -404,21 +458,7 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 		}
 		return store.ErrHeadMoved
 	}
-	if err != nil {
-		return err
-	}
-	if s.afterLog != nil {
-		if err := s.afterLog(); err != nil {
-			return err
-		}
-	}
-	// 3 and 4. The commit is durable: a failure here leaves it to the
-	// next reader or commit (settleSmall), so only a hook's error is
-	// reported.
-	if err := s.finishSmall(ctx, partition, seq, pc.chunks[0], pc.outcome, pc.body); errors.Is(err, errInjected) {
-		return err
-	}
-	return nil
+	return err
 }
 
 // hasLog reports whether items (1's answer) hold a log item.
