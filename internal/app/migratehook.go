@@ -136,22 +136,10 @@ func (h *MigrateHook) Run(ctx context.Context, ev HookEvent) (HookResult, error)
 	}
 	res := HookResult{Status: string(cdtypes.LifecycleEventStatusSucceeded)}
 	m, err := h.Store.SchemaMarker(work)
-	switch {
-	case err != nil:
-		res.Error = fmt.Sprintf("read schema marker: %v", err)
-	case m > h.Version:
-		res.Error = fmt.Sprintf("stored schema marker %d is newer than this build's %d: roll forward only", m, h.Version)
-	}
-	res.Marker = m
+	res.Marker, res.Error = m, aboveBuild("schema marker", m, h.Version, err)
 	if res.Error == "" {
 		fl, err := h.Store.StoredFormatLevel(work)
-		switch {
-		case err != nil:
-			res.Error = fmt.Sprintf("read store-format level: %v", err)
-		case fl > dynamostore.FormatLevel:
-			res.Error = fmt.Sprintf("stored store-format level %d is above this build's %d: roll forward only", fl, dynamostore.FormatLevel)
-		}
-		res.FormatLevel = fl
+		res.FormatLevel, res.Error = fl, aboveBuild("store-format level", fl, dynamostore.FormatLevel, err)
 	}
 	if res.Error != "" {
 		res.Status = string(cdtypes.LifecycleEventStatusFailed)
@@ -270,4 +258,17 @@ func newMigrateHook(logger *slog.Logger, hooks migrate.Hooks) (*MigrateHook, err
 		Checkpoints: decls,
 		Logger:      logger,
 	}, nil
+}
+
+// aboveBuild is the hook's refusal for a stored value (what: the schema
+// marker, the store-format level) read with err: unreadable, or above
+// this build's, which only a roll forward may serve; "" when neither.
+func aboveBuild(what string, stored, build int64, err error) string {
+	switch {
+	case err != nil:
+		return fmt.Sprintf("read %s: %v", what, err)
+	case stored > build:
+		return fmt.Sprintf("stored %s %d is newer than this build's %d: roll forward only", what, stored, build)
+	}
+	return ""
 }
