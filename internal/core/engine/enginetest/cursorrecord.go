@@ -30,46 +30,8 @@ func RunCursorRecords(t *testing.T, stores Stores) {
 	interval := engine.DefaultCursorRecordInterval.Milliseconds()
 	ctx := context.Background()
 
-	n := 0
-	pushSome := func(k int) {
-		t.Helper()
-		for range k {
-			n++
-			id := fmt.Sprintf("t%d", n)
-			if res := w.Push(id, Upsert("tasks", id, w.Task(id, "p1", id, false), -1)); res.Status != wire.PushApplied {
-				t.Fatalf("push %s: %s", id, res.Status)
-			}
-		}
-	}
-	// round is a stock client's request: one commit (when ops) and the
-	// pull of its one subscription from cursor, answered in full.
-	round := func(c *Client, cursor int64, ops ...wire.Operation) int64 {
-		t.Helper()
-		var commits []wire.PushCommit
-		if len(ops) > 0 {
-			n++
-			commits = append(commits, wire.PushCommit{ClientCommitID: fmt.Sprintf("r%d", n), Operations: ops})
-		}
-		s := wire.Subscription{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: cursor}
-		resp, err := c.Send(c.Request(commits, &wire.PullHeader{Accept: c.Accept}, []wire.Subscription{s}))
-		if err != nil {
-			t.Fatalf("round from %d: %v", cursor, err)
-		}
-		secs := Sections(t, resp)
-		if len(secs) != 1 || secs[0].Start.Status != wire.SubActive {
-			t.Fatalf("round from %d: %d sections, %+v", cursor, len(secs), secs[0].Start)
-		}
-		return secs[0].End.NextCursor
-	}
-	stored := func(c *Client) *store.Client {
-		t.Helper()
-		rec, err := st.GetClient(ctx, c.Partition, c.ID)
-		if err != nil || rec == nil {
-			t.Fatalf("client record of %s: %v (%v)", c.ID, rec, err)
-		}
-		return rec
-	}
-
+	rig := &cursorRig{t: t, st: st, w: w}
+	pushSome, round, stored := rig.pushSome, rig.round, rig.stored
 	pushSome(5)
 	// The first cursor is recorded at once, whatever the record's age.
 	c1 := round(r, -1)
@@ -139,4 +101,57 @@ func RunCursorRecords(t *testing.T, stores Stores) {
 	if rep.NewHorizon > low {
 		t.Fatalf("prune passed the client's lowered cursor %d: horizon %d", low, rep.NewHorizon)
 	}
+}
+
+// cursorRig holds RunCursorRecords' helpers: the writer's pushes, a
+// stock client's round and the stored client record.
+type cursorRig struct {
+	t  *testing.T
+	st store.Store
+	w  *Client // the writer of pushSome
+	n  int     // ids pushed so far
+}
+
+// pushSome pushes k new tasks as the writer.
+func (g *cursorRig) pushSome(k int) {
+	g.t.Helper()
+	for range k {
+		g.n++
+		id := fmt.Sprintf("t%d", g.n)
+		if res := g.w.Push(id, Upsert("tasks", id, g.w.Task(id, "p1", id, false), -1)); res.Status != wire.PushApplied {
+			g.t.Fatalf("push %s: %s", id, res.Status)
+		}
+	}
+}
+
+// round is a stock client's request: one commit (when ops) and the pull
+// of its one subscription from cursor, answered in full; it returns the
+// next cursor.
+func (g *cursorRig) round(c *Client, cursor int64, ops ...wire.Operation) int64 {
+	g.t.Helper()
+	var commits []wire.PushCommit
+	if len(ops) > 0 {
+		g.n++
+		commits = append(commits, wire.PushCommit{ClientCommitID: fmt.Sprintf("r%d", g.n), Operations: ops})
+	}
+	s := wire.Subscription{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: cursor}
+	resp, err := c.Send(c.Request(commits, &wire.PullHeader{Accept: c.Accept}, []wire.Subscription{s}))
+	if err != nil {
+		g.t.Fatalf("round from %d: %v", cursor, err)
+	}
+	secs := Sections(g.t, resp)
+	if len(secs) != 1 || secs[0].Start.Status != wire.SubActive {
+		g.t.Fatalf("round from %d: %d sections, %+v", cursor, len(secs), secs[0].Start)
+	}
+	return secs[0].End.NextCursor
+}
+
+// stored is c's client record as the store holds it.
+func (g *cursorRig) stored(c *Client) *store.Client {
+	g.t.Helper()
+	rec, err := g.st.GetClient(context.Background(), c.Partition, c.ID)
+	if err != nil || rec == nil {
+		g.t.Fatalf("client record of %s: %v (%v)", c.ID, rec, err)
+	}
+	return rec
 }
