@@ -410,30 +410,9 @@ func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, no
 				keys = append(keys, Key(checkpointPK(partition), checkpointSK(c.Name)))
 			}
 		}
-		items, err := s.batchGet(ctx, "read head, marker and checkpoints", keys)
+		h, ok, marker, found, err := s.readMaterializeKeys(ctx, keys)
 		if err != nil {
 			return store.Head{}, err
-		}
-		var (
-			h      head
-			ok     bool
-			marker map[string]types.AttributeValue
-			found  = map[string]map[string]types.AttributeValue{}
-		)
-		for _, it := range items {
-			pk, _ := getS(it, AttrPK)
-			sk, _ := getS(it, AttrSK)
-			switch {
-			case pk == markerPK:
-				marker = it
-			case sk == headSK:
-				if h, err = parseHead(it); err != nil {
-					return store.Head{}, err
-				}
-				ok = true
-			default:
-				found[sk] = it
-			}
 		}
 		if !ok {
 			return store.Head{}, ErrUnknownPartition
@@ -452,31 +431,7 @@ func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, no
 		}
 		g := gateValue(h.Gate)
 		acts, add := s.materializeActs(partition, d, found, nowMs)
-		vals := map[string]types.AttributeValue{":v": N(d.Version), ":g": N(d.Generation), ":one": N(1)}
-		update, cond := "SET ckd = :g", "attribute_exists(pk) AND (attribute_not_exists(ckd) OR ckd < :g) AND "
-		if g.WriterFence < d.Version {
-			update += ", rwv = :v"
-			cond += "(attribute_not_exists(rwv) OR rwv < :v)"
-			g.WriterFence = d.Version
-		} else {
-			cond += "rwv >= :v"
-		}
-		update += " ADD gt :one"
-		if len(add) > 0 {
-			update += ", pcs :p"
-			ss := make([]string, len(add))
-			for i, p := range add {
-				ss[i] = pendingEntry(p.SchemaVersion, p.Name)
-				if !slices.Contains(g.Pending, p) {
-					g.Pending = append(g.Pending, p)
-				}
-			}
-			vals[":p"] = &types.AttributeValueMemberSS{Value: ss}
-		}
-		acts = append(acts, txItem{size: 200, w: types.TransactWriteItem{Update: &types.Update{
-			TableName: s.table, Key: Key(headPK(partition), headSK),
-			UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
-		}}})
+		acts = append(acts, s.materializeHeadAct(partition, d, &g, add))
 		err = s.transact(ctx, "materialize checkpoints", acts)
 		if codes, _ := cancelReasons(err); codes != nil {
 			continue // raced a declaration, a fence, an activation or another materialisation
@@ -490,6 +445,66 @@ func (s *Store) MaterializeCheckpoints(ctx context.Context, partition string, no
 		return h.Head, nil
 	}
 	return store.Head{}, errors.New("dynamostore: checkpoint materialisation kept racing")
+}
+
+// readMaterializeKeys reads keys (the head, the marker item and the
+// checkpoint items MaterializeCheckpoints guessed) in one consistent
+// BatchGetItem: the head (ok: it exists), the marker item and the
+// checkpoint items found, by sort key.
+func (s *Store) readMaterializeKeys(ctx context.Context, keys []map[string]types.AttributeValue) (h head, ok bool, marker map[string]types.AttributeValue, found map[string]map[string]types.AttributeValue, err error) {
+	items, err := s.batchGet(ctx, "read head, marker and checkpoints", keys)
+	if err != nil {
+		return head{}, false, nil, nil, err
+	}
+	found = map[string]map[string]types.AttributeValue{}
+	for _, it := range items {
+		pk, _ := getS(it, AttrPK)
+		sk, _ := getS(it, AttrSK)
+		switch {
+		case pk == markerPK:
+			marker = it
+		case sk == headSK:
+			if h, err = parseHead(it); err != nil {
+				return head{}, false, nil, nil, err
+			}
+			ok = true
+		default:
+			found[sk] = it
+		}
+	}
+	return h, ok, marker, found, nil
+}
+
+// materializeHeadAct is the head update of materialising declaration d in
+// partition p: the declaration's generation recorded (once), the writer
+// fence raised to d's version when below it, the gate token moved, and
+// add joined to the pending set; g, the gate read, is updated to match.
+func (s *Store) materializeHeadAct(p string, d *store.TableDeclaration, g *store.Gate, add []store.PendingCheckpoint) txItem {
+	vals := map[string]types.AttributeValue{":v": N(d.Version), ":g": N(d.Generation), ":one": N(1)}
+	update, cond := "SET ckd = :g", "attribute_exists(pk) AND (attribute_not_exists(ckd) OR ckd < :g) AND "
+	if g.WriterFence < d.Version {
+		update += ", rwv = :v"
+		cond += "(attribute_not_exists(rwv) OR rwv < :v)"
+		g.WriterFence = d.Version
+	} else {
+		cond += "rwv >= :v"
+	}
+	update += " ADD gt :one"
+	if len(add) > 0 {
+		update += ", pcs :p"
+		ss := make([]string, len(add))
+		for i, c := range add {
+			ss[i] = pendingEntry(c.SchemaVersion, c.Name)
+			if !slices.Contains(g.Pending, c) {
+				g.Pending = append(g.Pending, c)
+			}
+		}
+		vals[":p"] = &types.AttributeValueMemberSS{Value: ss}
+	}
+	return txItem{size: 200, w: types.TransactWriteItem{Update: &types.Update{
+		TableName: s.table, Key: Key(headPK(p), headSK),
+		UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
+	}}}
 }
 
 // materializeActs are the checkpoint actions of materialising d in
