@@ -43,6 +43,21 @@ type DynamoMeter struct {
 	Keys []string
 	// Trace, when set, receives every metered call.
 	Trace func(op string, rru, wru float64)
+	// passive: calls are forwarded and counted only, without the reads
+	// and parsing metering adds (SetPassive).
+	passive bool
+}
+
+// SetPassive switches metering off (true) or on: a passive meter
+// forwards each call as it is and counts it, computing no units. Its
+// extra reads (the sizes before a write) and JSON parsing are work of
+// the measurement, not of the function, and would lengthen a timed
+// invocation by a round trip per write; durations are therefore taken
+// from passive runs, units from metered ones.
+func (m *DynamoMeter) SetPassive(on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.passive = on
 }
 
 // DynamoUsage is what the calls since the last Take consumed.
@@ -67,6 +82,16 @@ func (m *DynamoMeter) Do(req *http.Request) (*http.Response, error) {
 	op, ok := strings.CutPrefix(req.Header.Get("X-Amz-Target"), targetPrefix)
 	if !ok || req.Body == nil {
 		return m.Inner.Do(req)
+	}
+	m.mu.Lock()
+	passive := m.passive
+	m.mu.Unlock()
+	if passive {
+		resp, err := m.Inner.Do(req)
+		m.mu.Lock()
+		m.usage.Calls++
+		m.mu.Unlock()
+		return resp, err
 	}
 	body, err := io.ReadAll(req.Body)
 	if err != nil {

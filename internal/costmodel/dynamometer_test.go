@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -21,12 +22,13 @@ func TestDynamoMeterRules(t *testing.T) {
 	ctx := context.Background()
 	base := testenv.DynamoDB(t).Client(t)
 	var meter *costmodel.DynamoMeter
+	sent := &countingClient{}
 	db := dynamodb.New(base.Options(), func(o *dynamodb.Options) {
-		inner := o.HTTPClient
-		if inner == nil {
-			inner = &http.Client{}
+		sent.inner = o.HTTPClient
+		if sent.inner == nil {
+			sent.inner = &http.Client{}
 		}
-		meter = &costmodel.DynamoMeter{Inner: inner, Keys: []string{"pk", "sk"}}
+		meter = &costmodel.DynamoMeter{Inner: sent, Keys: []string{"pk", "sk"}}
 		o.HTTPClient = meter
 	})
 	table := testenv.UniqueName(t, "meter")
@@ -106,4 +108,38 @@ func TestDynamoMeterRules(t *testing.T) {
 		t.Fatal("conditional put over an existing item succeeded")
 	}
 	expect("failed conditional put over 2,000 bytes", 0, 2, 1)
+
+	// Passive: each call goes out once, as the SDK sent it, and is only
+	// counted; metered, a write also costs the meter a read of the item
+	// it replaces.
+	sent.n.Store(0)
+	must(db.PutItem(ctx, &dynamodb.PutItemInput{TableName: tn, Item: item("d1", 100)}))
+	if n := sent.n.Load(); n < 2 {
+		t.Errorf("a metered put sent %d requests; want the put and the meter's read", n)
+	}
+	meter.Take()
+	meter.SetPassive(true)
+	sent.n.Store(0)
+	must(db.PutItem(ctx, &dynamodb.PutItemInput{TableName: tn, Item: item("d1", 2000)}))
+	must(db.GetItem(ctx, &dynamodb.GetItemInput{TableName: tn, Key: key("p", "d1"), ConsistentRead: aws.Bool(true)}))
+	expect("passive: put and get counted, not charged", 0, 0, 2)
+	if n := sent.n.Load(); n != 2 {
+		t.Errorf("passive meter sent %d requests for 2 calls", n)
+	}
+	meter.SetPassive(false)
+	must(db.GetItem(ctx, &dynamodb.GetItemInput{TableName: tn, Key: key("p", "d1"), ConsistentRead: aws.Bool(true)}))
+	expect("metered again: the 2,000-byte item the passive put wrote", 1, 0, 1)
+}
+
+// countingClient counts the HTTP requests the meter sends.
+type countingClient struct {
+	inner interface {
+		Do(*http.Request) (*http.Response, error)
+	}
+	n atomic.Int64
+}
+
+func (c *countingClient) Do(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.inner.Do(r)
 }
