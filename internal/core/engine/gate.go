@@ -318,13 +318,13 @@ func (e *Engine) gateCommitError(err error) (stopped, retry bool, refusal error)
 // seq of an own commit whose commit point was conditioned on the gate
 // token the check would compare with (gateCovered). In the terms of
 // docs/OPERATIONS.md "Rolling schema upgrades": the serve gate's token
-// changes whenever the partition's writer fence, its pending checkpoints or its log epoch
-// change (store.Gate.Token), and never returns to an earlier value. The
-// entry check found token T and a gate that lets this build serve; the
-// commit point of own commit N, one atomic write, required the head to
-// be at N−1 and the token to be T. So the token was T over the whole
-// interval from the entry read to N's commit point, and every commit
-// k ≤ N−1 the window holds was either
+// changes whenever the partition's writer fence, its pending checkpoints
+// or its log epoch change (store.Gate.Token), and never returns to an
+// earlier value. The entry check found token T and a gate that lets this
+// build serve; the commit point of own commit N, one atomic write,
+// required the head to be at N−1 and the token to be T. So the token was
+// T over the whole interval from the entry read to N's commit point, and
+// every commit k ≤ N−1 the window holds was either
 //   - written before the entry read: the fence at entry, which only
 //     rises and is raised in the same write as the first commit of a
 //     layout this build cannot read (RaiseFence), admitted this build,
@@ -333,18 +333,23 @@ func (e *Engine) gateCommitError(err error) (stopped, retry bool, refusal error)
 //     token stayed T: no fence was raised, no checkpoint declared, no
 //     epoch rotated in that interval (each would have moved it).
 //
-// N itself is the request's own write, checked at its commit point. A fence
-// raised after N's commit point concerns commits after N only, which the
-// window does not reach. Nothing read was written outside the gate's
-// cover, so the re-read could only refuse a response whose every byte
-// the gate already vouched for. The entry token is the one rep.gate
-// holds: a request's own fence raise or checkpoint materialisation moves
-// it by exactly its own write (gateOwnRaise, materializeFirst) and the
-// commit after it is conditioned on the moved token. Segments,
-// rejections (conflict rows are read outside any commit point) and any
-// window past gatedSeq — commits landed by a group holder or replayed,
-// a commit conditioned on a token that moved since entry, a head read
-// again for read-after-write — keep the re-read.
+// N itself is the request's own write, checked at its commit point. A
+// fence raised, a checkpoint declared or an epoch rotated after N's
+// commit point concerns commits after N only, which the window does not
+// reach: commits never change once written (a window pruning crossed is
+// answered reset, §4.6), so the response is the one this build would
+// have sent at N's commit point, when the gate let it serve. Nothing
+// read was written outside the gate's cover, so the re-read could only
+// refuse a response whose every byte the gate already vouched for.
+//
+// The entry token is the one rep.gate holds: a request's own fence raise
+// or checkpoint materialisation moves it by exactly its own write
+// (gateOwnRaise, materializeFirst), and the commit after it is
+// conditioned on the moved token. Segments, rejections (conflict rows
+// are read outside any commit point) and any window past gatedSeq —
+// commits a group holder landed, a replayed commit read again from the
+// head (read-after-write), a commit conditioned on a token that moved
+// since entry — keep the re-read.
 func gateNeedsRecheck(rep *Report) bool {
 	if rep.SegmentsSent > 0 || rep.Rejected > 0 {
 		return true
