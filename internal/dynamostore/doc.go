@@ -300,7 +300,12 @@
 // when the client's record is younger than the engine's
 // CursorRecordInterval (5 min) and only its cursor moved up
 // (engine/clients.go has why a lagging cursor only holds the §4.6
-// horizon lower): 1 WCU less on every such round.
+// horizon lower): 1 WCU less on every such round. Nor does its pull read
+// anything when its cursor is the head the push built on: the engine
+// serves the round's own commit as committed (no log Query) and skips
+// the serve gate's re-read the commit's condition already covered, so
+// a 1-op round costs its push's 7 calls, 6 RCU and 5 WCU (9 and 7.5
+// before: + 0.5 RCU of Query, + 1 RCU of gate BatchGetItem).
 //
 // Column versions cost nothing on a 1-op push (the items stay in the
 // same 1 KB unit); on the 50-op push they cost 2 WCU while its log body
@@ -463,7 +468,9 @@
 // checkpoints and gate token are head attributes, read consistently with
 // the head on every request and checked by the commit's existing head
 // condition, and a response is re-checked (one more BatchGetItem of the
-// head) only when it carries commits, segments or conflict rows. The
+// head) only when it carries commits, segments or conflict rows, and not
+// for a push round whose pull reaches no further than its own commit
+// (engine gate.go, gateNeedsRecheck). The
 // schema marker (SYS/SCHEMA) is cached per Store: one request per
 // Options.MarkerTTL (default 5 s) adds the marker key to the
 // BatchGetItem it makes anyway (+1 RCU, no round trip), so the item sees

@@ -110,6 +110,31 @@ func engineCost(t *testing.T, opts dynamostore.Options, maxTrips int, maxWCU flo
 	if u.RoundTrips != 1 || u.EstRCU > 2 || u.EstWCU != 0 {
 		t.Errorf("quiet pull: %d round trips, %.1f RCU, %.1f WCU; want exactly 1, ≤2, 0", u.RoundTrips, u.EstRCU, u.EstWCU)
 	}
+
+	// A stock client's push round (issue 23): the push and, in the same
+	// request, the pull from the head the push built on. The pull's
+	// window is the round's own commit, served as committed: no log
+	// Query and no second gate read, so the round costs what the push
+	// alone does.
+	push := measure("single-op push before the round", func() {
+		if r := c.Push("c4", enginetest.Upsert("tasks", "t4", c.Task("t4", "p1", "four", false), 0)); r.Status != wire.PushApplied {
+			t.Fatalf("push: %+v", r)
+		}
+	})
+	sub[0].Cursor++ // the head c4 left: the round's commit follows it
+	u = measure("push round", func() {
+		resp, err := c.Send(c.Request([]wire.PushCommit{{ClientCommitID: "c5", Operations: []wire.Operation{enginetest.Upsert("tasks", "t5", c.Task("t5", "p1", "five", false), 0)}}},
+			&wire.PullHeader{Accept: c.Accept}, sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := enginetest.Sections(t, resp)[0]; len(s.Commits) != 1 || s.End.NextCursor != sub[0].Cursor+1 {
+			t.Fatalf("push round delivered %d commits, next %d; want its own commit, %d", len(s.Commits), s.End.NextCursor, sub[0].Cursor+1)
+		}
+	})
+	if u.RoundTrips > push.RoundTrips || u.EstRCU > push.EstRCU {
+		t.Errorf("push round: %d round trips, %.1f RCU; the push alone %d, %.1f: the pull of its own commit read more", u.RoundTrips, u.EstRCU, push.RoundTrips, push.EstRCU)
+	}
 }
 
 // The cost of wire-version-3 pushes over DynamoDB (issue 8's target): no

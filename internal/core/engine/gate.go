@@ -33,8 +33,9 @@ import (
 //     check passed on (store.CommitRequest), so a migration or a
 //     declaration landing mid-request stops the write itself;
 //  3. after the response is built, when it carries stored data (commits,
-//     segments or conflict rows): one ReadGate, and the buffered response
-//     is dropped for a refusal if the gate refuses or moved meanwhile.
+//     segments or conflict rows) the first two points did not cover
+//     (gateNeedsRecheck): one ReadGate, and the buffered response is
+//     dropped for a refusal if the gate refuses or moved meanwhile.
 
 // schemaNotReadyMessage is the fixed message: it names no projection.
 const schemaNotReadyMessage = "storage schema is not ready for this server version; retry later"
@@ -307,10 +308,71 @@ func (e *Engine) gateCommitError(err error) (stopped, retry bool, refusal error)
 }
 
 // gateNeedsRecheck: the response carries data read after the entry
-// check. A push-only or quiet response derives from the head read at
-// entry and from commits the gate token fenced.
+// check that no commit point of the request vouched for. A push-only or
+// quiet response derives from the head read at entry and from commits
+// the gate token fenced.
+//
+// A push round's pull (issue 23) is covered by the round's own commit
+// when every section window it served, (cursor, nextCursor] with the
+// commits it skipped as out of scope, ends at or below rep.gatedSeq: the
+// seq of an own commit whose commit point was conditioned on the gate
+// token the check would compare with (gateCovered). In the terms of
+// docs/OPERATIONS.md "Rolling schema upgrades": the serve gate's token
+// changes whenever the partition's writer fence, its pending checkpoints
+// or its log epoch change (store.Gate.Token), and never returns to an
+// earlier value. The entry check found token T and a gate that lets this
+// build serve; the commit point of own commit N, one atomic write,
+// required the head to be at N−1 and the token to be T. So the token was
+// T over the whole interval from the entry read to N's commit point, and
+// every commit k ≤ N−1 the window holds was either
+//   - written before the entry read: the fence at entry, which only
+//     rises and is raised in the same write as the first commit of a
+//     layout this build cannot read (RaiseFence), admitted this build,
+//     so k is in a layout it reads (what every entry check rests on); or
+//   - written between the entry read and N's commit point, while the
+//     token stayed T: no fence was raised, no checkpoint declared, no
+//     epoch rotated in that interval (each would have moved it).
+//
+// N itself is the request's own write, checked at its commit point. A
+// fence raised, a checkpoint declared or an epoch rotated after N's
+// commit point concerns commits after N only, which the window does not
+// reach: commits never change once written (a window pruning crossed is
+// answered reset, §4.6), so the response is the one this build would
+// have sent at N's commit point, when the gate let it serve. Nothing
+// read was written outside the gate's cover, so the re-read could only
+// refuse a response whose every byte the gate already vouched for.
+//
+// The entry token is the one rep.gate holds: a request's own fence raise
+// or checkpoint materialisation moves it by exactly its own write
+// (gateOwnRaise, materializeFirst), and the commit after it is
+// conditioned on the moved token. Segments, rejections (conflict rows
+// are read outside any commit point) and any window past gatedSeq —
+// commits a group holder landed, a replayed commit read again from the
+// head (read-after-write), a commit conditioned on a token that moved
+// since entry — keep the re-read.
 func gateNeedsRecheck(rep *Report) bool {
-	return rep.CommitsSent > 0 || rep.SegmentsSent > 0 || rep.Rejected > 0
+	if rep.SegmentsSent > 0 || rep.Rejected > 0 {
+		return true
+	}
+	return rep.CommitsSent > 0 && rep.pulledThrough > rep.gatedSeq
+}
+
+// gateCovered notes a landed own commit whose commit point was
+// conditioned on the token the after-response check compares with (the
+// entry token, or the one this request's own gate write left): the pull
+// may serve up to it without that check (gateNeedsRecheck). Called
+// before gateOwnRaise moves rep.gate past the commit's own raise.
+func (e *Engine) gateCovered(rs *reqState, req *store.CommitRequest) {
+	if e.gates == nil || !req.CheckGate {
+		return
+	}
+	var entry int64
+	if rs.report.gate != nil {
+		entry = rs.report.gate.Token
+	}
+	if req.GateToken == entry {
+		rs.report.gatedSeq = max(rs.report.gatedSeq, req.Commit.Seq)
+	}
 }
 
 // gateAfterResponse reads the gate again (step 3) and refuses when it

@@ -284,6 +284,20 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	// cursor at c−1 (nothing in between concerns this subscription).
 	scoped := len(p.effective) > 0 && (ps.e.cheapScopedLog || ps.maxSeq-sub.Cursor > scopedLogMinWindow)
 	each := func(fn func(*store.Commit) bool) error { return ps.log.each(ctx, sub.Cursor, fn) }
+	if own := ps.ownWindow(sub.Cursor); own != nil {
+		// The window is this request's own commits: served as the log
+		// would hand them on, without reading it. Contiguous, so the
+		// walk needs no scope index (the filter below is the same).
+		scoped = false
+		each = func(fn func(*store.Commit) bool) error {
+			for _, c := range own {
+				if !fn(c) {
+					break
+				}
+			}
+			return nil
+		}
+	}
 	if scoped {
 		each = func(fn func(*store.Commit) bool) error {
 			variable := keyVariable(p.effective)
@@ -388,7 +402,38 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	if w.exhausted && w.next < ps.maxSeq {
 		w.next = ps.maxSeq
 	}
+	// The window served, skipped commits included (gateNeedsRecheck).
+	ps.rs.report.pulledThrough = max(ps.rs.report.pulledThrough, w.next)
 	return w.next, true, ps.writeEnd(w.next)
+}
+
+// ownWindow returns the commits (cursor, maxSeq] when this request landed
+// every one of them itself (reqState.own), else nil. A push round's pull
+// (§1.1: push half first) whose cursor is the head the push built on
+// reads back exactly the commits it just wrote; the engine holds them as
+// committed, the content their log items hold (the stores write
+// Commit.Changes as given and read them back unchanged), so the log is
+// not read. A pull is a snapshot at maxSeq: commits of others landing
+// after it are the next pull's.
+func (ps *pullState) ownWindow(cursor int64) []*store.Commit {
+	own := ps.rs.own
+	if len(own) == 0 || own[len(own)-1].Seq != ps.maxSeq {
+		return nil
+	}
+	first := own[0].Seq
+	if cursor < first-1 || cursor >= ps.maxSeq {
+		return nil
+	}
+	return own[cursor-first+1:]
+}
+
+// noteOwn records a commit this request landed (rs.own keeps the run of
+// consecutive seqs ending at the latest one).
+func (rs *reqState) noteOwn(c *store.Commit) {
+	if n := len(rs.own); n == 0 || rs.own[n-1].Seq != c.Seq-1 {
+		rs.own = rs.ownBuf[:0]
+	}
+	rs.own = append(rs.own, c)
 }
 
 // writeEnd writes the section's SUB_END (ps.end).

@@ -337,7 +337,9 @@ func (e *Engine) land(ctx context.Context, run *pushRun, ev *evaluation, pacer c
 	switch {
 	case err == nil:
 		rs.head.MaxCommitSeq = max(creq.Commit.Seq, last)
+		e.gateCovered(rs, creq)
 		e.gateOwnRaise(rs, creq)
+		rs.noteOwn(&creq.Commit)
 		pacer.landed(run, creq)
 		rs.report.CommittedSeq = max(rs.report.CommittedSeq, creq.Commit.Seq)
 		if e.cfg.OnCommit != nil {

@@ -93,6 +93,11 @@ type Report struct {
 	RowsDelivered                                              int
 
 	gate *store.Gate // serve-gate state read at entry (gate.go)
+	// gatedSeq is the highest own commit whose commit point was
+	// conditioned on gate's token (gateCovered); pulledThrough the
+	// highest nextCursor of an incremental section whose window was not
+	// empty. gateNeedsRecheck compares them.
+	gatedSeq, pulledThrough int64
 }
 
 // reqState is everything one request computes once.
@@ -110,6 +115,12 @@ type reqState struct {
 	// answered with (applied or cached): its pull must read at least that
 	// far (read-after-write, §7 preamble of the 0.21+ spec).
 	acceptedMax int64
+
+	// own is the run of consecutive commits this request landed itself,
+	// last the highest (noteOwn): its pull serves a window of them from
+	// memory (pullState.ownWindow).
+	own    []*store.Commit
+	ownBuf [1]*store.Commit // own's storage for the usual one commit
 
 	// registration is the §8.1 subscription list to persist (pulls only).
 	registration    string

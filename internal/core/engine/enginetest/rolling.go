@@ -43,6 +43,7 @@ func RollingUpgrade(t *testing.T, newStore func(t testing.TB) SchemaBackend, seg
 		{"RefusedAfterResponseBuiltStreamingHost", func(t *testing.T, st SchemaBackend, segs store.SegmentStore) { rollingAfterResponse(t, st, segs, true) }},
 		{"GateReadsOnlyWhenDataServed", rollingGateReads},
 		{"RefusedWhenEpochRotatesMidResponse", rollingEpochMidResponse},
+		{"RoundPastOwnCommitRefusedAfterFence", rollingRoundPastOwn},
 	} {
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, newStore(t), segs()) })
 	}
@@ -570,4 +571,72 @@ func rollingTableWide(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
 		_, err := olds[p].pull(0)
 		wantNotReady(t, err, p+": old build after the walk (fenced)")
 	}
+}
+
+// newerAfterCommit lets a newer build commit right after the request's
+// own commit armed names landed: a fence raised between that commit
+// point and the response.
+type newerAfterCommit struct {
+	SchemaBackend
+	armed string
+	after func()
+}
+
+func (n *newerAfterCommit) Commit(ctx context.Context, p string, req *store.CommitRequest) error {
+	err := n.SchemaBackend.Commit(ctx, p, req)
+	if err == nil && n.armed != "" && req.Commit.ClientCommitID == n.armed {
+		n.armed = ""
+		n.after()
+	}
+	return err
+}
+
+// rollingRoundPastOwn (issue 23): an old build's push round commits c1 at
+// N on the entry gate token; right after that commit point a newer build
+// lands the client's c2 at N+1 in its own layout (fencing the old build
+// out). The round's c2 replays that outcome, so its pull reads to N+1,
+// past its own commit: the after-response check still runs and refuses,
+// where a window ending at N would have been served (gateNeedsRecheck).
+func rollingRoundPastOwn(t *testing.T, st SchemaBackend, segs store.SegmentStore) {
+	w := &newerAfterCommit{SchemaBackend: st}
+	old := rollingHarness(t, w, segs)
+	nw := New(t, st, segs, Options{Schema: TodoSchemaV2, OlderSchemas: []string{TodoSchema}})
+	nw.Grants.Set("actor-a", rollingScopes)
+	c := old.ClientV3("tenant", "actor-a", "client-a")
+	applied(t, c.Push("c0", Upsert("tasks", "t0", c.Task("t0", "p1", "zero", false), -1)))
+	e := headSeq(t, st, "tenant")
+	n := *c
+	n.H, n.Schema = nw, nw.Schema.Latest
+	w.armed, w.after = "c1", func() {
+		note := n.Row("notes", Cols{"id": S("n1"), "project_id": S("p1"), "body": S("from the newer build")})
+		applied(t, n.Push("c2", Upsert("notes", "n1", note, -1)))
+	}
+	resp, err := c.Send(c.Request([]wire.PushCommit{
+		{ClientCommitID: "c1", Operations: []wire.Operation{Upsert("tasks", "t1", c.Task("t1", "p1", "one", false), -1)}},
+		{ClientCommitID: "c2", Operations: []wire.Operation{Upsert("tasks", "t2", c.Task("t2", "p1", "two", false), -1)}},
+	}, &wire.PullHeader{Accept: c.Accept}, taskSub(e)))
+	if w.armed != "" {
+		t.Fatal("the round's own commit never landed: the scenario did not run")
+	}
+	if g, gerr := st.ReadGate(context.Background(), "tenant"); gerr != nil || g.WriterFence != 2 {
+		t.Fatalf("the newer build did not fence the partition: %+v, %v", g, gerr)
+	}
+	if err != nil {
+		wantNotReady(t, err, "round whose window passed its own commit after a fence")
+		return
+	}
+	// A store that reports the moved head before c2's key answers the
+	// round's c2 with the fence at its commit: in-band, never with data.
+	for _, f := range resp.Frames {
+		switch x := f.(type) {
+		case *wire.Commit:
+			t.Fatalf("round past its own commit served commit %d across a fence", x.CommitSeq)
+		case *wire.ErrorFrame:
+			if x.Code != string(syncerr.SchemaNotReady) {
+				t.Fatalf("fenced round: ERROR frame code %q", x.Code)
+			}
+			return
+		}
+	}
+	t.Fatal("round past its own commit was served across a newer build's fence")
 }
