@@ -141,7 +141,10 @@
 // backfills and the transactional commit also move appliedSeq. A 1-op
 // push is 5 WCU (head, outcome, row, scope copy, log: 1 each; 10 in the
 // transaction) for 6 DynamoDB calls in 4 waves after the head and rows
-// read (1 in the transaction) and 4 more RCU. fast.go proves gapless
+// read (1 in the transaction) and 3 more RCU (its outcome key, the
+// previous commit's log item, the row): the commit follows the head that
+// read returned, which the Store remembers for 2 s (headmemo.go), and
+// reads the head again (+1 call) only without it. fast.go proves gapless
 // seqs, exactly-once outcomes, atomic visibility and the writer fence
 // for this order, and what a stale writer can and cannot do. Queued
 // commits (contention, below) keep the transaction: the queue's turn is
@@ -277,7 +280,7 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (head+rows read, Commit)    7    6    5   (TouchPartitionRows, a small commit;
+//	push, 1 op (head+rows read, Commit)    7    5    5   (TouchPartitionRows, a small commit;
 //	                                                      in the transaction 2 / 2 / 10, 12
 //	                                                      with the log index on)
 //	push, 50 ops (large-commit path)     104   52  107   (log transaction of 6, 100 plain
@@ -285,7 +288,7 @@
 //	                                                      105 / 114 with 99-write batches
 //	                                                      and a plain log body, 5 / 216
 //	                                                      with transactional batches)
-//	push, 1 delete (tombstone Put)         7    6    5   (in the transaction 2 / 2 / 10)
+//	push, 1 delete (tombstone Put)         7    5    5   (in the transaction 2 / 2 / 10)
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
 //	incremental pull, 100 commits          1    4    0   (store read: the log, eventually
 //	                                                      consistent; 8 consistent)
@@ -601,7 +604,14 @@
 //     consistent (a log item found exists), but one BatchGetItem has one
 //     consistency, and a second call to save half a unit is not worth it.
 //     "read log before a small commit" and "read push outcome" there are
-//     its re-reads when the first answer lacked them.
+//     its re-reads when the first answer lacked them. The head is not in
+//     that read: the commit follows the head of the Store's last
+//     consistent look at it, up to 2 s old, and "read head before a
+//     small commit" reads it only when there is none. That head may be
+//     stale, harmlessly: what the read must follow is some completed
+//     consistent look showing maxSeq = the commit's expected seq, and
+//     whatever else of it is stale the commit point's condition checks
+//     again (fast.go, "The head wave 1 follows").
 //   - A pending small commit's log item, "read pending commit's log"
 //     (settleSmall): a stale miss would only make the reader write the
 //     commit again (idempotent, but 5 write units), so it is consistent.

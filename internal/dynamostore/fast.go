@@ -25,15 +25,16 @@ import (
 // fastHeadMax bytes with the commit on it. Commit N = E+1 (E the
 // caller's ExpectedMaxSeq) is then written in four waves:
 //
-//  1. one consistent BatchGetItem of the head, N's outcome key, the log
-//     item of E and the rows the evaluation read with the head
-//     (store.RowRead);
+//  1. one consistent BatchGetItem of N's outcome key, the log item of E
+//     and the rows the evaluation read with the head (store.RowRead),
+//     sent once a consistent look at the head showing mx = E has
+//     completed: H below, usually the push's own head and rows read a
+//     few milliseconds before, else one GetItem of the head first;
 //  2. one conditional UpdateItem of the head, the commit point: mx = E,
-//     E materialized or pending exactly as 1 saw it ("ap = E OR (ap =
-//     E−1 AND ps = E)"), the writer fence and gate token
-//     (commitCondition's), the log index off, PutRejection's count as
-//     1 read it; it sets mx = N, ap = E, and carries N's log item and
-//     outcome item (pl, po) with ps = N;
+//     E materialized or pending ("ap = E OR (ap = E−1 AND ps = E)"),
+//     the writer fence and gate token (commitCondition's), the log index
+//     off, PutRejection's count as H showed it; it sets mx = N, ap = E,
+//     and carries N's log item and outcome item (pl, po) with ps = N;
 //  3. the outcome, row and scope-copy puts, in parallel: the outcome
 //     put-if-absent (or expired, outcomeAbsent), each row and copy
 //     "attribute_not_exists(pk) OR cs <= N";
@@ -43,8 +44,43 @@ import (
 // N applied (ap = N in 2), and readers that need N's rows settle it
 // themselves (settleSmall). A one-op insert is 5 WCU (head, outcome,
 // row, scope copy, log: 1 each, against 10 in the transaction) and
-// 4 RCU (head, outcome key, E's log item, row) for 6 calls in 4 waves
-// (one TransactWriteItems in the transaction).
+// 3 RCU (outcome key, E's log item, row) for 6 calls in 4 waves after
+// the push's head and rows read (one TransactWriteItems in the
+// transaction); without a usable H, 4 RCU for 7 calls in 5 waves.
+//
+// # The head wave 1 follows
+//
+// 1 reads no head. It follows H: the head item as this Store's latest
+// consistent look at it showed it (headmemo.go) — a consistent read
+// (TouchPartition, readHead, GetRows) or the image a head update
+// returned (the previous small commit point's new head, a refused one's
+// old head, TouchPartition's refresh or creation) — when that look is
+// at most headMemoAge old, shows mx = E and admits a small commit
+// (admitSmall: the gate, the log index off, E materialized or pending).
+// Otherwise headBeforeSmall reads the head with one GetItem before 1
+// and decides on it as the head always decided; a remembered head that
+// refuses is never acted on, as its refusal may be stale. The
+// guarantees below use three facts of H, and nothing else of it:
+//
+// (H1) H's look completed before 1 was sent: it is remembered only once
+// its call returned, and 1 is sent after H is taken from memory.
+//
+// (H2) H shows mx = E, so E's commit point came before H's look, hence
+// before 1. That is all (O) orders: commits ≤ E−1 are materialized
+// before 1 starts, whichever look showed mx = E.
+//
+// (H3) Every other attribute 1 and 2 take from H is checked again by
+// 2's condition on the head as it is then: mx; ap and ps (a head that
+// showed E pending and shows it applied now passes, and the log and
+// outcome items H carries for E are E's, which never change); the
+// writer fence and gate token; the log-index flags; rj. A head that
+// moved in any of them since H fails 2, which writes nothing and ends
+// the commit as a lost race always ends it: the gate's refusal, or
+// HeadMovedError with the head the failure returned, which this Store
+// remembers in H's place, so a retry never follows the head that failed
+// (the engine's retry also reads the head itself). H's size is taken as
+// it is (fastHeadMax): it bounds a write's units, not correctness, and
+// what grows a head without moving mx is a few numbers.
 //
 // # Invariants
 //
@@ -70,8 +106,8 @@ import (
 // once written (put-if-absent of the same attributes, from pl).
 //
 // (O) Every commit point requires ap ≥ its seq−1 after it: commits ≤ E−1
-// are materialized (M) before E's commit point, which precedes the
-// caller's read of mx = E, which precedes 1.
+// are materialized (M) before E's commit point, which precedes H's look
+// at mx = E (H2), which completed before 1 was sent (H1).
 //
 // # Why each guarantee holds
 //
@@ -93,10 +129,22 @@ import (
 //     commit the transactional way, whose outcome put is atomic with
 //     its head. A replay of a pending E finishes E first, so the outcome
 //     the engine then reads exists;
-//   - a rejection of K (PutRejection) before 1 is an outcome 1 reads;
-//     one between 1 and 2 moves the count rj that 2 requires unchanged;
-//     one after 2 meets ps on the head and waits for N to be settled
-//     (and then finds N's outcome).
+//   - a rejection of K (PutRejection: one transaction that writes its
+//     outcome and counts rj) that H's look saw is done before 1 is sent
+//     (H1), so 1 reads its outcome; one H did not see moves rj past
+//     H's count, which 2 requires unchanged (H3); one after 2 meets ps
+//     on the head and waits for N to be settled (and then finds N's
+//     outcome). This needs H's look to complete before 1 starts: read
+//     in 1's BatchGetItem, whose items are read in no particular order,
+//     the head could count a rejection whose outcome the same call read
+//     as absent, which is why a commit without a usable H reads the
+//     head on its own first.
+//   - with a stale H (mx moved past E since), 1 ends in an outcome that
+//     exists (ErrOutcomeExists), the transactional way (errNotFast) or
+//     2, which fails on mx = E and writes nothing. H may show E pending
+//     with K's identity: then E did commit K (its commit point carried
+//     it), and finishing E from H before answering ErrOutcomeExists is
+//     at worst a stale writer of E (below).
 //
 // Atomic visibility (§2.1): a reader sees all of N or none of it.
 //   - Readers of rows settle a pending N first: GetRows, the push's head
@@ -108,18 +156,23 @@ import (
 //     only when it is absent, write N whole before reading rows (L);
 //     Prune, PutRejection, backfills and the transactional commit also
 //     move ap (advanceApplied).
-//   - Commit 1 overlays E's writes from E's log item: its row reads are
-//     unordered against its head read, so a row may predate E's puts
-//     even when the head shows E applied; commits ≤ E−1 are materialized
-//     before 1 starts (O), so E's writes are the only ones a row read of
-//     1 can miss. The overlay makes the read-row check of 1 exact.
+//   - Commit 1 overlays E's writes from E's log item (or H's pl): a row
+//     read of 1 may predate E's puts even when H shows E applied (the
+//     puts of a pending E may be under way); commits ≤ E−1 are
+//     materialized before 1 starts (O), so E's writes are the only ones
+//     a row read of 1 can miss, and the overlay makes the read-row check
+//     of 1 exact. When the head moved past E since H, a row read may
+//     show a later commit's write: the check then refuses (evaluate
+//     again) or passes and 2 fails on mx = E; either way nothing lands
+//     on a row state the evaluation did not see.
 //   - A pull reads N from its log item, which exists only once N is
 //     materialized (L); when the log ends just before N while N is
 //     pending, it reads N from the head (pendingCommit), the same commit
 //     its log item will hold, and writes nothing (readLogCheap).
 //
 // Writer fence: 2 carries commitCondition's fence and gate token, so
-// no commit of a fenced build gets a seq once the fence rises. Writes
+// no commit of a fenced build gets a seq once the fence rises; H's gate
+// only lets 1 start (a refusal of it is decided on a fresh read). Writes
 // after 2 (3 and 4, by anyone) are N's own items, derived from N's log
 // body, the same whichever build writes them.
 //
@@ -130,7 +183,9 @@ import (
 // their items (put-if-absent), and it writes no head. The only items it
 // could bring back are ones Prune deleted, which Prune reaches only for
 // commits older than the partition's retention, far beyond a request's
-// deadline (as for the plain batches of a large commit, commit.go).
+// deadline (as for the plain batches of a large commit, commit.go). A
+// commit that finishes E from a stale H (E pending on H, settled since)
+// is such a writer of E.
 // TestSmallCommitCrash and TestSmallCommitStaleWriter cover a crash
 // after each wave and a late writer.
 //
@@ -232,31 +287,16 @@ func (s *Store) fastCandidate(partition string, req *store.CommitRequest, pc *pr
 func (s *Store) commitFast(ctx context.Context, partition string, req *store.CommitRequest, pc *prepared) error {
 	e := req.ExpectedMaxSeq
 	rr := readRowChecks(partition, req.ReadRows)
-	hkey := Key(headPK(partition), headSK)
+	hitem, h, err := s.headBeforeSmall(ctx, partition, req)
+	if err != nil {
+		return err
+	}
 	r1, err := s.readBeforeSmall(ctx, partition, e, Key(outcomePK(partition, req.Commit.ClientID), outcomeSK(req.Commit.ClientCommitID)), rr)
 	if err != nil {
 		return err
 	}
-	items, hitem, read := r1.items, r1.head, r1.rows
-	if hitem == nil {
-		return ErrUnknownPartition
-	}
-	h, err := parseHead(hitem)
-	if err != nil {
-		return err
-	}
-	s.noteIndex(partition, h)
-	s.lazyGate(&h)
-	if err := gateFailure(h.Gate, req); err != nil {
-		return err
-	}
-	if h.MaxCommitSeq != e {
-		return &store.HeadMovedError{Head: h.Head}
-	}
+	items, read := r1.items, r1.rows
 	pending := h.pendingSmall()
-	if h.indexOn() || !pending && h.applied != e {
-		return errNotFast // the transactional path finishes a large commit first, or writes the index
-	}
 	prev, pendLog, pendOut, err := s.previousSmall(ctx, partition, req, &h, r1)
 	if err != nil {
 		return err
@@ -291,7 +331,7 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 
 	// 2: the commit point.
 	seq := pc.seq
-	if err := s.smallCommitPoint(ctx, hkey, req, &h, seq, logAttrs, outAttrs); err != nil {
+	if err := s.smallCommitPoint(ctx, partition, req, &h, seq, logAttrs, outAttrs); err != nil {
 		return err
 	}
 	if s.afterLog != nil {
@@ -304,6 +344,52 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 	// reported.
 	if err := s.finishSmall(ctx, partition, seq, pc.chunks[0], pc.outcome, pc.body); errors.Is(err, errInjected) {
 		return err
+	}
+	return nil
+}
+
+// headBeforeSmall is the head wave 1 follows (see "The head wave 1
+// follows" above): this Store's latest look at it when that is recent,
+// shows maxCommitSeq = E and admits a small commit (admitSmall);
+// otherwise one consistent GetItem of it, which decides as the head
+// always did. A remembered head that admits nothing is never acted on:
+// its refusals may be stale, the fresh read's are not.
+func (s *Store) headBeforeSmall(ctx context.Context, partition string, req *store.CommitRequest) (map[string]types.AttributeValue, head, error) {
+	if item := s.recentHead(partition, req.ExpectedMaxSeq); item != nil {
+		if h, err := parseHead(item); err == nil && s.admitSmall(&h, req) == nil {
+			return item, h, nil
+		}
+	}
+	item, err := s.getItem(ctx, "read head before a small commit", headPK(partition), headSK, nil)
+	if err != nil {
+		return nil, head{}, err
+	}
+	if item == nil {
+		return nil, head{}, ErrUnknownPartition
+	}
+	h, err := parseHead(item)
+	if err != nil {
+		return nil, head{}, err
+	}
+	s.noteIndex(partition, h)
+	s.noteHeadItem(partition, item)
+	return item, h, s.admitSmall(&h, req)
+}
+
+// admitSmall checks what the head alone decides of a small commit
+// following it (h gets the table-wide declaration, lazyGate): the gate
+// (writer fence and gate token), maxCommitSeq = E, and the log index off with commit
+// E materialized or the small commit pending on the head.
+func (s *Store) admitSmall(h *head, req *store.CommitRequest) error {
+	s.lazyGate(h)
+	if err := gateFailure(h.Gate, req); err != nil {
+		return err
+	}
+	if h.MaxCommitSeq != req.ExpectedMaxSeq {
+		return &store.HeadMovedError{Head: h.Head}
+	}
+	if h.indexOn() || !h.pendingSmall() && h.applied != req.ExpectedMaxSeq {
+		return errNotFast // the transactional path finishes a large commit first, or writes the index
 	}
 	return nil
 }
@@ -368,19 +454,21 @@ func (s *Store) previousSmall(ctx context.Context, partition string, req *store.
 }
 
 // smallRead is what wave 1 of a small commit read: its items as
-// returned, and the head, the outcome, the previous commit's log item and
-// the read rows among them (absent: nil).
+// returned, and the outcome, the previous commit's log item and the read
+// rows among them (absent: nil).
 type smallRead struct {
-	items              []map[string]types.AttributeValue
-	head, outcome, log map[string]types.AttributeValue
-	rows               map[rowKey]*store.Row
+	items        []map[string]types.AttributeValue
+	outcome, log map[string]types.AttributeValue
+	rows         map[rowKey]*store.Row
 }
 
-// readBeforeSmall is wave 1: one consistent BatchGetItem of the head, the
+// readBeforeSmall is wave 1: one consistent BatchGetItem of the
 // commit's outcome key, commit e's first log item (e > 0) and the rows
 // the evaluation read (rr); errNotFast when they do not fit one call.
+// The head is not among them: the caller has it from a read that
+// completed before this one started (headBeforeSmall).
 func (s *Store) readBeforeSmall(ctx context.Context, partition string, e int64, outKey map[string]types.AttributeValue, rr map[rowKey]store.RowRead) (*smallRead, error) {
-	keys := []map[string]types.AttributeValue{Key(headPK(partition), headSK), outKey}
+	keys := []map[string]types.AttributeValue{outKey}
 	if e > 0 {
 		keys = append(keys, Key(logPK(partition), chunkSK(e, 0)))
 	}
@@ -400,8 +488,6 @@ func (s *Store) readBeforeSmall(ctx context.Context, partition string, e int64, 
 		pk, _ := getS(it, AttrPK)
 		sk, _ := getS(it, AttrSK)
 		switch pk {
-		case headPK(partition):
-			r.head = it
 		case opk:
 			r.outcome = it
 		case logPK(partition):
@@ -423,9 +509,12 @@ func (s *Store) readBeforeSmall(ctx context.Context, partition string, e int64, 
 
 // smallCommitPoint is wave 2: the conditional head update that takes seq
 // (the commit point), marks the previous small commit applied and carries
-// this commit's log and outcome attributes; h is the head wave 1 read. A
-// failed condition reports the gate's refusal or the head that moved.
-func (s *Store) smallCommitPoint(ctx context.Context, hkey map[string]types.AttributeValue, req *store.CommitRequest, h *head, seq int64, logAttrs, outAttrs map[string]types.AttributeValue) error {
+// this commit's log and outcome attributes; h is the head wave 1
+// followed. A failed condition reports the gate's refusal or the head
+// that moved. Either way the head as the update left or found it is
+// what this Store remembers of it (headmemo.go): the next commit's wave
+// 1 follows it, and a retry never follows the head that failed.
+func (s *Store) smallCommitPoint(ctx context.Context, partition string, req *store.CommitRequest, h *head, seq int64, logAttrs, outAttrs map[string]types.AttributeValue) error {
 	e := req.ExpectedMaxSeq
 	cond, vals := writerCondition(store.WriterCheck{WriterVersion: req.WriterVersion, CheckGate: req.CheckGate, GateToken: req.GateToken})
 	cond = "attribute_exists(pk) AND mx = :e AND (ap = :e OR (ap = :e1 AND " + hPendSeq + " = :e)) AND " + cond +
@@ -439,16 +528,23 @@ func (s *Store) smallCommitPoint(ctx context.Context, hkey map[string]types.Attr
 	}
 	update := "SET mx = :n, ap = :e, " + hPendSeq + " = :n, " + hPendLog + " = :pl, " + hPendOutcome + " = :po"
 	vals[":n"], vals[":pl"], vals[":po"] = N(seq), &types.AttributeValueMemberM{Value: logAttrs}, &types.AttributeValueMemberM{Value: outAttrs}
-	_, err := s.updateItem(ctx, "small commit", &dynamodb.UpdateItemInput{
-		Key:                                 hkey,
+	after, err := s.updateItem(ctx, "small commit", &dynamodb.UpdateItemInput{
+		Key:                                 Key(headPK(partition), headSK),
 		UpdateExpression:                    aws.String(update),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		ReturnValues:                        types.ReturnValueAllNew, // no read units: the write's own image
 	})
+	if err == nil {
+		s.noteHeadItem(partition, after)
+		return nil
+	}
 	if isConditionFailed(err) {
 		if old := conditionItem(err); old != nil {
 			if h2, perr := parseHead(old); perr == nil {
+				s.noteIndex(partition, h2)
+				s.noteHeadItem(partition, old)
 				s.lazyGate(&h2)
 				if gerr := gateFailure(h2.Gate, req); gerr != nil {
 					return gerr
@@ -456,8 +552,10 @@ func (s *Store) smallCommitPoint(ctx context.Context, hkey map[string]types.Attr
 				return &store.HeadMovedError{Head: h2.Head}
 			}
 		}
+		s.forgetHead(partition)
 		return store.ErrHeadMoved
 	}
+	s.forgetHead(partition) // unknown whether it was applied
 	return err
 }
 

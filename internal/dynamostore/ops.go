@@ -84,6 +84,7 @@ func (s *Store) putItemNamed(ctx context.Context, op string, item map[string]typ
 		}
 		return err
 	})
+	s.wroteItem(item)
 	if err == nil || isConditionFailed(err) {
 		RecordEstimate(ctx, 0, units(ItemSize(item), writeUnit))
 	}
@@ -109,6 +110,7 @@ func (s *Store) deleteItem(ctx context.Context, op string, key map[string]types.
 		}
 		return err
 	})
+	s.wroteItem(key)
 	if err == nil || isConditionFailed(err) {
 		RecordEstimate(ctx, 0, 1)
 	}
@@ -132,6 +134,7 @@ func (s *Store) updateItem(ctx context.Context, op string, in *dynamodb.UpdateIt
 		out = o
 		return err
 	})
+	s.wroteItem(in.Key)
 	if err == nil || isConditionFailed(err) {
 		RecordEstimate(ctx, 0, 1) // updates here touch only the small head item
 	}
@@ -307,6 +310,16 @@ func (s *Store) transact(ctx context.Context, op string, items []txItem) error {
 		}
 		return err
 	})
+	for _, w := range ws {
+		switch {
+		case w.Update != nil:
+			s.wroteItem(w.Update.Key)
+		case w.Put != nil:
+			s.wroteItem(w.Put.Item)
+		case w.Delete != nil:
+			s.wroteItem(w.Delete.Key)
+		}
+	}
 	RecordEstimate(ctx, 0, est)
 	return err
 }

@@ -70,6 +70,7 @@ func (s *Store) getRows(ctx context.Context, partition, table string, rowIDs []s
 						if err != nil {
 							return nil, err
 						}
+						s.noteHeadItem(partition, it)
 						h = &hh
 						continue
 					}

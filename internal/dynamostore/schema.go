@@ -290,6 +290,7 @@ func (s *Store) readHeadMarkerRows(ctx context.Context, p string, rowKeys []map[
 				return head{}, false, 0, false, nil, err
 			}
 			s.noteIndex(p, h)
+			s.noteHeadItem(p, it)
 			ok = true
 		default:
 			r, err := parseRow(it)

@@ -88,6 +88,9 @@ type Store struct {
 	// (formats.go): FormatLevel, lower with Options.BeforeFormat.
 	readLevel int64
 	index     indexState
+	// heads: the latest head item of each partition this Store saw
+	// (headmemo.go), which a small commit's first read follows.
+	heads headMemo
 	// outcomeWindow is the idempotency window of outcomes (outcomettl.go).
 	outcomeWindow time.Duration
 }
@@ -227,6 +230,7 @@ func (s *Store) readHead(ctx context.Context, p string) (head, bool, error) {
 	h, err := parseHead(item)
 	if err == nil {
 		s.noteIndex(p, h)
+		s.noteHeadItem(p, item)
 		s.lazyGate(&h)
 	}
 	return h, err == nil, err
@@ -361,6 +365,7 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 			return store.Head{}, err
 		}
 		s.noteIndex(partition, head{indexRequested: s.indexNew})
+		s.noteHeadItem(partition, item) // the head as the put created it
 		return created, nil
 	}
 	h.Gate = withMarker(h.Gate, marker)
@@ -380,6 +385,7 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 		// the stored head is the answer.
 		if old := conditionItem(err); old != nil {
 			if h2, perr := parseHead(old); perr == nil {
+				s.noteHeadItem(partition, old)
 				s.lazyGate(&h2)
 				h2.Gate = withMarker(h2.Gate, marker)
 				return h2.Head, nil
@@ -394,6 +400,7 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 	if err != nil {
 		return store.Head{}, err
 	}
+	s.noteHeadItem(partition, item)
 	s.lazyGate(&h2)
 	h2.Gate = withMarker(h2.Gate, marker)
 	return h2.Head, nil
