@@ -29,7 +29,13 @@ import (
 //     and the rows the evaluation read with the head (store.RowRead),
 //     sent once a consistent look at the head showing mx = E has
 //     completed: H below, usually the push's own head and rows read a
-//     few milliseconds before, else one GetItem of the head first;
+//     few milliseconds before, else one GetItem of the head first. E's
+//     log item is left out when E is pending on H and this Store wrote
+//     that log item itself (its put-if-absent in 4 returned, or found
+//     it; knowsLogged compares seq, client, commit id and creation
+//     time, so a partition created again never matches): the log item
+//     is then known to exist, which is all 1 reads it for when E is
+//     pending (its attributes are H's pl);
 //  2. one conditional UpdateItem of the head, the commit point: mx = E,
 //     E materialized or pending ("ap = E OR (ap = E−1 AND ps = E)"),
 //     the writer fence and gate token (commitCondition's), the log index
@@ -46,7 +52,9 @@ import (
 // row, scope copy, log: 1 each, against 10 in the transaction) and
 // 3 RCU (outcome key, E's log item, row) for 6 calls in 4 waves after
 // the push's head and rows read (one TransactWriteItems in the
-// transaction); without a usable H, 4 RCU for 7 calls in 5 waves.
+// transaction), 2 RCU when this Store wrote E (a client pushing again
+// through the same instance); without a usable H, one more call and
+// one more RCU for the head, in 5 waves.
 //
 // # The head wave 1 follows
 //
@@ -291,11 +299,15 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 	if err != nil {
 		return err
 	}
-	r1, err := s.readBeforeSmall(ctx, partition, e, Key(outcomePK(partition, req.Commit.ClientID), outcomeSK(req.Commit.ClientCommitID)), rr)
+	// E pending with a log item this Store wrote itself: 1 need not
+	// read it (its attributes are the head's pl; (L) holds for it).
+	logKnown := h.pendingSmall() && s.knowsLogged(partition, e, h.pendLog)
+	r1, err := s.readBeforeSmall(ctx, partition, e, !logKnown, Key(outcomePK(partition, req.Commit.ClientID), outcomeSK(req.Commit.ClientCommitID)), rr)
 	if err != nil {
 		return err
 	}
-	items, read := r1.items, r1.rows
+	r1.logKnown = logKnown
+	read := r1.rows
 	pending := h.pendingSmall()
 	prev, pendLog, pendOut, err := s.previousSmall(ctx, partition, req, &h, r1)
 	if err != nil {
@@ -320,7 +332,7 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 	if ItemSize(bare)+ItemSize(logAttrs)+ItemSize(outAttrs)+3*16 > fastHeadMax {
 		return errNotFast
 	}
-	if pending && !hasLog(items, partition) {
+	if pending && !r1.logged(partition) {
 		// E is on the head and its log item was not read: write E whole
 		// (L) before 2 marks it applied.
 		body, _ := getB(pendLog, lData)
@@ -402,7 +414,7 @@ func (s *Store) admitSmall(h *head, req *store.CommitRequest) error {
 // outcome items when E is on the head, and ErrOutcomeExists when this
 // commit's key already has a live outcome (§2.3).
 func (s *Store) previousSmall(ctx context.Context, partition string, req *store.CommitRequest, h *head, r1 *smallRead) (prev []store.RowWrite, pendLog, pendOut map[string]types.AttributeValue, err error) {
-	e, pending, elog, oitem, items := req.ExpectedMaxSeq, h.pendingSmall(), r1.log, r1.outcome, r1.items
+	e, pending, elog, oitem := req.ExpectedMaxSeq, h.pendingSmall(), r1.log, r1.outcome
 	opk, osk := outcomePK(partition, req.Commit.ClientID), outcomeSK(req.Commit.ClientCommitID)
 	if pending {
 		pendLog, pendOut = pendingItems(partition, h)
@@ -434,7 +446,7 @@ func (s *Store) previousSmall(ctx context.Context, partition string, req *store.
 			// outcome. Else E's outcome was written before its log item;
 			// when 1 did not see it, read it again: absent now, it
 			// expired and was deleted, and the key is free.
-			if pending && !hasLog(items, partition) {
+			if pending && !r1.logged(partition) {
 				if err := s.finishSmall(ctx, partition, e, pendLog, pendOut, body); err != nil {
 					return nil, nil, nil, err
 				}
@@ -460,16 +472,23 @@ type smallRead struct {
 	items        []map[string]types.AttributeValue
 	outcome, log map[string]types.AttributeValue
 	rows         map[rowKey]*store.Row
+	// logKnown: E's log item was not read because this Store wrote it
+	// (knowsLogged).
+	logKnown bool
 }
+
+// logged reports whether E's log item is known to exist: 1 read it, or
+// this Store wrote it.
+func (r *smallRead) logged(p string) bool { return r.logKnown || hasLog(r.items, p) }
 
 // readBeforeSmall is wave 1: one consistent BatchGetItem of the
 // commit's outcome key, commit e's first log item (e > 0) and the rows
 // the evaluation read (rr); errNotFast when they do not fit one call.
 // The head is not among them: the caller has it from a read that
 // completed before this one started (headBeforeSmall).
-func (s *Store) readBeforeSmall(ctx context.Context, partition string, e int64, outKey map[string]types.AttributeValue, rr map[rowKey]store.RowRead) (*smallRead, error) {
+func (s *Store) readBeforeSmall(ctx context.Context, partition string, e int64, withLog bool, outKey map[string]types.AttributeValue, rr map[rowKey]store.RowRead) (*smallRead, error) {
 	keys := []map[string]types.AttributeValue{outKey}
-	if e > 0 {
+	if e > 0 && withLog {
 		keys = append(keys, Key(logPK(partition), chunkSK(e, 0)))
 	}
 	for _, r := range rr {
@@ -662,7 +681,10 @@ func (s *Store) finishSmall(ctx context.Context, p string, seq int64, logItem, o
 	}
 	err = s.putItem(ctx, "log small commit", logItem, "attribute_not_exists(pk)", nil)
 	if isConditionFailed(err) {
-		return nil // another writer of this commit logged it (L)
+		err = nil // another writer of this commit logged it (L)
+	}
+	if err == nil {
+		s.noteLogged(p, seq, logItem)
 	}
 	return err
 }

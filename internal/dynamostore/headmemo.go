@@ -20,6 +20,50 @@ import (
 type headMemo struct {
 	mu sync.Mutex
 	m  map[string]seenHead
+	// logged is, per partition (by the log's pk), the last small commit
+	// whose log item this Store wrote or found present with its own
+	// put-if-absent (finishSmall), so a log item known to exist.
+	logged map[string]loggedCommit
+}
+
+// loggedCommit names a small commit by its seq and its log item's
+// identity (client, commit id, creation time), so a partition created
+// again under the same name, whose seqs start over, never matches it.
+type loggedCommit struct {
+	seq              int64
+	client, commitID string
+	createdAtMs      int64
+}
+
+func loggedCommitOf(seq int64, logItem map[string]types.AttributeValue) loggedCommit {
+	c := loggedCommit{seq: seq}
+	c.client, _ = getS(logItem, lClient)
+	c.commitID, _ = getS(logItem, lCommit)
+	c.createdAtMs, _ = getN(logItem, lCreated)
+	return c
+}
+
+// noteLogged records that small commit seq's log item (logItem, or its
+// attributes without the key) exists.
+func (s *Store) noteLogged(p string, seq int64, logItem map[string]types.AttributeValue) {
+	s.heads.mu.Lock()
+	defer s.heads.mu.Unlock()
+	if s.heads.logged == nil || len(s.heads.logged) >= indexMemoryMax {
+		s.heads.logged = make(map[string]loggedCommit)
+	}
+	s.heads.logged[logPK(p)] = loggedCommitOf(seq, logItem)
+}
+
+// knowsLogged reports whether this Store wrote (or found) the log item of
+// the small commit seq whose log attributes pendLog a head carries.
+func (s *Store) knowsLogged(p string, seq int64, pendLog map[string]types.AttributeValue) bool {
+	if pendLog == nil {
+		return false
+	}
+	s.heads.mu.Lock()
+	got, ok := s.heads.logged[logPK(p)]
+	s.heads.mu.Unlock()
+	return ok && got == loggedCommitOf(seq, pendLog)
 }
 
 type seenHead struct {
