@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -19,25 +20,51 @@ type BackfillReport struct {
 	Marked  bool // the head now marks the partition indexed
 }
 
-// BackfillScopeIndex moves a partition created before scope-keyed reads
-// to the new layout online (issue 11 item 7): it writes the scope copies
-// (scopeindex.go) of every live row of tables, then marks the head
-// (hScoped) so ScanScopedRows reads the copies from then on. tables must
-// name every table the partition holds rows of (the schema's tables).
+// BackfillScopeIndex writes the scope copies (scopeindex.go) of every
+// live row of tables written before the partition's commits wrote them,
+// then marks the head (hScoped) so ScanScopedRows reads the copies from
+// then on: for a partition whose copies a wide bootstrap turned on
+// (hScopeOn; the scheduled prune run calls it, app.Pruner) and for one
+// created before scope-keyed reads (issue 11 item 7; syncular-admin
+// backfill-scopes), which it first turns on itself. tables must name
+// every table the partition holds rows of (the schema's tables).
 //
-// Safe under traffic: each copy is written in a transaction with a
-// ConditionCheck that its row item is still the one read (same cs, not a
-// tombstone), so a row a concurrent commit rewrote or deleted is skipped
-// (that commit wrote or deleted its copies itself). Idempotent and
-// resumable: running it again rewrites identical copies, and the head is
-// marked only after every table was copied. Every writer must already run
-// a version that writes copies: a commit of an older version writes none.
+// Why no live row lacks its copies once hScoped is set: the head is read
+// after hScopeOn is on it (set by this call, or read with it), at
+// maxCommitSeq M. Every commit above M was conditioned on a head with
+// hScopeOn (a commit without copies requires it absent,
+// copiesOffCondition), so it writes its copies, inline or by whoever
+// materializes it (a roller plans them from a head that shows the flag,
+// which is never removed). Every commit up to M is materialized before
+// the rows are read (rollForward: a pending small commit and a large one
+// alike). Each live row read is then copied as read; a row that a commit
+// above M rewrote or deleted meanwhile is skipped, as that commit writes
+// or tombstones its copies itself.
+//
+// Safe under traffic: each row's copies are written in a transaction
+// with a ConditionCheck that its row item is still the one read (same cs,
+// not a tombstone), and each copy only over an older one ("cs <= the
+// row's cs"): a small commit above M puts its row and its copies in
+// parallel, so its copy can land before its row, and a copy of the row
+// as read must not overwrite it. Idempotent and resumable: running it
+// again rewrites identical copies, and the head is marked only after
+// every table was copied. Rows deleted before have their copy tombstones
+// (every delete writes them). A build from before adaptive copies that
+// runs this backfill marks hScoped without turning copies on first, so
+// copy-less commits of this build landing during its walk would be
+// missed: backfill with this build's syncular-admin.
 func (s *Store) BackfillScopeIndex(ctx context.Context, partition string, tables []string) (BackfillReport, error) {
 	var rep BackfillReport
 	if err := checkPartition(partition); err != nil {
 		return rep, err
 	}
 	h, ok, err := s.readHead(ctx, partition)
+	if err == nil && ok && !h.scoped && !h.copiesRequested {
+		// Commits write copies from here on; the head read next shows it.
+		if err = s.turnCopiesOn(ctx, partition); err == nil {
+			h, ok, err = s.readHead(ctx, partition)
+		}
+	}
 	if err != nil || !ok {
 		if err == nil {
 			err = ErrUnknownPartition
@@ -104,7 +131,7 @@ func (s *Store) BackfillScopeIndex(ctx context.Context, partition string, tables
 	_, err = s.updateItem(ctx, "backfill: mark head", &dynamodb.UpdateItemInput{
 		Key:                       Key(headPK(partition), headSK),
 		UpdateExpression:          aws.String("SET " + hScoped + " = :t"),
-		ConditionExpression:       aws.String("attribute_exists(pk)"),
+		ConditionExpression:       aws.String("attribute_exists(pk) AND " + hScopeOn + " = :t"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":t": BOOL(true)},
 	})
 	if err != nil {
@@ -127,10 +154,14 @@ func (s *Store) copyRow(ctx context.Context, p, table string, r *store.Row) (boo
 		ConditionExpression:       aws.String("cs = :cs AND attribute_not_exists(dl)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":cs": N(r.CommitSeq)},
 	}}}}
-	items = append(items, scopeIndexActions(s.table, p, r.CommitSeq, []store.RowWrite{w})...)
+	for _, a := range scopeIndexActions(s.table, p, r.CommitSeq, []store.RowWrite{w}) {
+		a.w.Put.ConditionExpression = aws.String("attribute_not_exists(pk) OR cs <= :cs")
+		a.w.Put.ExpressionAttributeValues = map[string]types.AttributeValue{":cs": N(r.CommitSeq)}
+		items = append(items, a)
+	}
 	err := s.transact(ctx, "backfill: copy row", items)
-	if codes, _ := cancelReasons(err); len(codes) > 0 && codes[0] == "ConditionalCheckFailed" {
-		return false, nil
+	if codes, _ := cancelReasons(err); slices.Contains(codes, "ConditionalCheckFailed") {
+		return false, nil // the row, or a copy, is a later commit's
 	}
 	return err == nil, wrap("backfill: copy row", err)
 }
