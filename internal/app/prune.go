@@ -273,13 +273,7 @@ func (r *pruneRun) prune(ctx context.Context, part string) {
 	}
 	backfilled := false
 	if err == nil && len(r.p.Tables) > 0 && r.p.Store.ScopeBackfillDue(part) {
-		var brep dynamostore.BackfillReport
-		if brep, err = r.p.Store.BackfillScopeIndex(ctx, part, r.p.Tables); err != nil {
-			r.p.Logger.ErrorContext(ctx, "scope backfill failed", "partition", part, "error", err.Error())
-		} else {
-			backfilled = brep.Marked
-			r.p.Logger.InfoContext(ctx, "scope copies backfilled", "partition", part, "rows", brep.Rows, "written", brep.Written, "skipped", brep.Skipped)
-		}
+		backfilled, err = r.backfill(ctx, part)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -292,6 +286,30 @@ func (r *pruneRun) prune(ctx context.Context, part string) {
 	if backfilled {
 		r.res.ScopesBackfilled++
 	}
+}
+
+// backfill writes the scope copies of part (dynamostore.
+// BackfillScopeIndex) until the run's deadline margin: a partition too
+// large for one run records its progress on its head and is resumed by
+// the next run, which is not a failure.
+func (r *pruneRun) backfill(ctx context.Context, part string) (bool, error) {
+	bctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		bctx, cancel = context.WithDeadline(ctx, dl.Add(-r.margin))
+		defer cancel()
+	}
+	rep, err := r.p.Store.BackfillScopeIndex(bctx, part, r.p.Tables)
+	switch {
+	case err != nil && bctx.Err() != nil && ctx.Err() == nil:
+		r.p.Logger.InfoContext(ctx, "scope backfill continues next run", "partition", part, "rows", rep.Rows, "written", rep.Written)
+		return false, nil
+	case err != nil:
+		r.p.Logger.ErrorContext(ctx, "scope backfill failed", "partition", part, "error", err.Error())
+		return false, err
+	}
+	r.p.Logger.InfoContext(ctx, "scope copies backfilled", "partition", part, "rows", rep.Rows, "written", rep.Written, "skipped", rep.Skipped)
+	return rep.Marked, nil
 }
 
 func (r *pruneRun) save(ctx context.Context, i int, cursor string) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -46,9 +48,11 @@ type BackfillReport struct {
 // not a tombstone), and each copy only over an older one ("cs <= the
 // row's cs"): a small commit above M puts its row and its copies in
 // parallel, so its copy can land before its row, and a copy of the row
-// as read must not overwrite it. Idempotent and resumable: running it
-// again rewrites identical copies, and the head is marked only after
-// every table was copied. Rows deleted before have their copy tombstones
+// as read must not overwrite it. Rows are copied 16 at a time.
+// Idempotent and resumable: the head records the last page copied
+// (hScopeFill, 1 WCU per page) and a run cut off by its deadline is
+// resumed after it; the head is marked only after every table was
+// copied. Rows deleted before have their copy tombstones
 // (every delete writes them). A build from before adaptive copies that
 // runs this backfill marks hScoped without turning copies on first, so
 // copy-less commits of this build landing during its walk would be
@@ -80,45 +84,46 @@ func (s *Store) BackfillScopeIndex(ctx context.Context, partition string, tables
 			return rep, err
 		}
 	}
-	for _, table := range tables {
+	from, after := resumeAt(h.fill, tables)
+	for ti, table := range tables {
 		if err := checkName("table", table); err != nil {
 			return rep, err
 		}
-		var rows []*store.Row
-		flush := func() error {
-			for _, r := range rows {
-				ok, err := s.copyRow(ctx, partition, table, r)
-				if err != nil {
-					return err
-				}
-				if ok {
-					rep.Written++
-				} else {
-					rep.Skipped++
-				}
-			}
-			rows = rows[:0]
-			return nil
+		if ti < from {
+			continue // copied by an earlier run (resumeAt)
 		}
-		var ferr error
-		err := s.query(ctx, "backfill: read rows", &dynamodb.QueryInput{
+		var last string
+		in := &dynamodb.QueryInput{
 			KeyConditionExpression:    aws.String("pk = :pk"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(rowPK(partition, table))},
 			Limit:                     aws.Int32(s.scanPage),
-		}, func(items []map[string]types.AttributeValue) bool {
+		}
+		if ti == from && after != "" {
+			in.KeyConditionExpression = aws.String("pk = :pk AND sk > :after")
+			in.ExpressionAttributeValues[":after"] = S(skLowerBound(rowSK(after)))
+		}
+		var ferr error
+		err := s.query(ctx, "backfill: read rows", in, func(items []map[string]types.AttributeValue) bool {
+			var rows []*store.Row
 			for _, it := range items {
 				r, err := parseRow(it)
 				if err != nil {
 					ferr = err
 					return false
 				}
+				if ti == from && after != "" && r.RowID <= after {
+					continue
+				}
+				last = r.RowID
 				if r.Deleted || len(r.Scopes) == 0 {
 					continue
 				}
 				rep.Rows++
 				rows = append(rows, r)
 			}
-			ferr = flush()
+			if ferr = s.copyRows(ctx, partition, table, rows, &rep); ferr == nil && last != "" {
+				ferr = s.saveFill(ctx, partition, table+"\x00"+last)
+			}
 			return ferr == nil
 		})
 		if err == nil {
@@ -130,7 +135,7 @@ func (s *Store) BackfillScopeIndex(ctx context.Context, partition string, tables
 	}
 	_, err = s.updateItem(ctx, "backfill: mark head", &dynamodb.UpdateItemInput{
 		Key:                       Key(headPK(partition), headSK),
-		UpdateExpression:          aws.String("SET " + hScoped + " = :t"),
+		UpdateExpression:          aws.String("SET " + hScoped + " = :t REMOVE " + hScopeFill),
 		ConditionExpression:       aws.String("attribute_exists(pk) AND " + hScopeOn + " = :t"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":t": BOOL(true)},
 	})
@@ -139,6 +144,63 @@ func (s *Store) BackfillScopeIndex(ctx context.Context, partition string, tables
 	}
 	rep.Marked = true
 	return rep, nil
+}
+
+// hScopeFill on the head: where a BackfillScopeIndex cut off (by a
+// request's or a prune run's deadline) stopped, "<table>\x00<rowId>": the
+// last row of the last page whose copies were all written. The next run
+// starts after it: a row before it was copied as it was then, and any
+// commit that changed it since wrote its own copies (it came after
+// hScopeOn).
+const hScopeFill = "sf"
+
+// resumeAt parses a head's hScopeFill against tables: the index of the
+// table to resume and the rowId to resume after (0, "": from the start,
+// also when the table is not among tables).
+func resumeAt(fill string, tables []string) (int, string) {
+	table, after, ok := strings.Cut(fill, "\x00")
+	if !ok {
+		return 0, ""
+	}
+	if i := slices.Index(tables, table); i >= 0 {
+		return i, after
+	}
+	return 0, ""
+}
+
+// saveFill records a backfill's progress on the head (hScopeFill), once
+// per page of rows: 1 WCU per scanPage rows.
+func (s *Store) saveFill(ctx context.Context, p, fill string) error {
+	_, err := s.updateItem(ctx, "backfill: progress", &dynamodb.UpdateItemInput{
+		Key:                       Key(headPK(p), headSK),
+		UpdateExpression:          aws.String("SET " + hScopeFill + " = :f"),
+		ConditionExpression:       aws.String("attribute_exists(pk) AND " + hScopeOn + " = :t AND attribute_not_exists(" + hScoped + ")"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":f": S(fill), ":t": BOOL(true)},
+	})
+	if isConditionFailed(err) {
+		return nil // another run marked the partition meanwhile
+	}
+	return err
+}
+
+// copyRows copies rows (one page), plainConcurrency at a time, counting
+// them in rep.
+func (s *Store) copyRows(ctx context.Context, p, table string, rows []*store.Row, rep *BackfillReport) error {
+	var mu sync.Mutex
+	return fanOut(plainConcurrency, rows, func(r *store.Row) error {
+		ok, err := s.copyRow(ctx, p, table, r)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if ok {
+			rep.Written++
+		} else {
+			rep.Skipped++
+		}
+		return nil
+	})
 }
 
 // copyRow writes r's scope copies if its row item is unchanged; false

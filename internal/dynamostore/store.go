@@ -154,6 +154,9 @@ type head struct {
 	// copiesRequested: commits write scope copies, the rows before not
 	// all copied yet (hScopeOn, scopeindex.go).
 	copiesRequested bool
+	// fill: where an interrupted scope-copy backfill stopped (hScopeFill,
+	// backfill.go).
+	fill string
 	// indexFrom: the first commit with log-index entries (hLogIndexFrom,
 	// logindex.go); 0 when none yet.
 	indexFrom int64
@@ -187,6 +190,7 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 	h.LastSeenAtMs, ok[5] = getN(item, hSeen)
 	h.scoped, _ = getBool(item, hScoped) // absent before the index existed, and until a backfill
 	h.copiesRequested, _ = getBool(item, hScopeOn)
+	h.fill, _ = getS(item, hScopeFill)
 	h.indexFrom, _ = getN(item, hLogIndexFrom)
 	// hLogIndexOn is absent until a wide pull (or IndexNewPartitions).
 	h.indexRequested, _ = getBool(item, hLogIndexOn)
