@@ -3,7 +3,9 @@ package dynamostore
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -84,7 +86,8 @@ func (s *Store) BackfillScopeIndex(ctx context.Context, partition string, tables
 			return rep, err
 		}
 	}
-	from, after := resumeAt(h.fill, tables)
+	list := tablesPrint(tables)
+	from, after := resumeAt(h.fill, list, tables)
 	for ti, table := range tables {
 		if err := checkName("table", table); err != nil {
 			return rep, err
@@ -122,7 +125,7 @@ func (s *Store) BackfillScopeIndex(ctx context.Context, partition string, tables
 				rows = append(rows, r)
 			}
 			if ferr = s.copyRows(ctx, partition, table, rows, &rep); ferr == nil && last != "" {
-				ferr = s.saveFill(ctx, partition, table+"\x00"+last)
+				ferr = s.saveFill(ctx, partition, list+"\x00"+table+"\x00"+last)
 			}
 			return ferr == nil
 		})
@@ -147,19 +150,31 @@ func (s *Store) BackfillScopeIndex(ctx context.Context, partition string, tables
 }
 
 // hScopeFill on the head: where a BackfillScopeIndex cut off (by a
-// request's or a prune run's deadline) stopped, "<table>\x00<rowId>": the
-// last row of the last page whose copies were all written. The next run
+// request's or a prune run's deadline) stopped,
+// "<tablesPrint>\x00<table>\x00<rowId>": the last row of the last page
+// whose copies were all written. The next run over the same tables
 // starts after it: a row before it was copied as it was then, and any
 // commit that changed it since wrote its own copies (it came after
-// hScopeOn).
+// hScopeOn). A run over other tables (a schema that added one) starts
+// over, so no table is taken for copied that was not.
 const hScopeFill = "sf"
 
-// resumeAt parses a head's hScopeFill against tables: the index of the
-// table to resume and the rowId to resume after (0, "": from the start,
-// also when the table is not among tables).
-func resumeAt(fill string, tables []string) (int, string) {
-	table, after, ok := strings.Cut(fill, "\x00")
-	if !ok {
+// tablesPrint fingerprints a backfill's table list, in its order.
+func tablesPrint(tables []string) string {
+	h := fnv.New64a()
+	for _, t := range tables {
+		fmt.Fprintf(h, "%d:%s", len(t), t)
+	}
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// resumeAt parses a head's hScopeFill for a run over tables (print
+// list): the index of the table to resume and the rowId to resume after
+// (0, "": from the start).
+func resumeAt(fill, list string, tables []string) (int, string) {
+	got, rest, ok := strings.Cut(fill, "\x00")
+	table, after, ok2 := strings.Cut(rest, "\x00")
+	if !ok || !ok2 || got != list {
 		return 0, ""
 	}
 	if i := slices.Index(tables, table); i >= 0 {

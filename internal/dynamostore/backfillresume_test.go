@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,7 +53,7 @@ func TestScopeBackfillResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill, _ := out.Item["sf"].(*types.AttributeValueMemberS)
-	if fill == nil || fill.Value != "tasks\x00r099" {
+	if fill == nil || !strings.HasSuffix(fill.Value, "\x00tasks\x00r099") {
 		t.Fatalf("progress on the head after two pages: %+v, want the last row of the second page", out.Item["sf"])
 	}
 
@@ -62,6 +63,7 @@ func TestScopeBackfillResumes(t *testing.T) {
 		RowID: "r007", Version: 2, Payload: []byte("late"), Scopes: wire.StoredScopes{{Key: "org", Value: org(7)}}}})); err != nil {
 		t.Fatal(err)
 	}
+	// A run over the same tables resumes after the recorded page.
 	rep, err := dynamostore.New(c, table, dynamostore.Options{ScanPageSize: page}).BackfillScopeIndex(context.Background(), p, []string{"tasks"})
 	if err != nil || !rep.Marked || rep.Rows != rows-2*page {
 		t.Fatalf("resumed backfill: %+v %v; want the %d rows after the second page read and the head marked", rep, err, rows-2*page)
