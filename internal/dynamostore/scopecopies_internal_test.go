@@ -179,10 +179,13 @@ func TestScopeCopiesAdaptive(t *testing.T) {
 	if !pr.ScopeBackfillDue(r.p) {
 		t.Fatal("the prune run's head read does not show the backfill due")
 	}
-	rep, err := pr.BackfillScopeIndex(r.ctx, r.p, []string{"tasks"})
+	bctx, bcap := WithCapacity(r.ctx)
+	rep, err := pr.BackfillScopeIndex(bctx, r.p, []string{"tasks"})
 	if err != nil || !rep.Marked || rep.Rows != 322 {
 		t.Fatalf("backfill: %+v %v; want 322 live rows and the head marked", rep, err)
 	}
+	bu := bcap.Snapshot()
+	t.Logf("backfill of %d rows: %d round trips, %.1f RCU, %.1f WCU", rep.Rows, bu.RoundTrips, bu.EstRCU, bu.EstWCU)
 	if h := r.head(); !h.scoped {
 		t.Fatal("head not marked after the backfill")
 	}
