@@ -38,11 +38,12 @@ func TestScopeBackfillResumes(t *testing.T) {
 	}
 
 	// One UpdateItem turns copies on, one marks the last seed commit (a
-	// small one, pending on the head) applied, then a transaction per row
-	// and an UpdateItem per page of 50: cut off as the third page starts.
+	// small one, pending on the head) applied, then plain puts of the
+	// copies and an UpdateItem recording each page of 50: cut off before
+	// the third page is recorded.
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
-	cc := &cutOffClient{base: c.Options().HTTPClient, cancel: cancel, budget: 2 + 2*(page+1)}
+	cc := &cutOffClient{base: c.Options().HTTPClient, cancel: cancel, budget: 2 + 2}
 	cut := dynamostore.New(dynamodb.New(c.Options(), func(o *dynamodb.Options) { o.HTTPClient = cc }), table, dynamostore.Options{ScanPageSize: page})
 	if rep, err := cut.BackfillScopeIndex(ctx, p, []string{"tasks"}); err == nil || rep.Marked {
 		t.Fatalf("cut-off backfill: %+v %v, want it stopped unmarked", rep, err)
