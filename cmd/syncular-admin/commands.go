@@ -210,10 +210,7 @@ func (a *admin) backfillScopes(ctx context.Context, sel selection) int {
 		a.fail("load schema %s (SYNC_SCHEMA_PATH): %v", a.cfg.SchemaFile(), err)
 		return exitUsage
 	}
-	var tables []string
-	for _, t := range sch.Versions[sch.Latest].Tables {
-		tables = append(tables, t.Name)
-	}
+	tables := app.LatestTables(sch)
 	ps, err := a.targets(ctx, sel)
 	if err != nil {
 		a.fail("%v", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/config"
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
+	"github.com/skyfold/syncular-lambda/internal/core/schema"
 	"github.com/skyfold/syncular-lambda/internal/dynamostore"
 	"github.com/skyfold/syncular-lambda/internal/metrics"
 	"github.com/skyfold/syncular-lambda/internal/s3blobs"
@@ -67,6 +68,9 @@ type PruneResult struct {
 	// BlobsSwept counts orphaned blobs deleted by the sweep that follows
 	// a finished pass (§5.9.2; Engine.SweepBlobs).
 	BlobsSwept int `json:"blobsSwept"`
+	// ScopesBackfilled counts partitions whose scope copies this run
+	// completed (dynamostore.BackfillScopeIndex).
+	ScopesBackfilled int `json:"scopesBackfilled"`
 }
 
 // Pruner runs Engine.Prune with the §4.6 floors over every partition of
@@ -91,6 +95,11 @@ type Pruner struct {
 	// or measure (engine.RetentionOverride); nil, the production value,
 	// keeps the normative defaults.
 	Retention *engine.RetentionOverride
+	// Tables are the schema's tables: a partition whose head asks for
+	// scope copies not all written yet (a wide bootstrap turned them on,
+	// dynamostore.ScopeBackfillDue, known from the head Prune reads
+	// anyway) has them backfilled after its prune. Empty: none is.
+	Tables []string
 }
 
 // errPruneFailures makes the invocation fail (Lambda's Errors metric and
@@ -253,13 +262,18 @@ func (r *pruneRun) shard(ctx context.Context, i int) {
 	}
 }
 
-// prune runs Engine.Prune on one partition and counts the outcome.
+// prune runs Engine.Prune on one partition, then the scope-copy
+// backfill when its head asks for one, and counts the outcome.
 func (r *pruneRun) prune(ctx context.Context, part string) {
 	rep, err := r.p.Engine.Prune(ctx, part, r.p.Retention)
 	if err != nil {
 		r.p.Logger.ErrorContext(ctx, "prune failed", "partition", part, "error", err.Error())
 	} else if rep.Removed > 0 {
 		r.p.Logger.InfoContext(ctx, "pruned", "partition", part, "oldHorizon", rep.OldHorizon, "newHorizon", rep.NewHorizon, "removed", rep.Removed)
+	}
+	backfilled := false
+	if err == nil && len(r.p.Tables) > 0 && r.p.Store.ScopeBackfillDue(part) {
+		backfilled, err = r.backfill(ctx, part)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -269,6 +283,33 @@ func (r *pruneRun) prune(ctx context.Context, part string) {
 	}
 	r.res.Partitions++
 	r.res.Removed += rep.Removed
+	if backfilled {
+		r.res.ScopesBackfilled++
+	}
+}
+
+// backfill writes the scope copies of part (dynamostore.
+// BackfillScopeIndex) until the run's deadline margin: a partition too
+// large for one run records its progress on its head and is resumed by
+// the next run, which is not a failure.
+func (r *pruneRun) backfill(ctx context.Context, part string) (bool, error) {
+	bctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		bctx, cancel = context.WithDeadline(ctx, dl.Add(-r.margin))
+		defer cancel()
+	}
+	rep, err := r.p.Store.BackfillScopeIndex(bctx, part, r.p.Tables)
+	switch {
+	case err != nil && bctx.Err() != nil && ctx.Err() == nil:
+		r.p.Logger.InfoContext(ctx, "scope backfill continues next run", "partition", part, "rows", rep.Rows, "written", rep.Written)
+		return false, nil
+	case err != nil:
+		r.p.Logger.ErrorContext(ctx, "scope backfill failed", "partition", part, "error", err.Error())
+		return false, err
+	}
+	r.p.Logger.InfoContext(ctx, "scope copies backfilled", "partition", part, "rows", rep.Rows, "written", rep.Written, "skipped", rep.Skipped)
+	return rep.Marked, nil
 }
 
 func (r *pruneRun) save(ctx context.Context, i int, cursor string) {
@@ -321,6 +362,16 @@ func PruneEngine(cfg *config.Config, clients *AWSClients, st *dynamostore.Store)
 	})
 }
 
+// LatestTables names the tables of the schema's latest version (the
+// scope-copy backfill's tables).
+func LatestTables(sch *schema.Schema) []string {
+	var tables []string
+	for _, t := range sch.Versions[sch.Latest].Tables {
+		tables = append(tables, t.Name)
+	}
+	return tables
+}
+
 // PruneMain is the whole main of the prune function.
 func PruneMain() {
 	runJob(PruneJob, func(l *slog.Logger) (any, error) {
@@ -348,9 +399,14 @@ func newPruner(logger *slog.Logger) (*Pruner, error) {
 	if err != nil {
 		return nil, err
 	}
+	sch, err := loadSchema(cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &Pruner{
 		Engine: eng,
 		Store:  st,
+		Tables: LatestTables(sch),
 		Logger: logger,
 		EMF:    &metrics.EMF{Namespace: cfg.MetricsNamespace, Fixed: map[string]string{metrics.DimFunction: PruneJob.Name}},
 	}, nil

@@ -251,11 +251,13 @@ func (s *Store) Commit(ctx context.Context, partition string, req *store.CommitR
 	if err := s.settleHinted(ctx, partition, req.ExpectedMaxSeq); err != nil {
 		return err
 	}
-	err = s.commit(ctx, partition, req, pc, s.indexOn(partition))
-	if errors.Is(err, errIndexOn) {
-		// The head's log index is on (logindex.go, adaptive): the same
-		// commit with its entries.
-		err = s.commit(ctx, partition, req, pc, true)
+	l := s.layout(partition)
+	err = s.commit(ctx, partition, req, pc, l)
+	var le *layoutError
+	if errors.As(err, &le) {
+		// The head's log index or scope copies are on (logindex.go,
+		// scopeindex.go: adaptive): the same commit with them.
+		err = s.commit(ctx, partition, req, pc, l.or(le.want))
 	}
 	return err
 }
@@ -266,7 +268,7 @@ type prepared struct {
 	seq     int64
 	rows    []store.RowWrite // the last write of each row
 	refs    []store.RefWrite
-	index   []txItem // scope-copy writes
+	index   []txItem // scope-copy writes, live copies included (copyWrites)
 	body    []byte   // the log body
 	chunks  []map[string]types.AttributeValue
 	outcome map[string]types.AttributeValue
@@ -324,12 +326,12 @@ func (s *Store) prepare(partition string, req *store.CommitRequest) (*prepared, 
 	return &prepared{seq: seq, rows: rows, refs: refs, index: index, body: body, chunks: chunks, outcome: oitem}, nil
 }
 
-// commit is Commit with or without the log-index entries: indexed is
-// what this instance knows of the partition's log index. A commit
-// without entries is conditioned on the index being off and fails with
-// errIndexOn when it is on.
-func (s *Store) commit(ctx context.Context, partition string, req *store.CommitRequest, pc *prepared, indexed bool) error {
-	parts, err := s.commitParts(partition, req, pc, indexed)
+// commit is Commit with or without the log-index entries and the live
+// scope copies: l is what this instance knows of the partition's head.
+// A commit without either is conditioned on the head not asking for it
+// and fails with a layoutError when it does.
+func (s *Store) commit(ctx context.Context, partition string, req *store.CommitRequest, pc *prepared, l layout) error {
+	parts, err := s.commitParts(partition, req, pc, l)
 	if err != nil {
 		return err
 	}
@@ -359,7 +361,7 @@ func (s *Store) commit(ctx context.Context, partition string, req *store.CommitR
 	}
 	cond, vals := commitCondition(req)
 	vals[":n"] = N(seq)
-	update, cond = indexHead(update, cond, ":n", indexed)
+	update, cond = indexHead(update, cond, ":n", l)
 	if req.Ticket > 0 {
 		// A queued commit (store.CommitQueue) also takes its turn.
 		cond += " AND " + turnCondition(req.Ticket-1)
@@ -391,7 +393,7 @@ func (s *Store) commit(ctx context.Context, partition string, req *store.CommitR
 			// stopped at), so only the hook's error is reported. The
 			// batches are planned from the log body, exactly as a
 			// roll-forward plans them.
-			if acts, err := s.materialization(partition, seq, body); err == nil {
+			if acts, err := s.materialization(partition, seq, body, l.copies); err == nil {
 				_ = s.materialize(ctx, partition, seq, acts, nil)
 			}
 			return nil
@@ -433,8 +435,8 @@ func (s *Store) commit(ctx context.Context, partition string, req *store.CommitR
 				return &store.HeadMovedError{Head: h.Head}
 			}
 			s.noteIndex(partition, h)
-			if !indexed && h.indexOn() {
-				return errIndexOn
+			if !l.covers(h.layout()) {
+				return &layoutError{want: h.layout()}
 			}
 			// The head is where the caller read it but its last commit is
 			// not materialized yet: finish it, then try again.
@@ -469,27 +471,34 @@ func (s *Store) headUpdate(partition, update, cond string, vals map[string]types
 	}}}
 }
 
-// indexHead adds the adaptive log index (logindex.go) to the update and
-// condition of a head update that moves maxCommitSeq: with entries
-// (indexed), the first commit written with them, whose seq is the value
-// first, starts the index; without, the head must have the index off,
-// so no commit lacking entries lands once it is on.
-func indexHead(update, cond, first string, indexed bool) (string, string) {
-	if indexed {
-		return update + ", " + hLogIndexFrom + " = if_not_exists(" + hLogIndexFrom + ", " + first + ")", cond
+// indexHead adds the adaptive log index (logindex.go) and scope copies
+// (scopeindex.go) to the update and condition of a head update that
+// moves maxCommitSeq: with entries (l.index), the first commit written
+// with them, whose seq is the value first, starts the index; without,
+// the head must have the index off, so no commit lacking entries lands
+// once it is on. Likewise a commit without live copies requires the
+// head to have copies off.
+func indexHead(update, cond, first string, l layout) (string, string) {
+	if l.index {
+		update += ", " + hLogIndexFrom + " = if_not_exists(" + hLogIndexFrom + ", " + first + ")"
+	} else {
+		cond += " AND " + indexOffCondition
 	}
-	return update, cond + " AND " + indexOffCondition
+	if !l.copies {
+		cond += " AND " + copiesOffCondition
+	}
+	return update, cond
 }
 
 // commitParts are the transaction actions of one prepared commit at its
 // seq (ExpectedMaxSeq+1), everything but the partition head's update:
-// the outcome, log and, when indexed, log-index items (log, outcome
+// the outcome, log and, with l.index, log-index items (log, outcome
 // first), the row, reference and scope-copy writes (rows, each row
 // conditioned on being as read when the evaluation read it; a deleted
-// scope copy is a tombstone), and the checks of rows read but not
-// written. commit and CommitGroup (group.go) build their transactions
-// from them alone; the head update of either takes indexHead with the
-// same indexed.
+// scope copy is a tombstone; live copies only with l.copies), and the
+// checks of rows read but not written. commit and CommitGroup (group.go)
+// build their transactions from them alone; the head update of either
+// takes indexHead with the same l.
 type commitParts struct {
 	seq  int64
 	body []byte
@@ -505,8 +514,8 @@ type commitParts struct {
 	rowBytes          int // rows plus checks
 }
 
-func (s *Store) commitParts(partition string, req *store.CommitRequest, pc *prepared, indexed bool) (*commitParts, error) {
-	seq, rows, refs, index, chunks, oitem := pc.seq, pc.rows, pc.refs, pc.index, pc.chunks, pc.outcome
+func (s *Store) commitParts(partition string, req *store.CommitRequest, pc *prepared, l layout) (*commitParts, error) {
+	seq, rows, refs, index, chunks, oitem := pc.seq, pc.rows, pc.refs, copyWrites(pc.index, l.copies), pc.chunks, pc.outcome
 	cp := &commitParts{seq: seq, body: pc.body, advIdx: -1, chunks: len(chunks)}
 	items := make([]txItem, 0, 1+len(chunks))
 	notExists := aws.String("attribute_not_exists(pk)")
@@ -518,7 +527,7 @@ func (s *Store) commitParts(partition string, req *store.CommitRequest, pc *prep
 	}
 	// The log's scope index (logindex.go) lands with the log itself, once
 	// the partition has it on.
-	if indexed {
+	if l.index {
 		items = append(items, logIndexActions(s.table, partition, seq, req.Commit.Changes)...)
 	}
 	// A backfill batch moves its checkpoint in the same transaction,
@@ -672,19 +681,24 @@ func planPrint(batches [][]txItem) string {
 
 // materialization is every write a large commit makes after its log
 // transaction, in a fixed order derived from the log body alone: the
-// rows (the last write of each), the reference index, the scope copies.
-// Whoever materializes the commit (its writer or any roll-forward) plans
-// the same actions, so the same batches, and a batch count on the head
-// names exactly what is written.
-func (s *Store) materialization(p string, seq int64, body []byte) ([]txItem, error) {
+// rows (the last write of each), the reference index, the scope copies
+// (live ones with copies: the head the writer read asks for them,
+// scopeindex.go; copy tombstones always). Whoever materializes the
+// commit (its writer or any roll-forward) plans the same actions from
+// the same head state, so the same batches, and a batch count on the
+// head names exactly what is written. A roller that reads hScopeOn set
+// after the commit was written plans its live copies too: another plan
+// print, so it starts over at the first batch (planPrint), which is
+// only slower.
+func (s *Store) materialization(p string, seq int64, body []byte, copies bool) ([]txItem, error) {
 	lb, err := s.decodeLog(body, seq)
 	if err != nil {
 		return nil, fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 	}
-	return s.materializationOf(p, seq, lb)
+	return s.materializationOf(p, seq, lb, copies)
 }
 
-func (s *Store) materializationOf(p string, seq int64, lb *logBody) ([]txItem, error) {
+func (s *Store) materializationOf(p string, seq int64, lb *logBody, copies bool) ([]txItem, error) {
 	rows, err := lb.materialization(seq)
 	if err != nil {
 		return nil, fmt.Errorf("dynamostore: log item %d: %w", seq, err)
@@ -702,7 +716,7 @@ func (s *Store) materializationOf(p string, seq int64, lb *logBody) ([]txItem, e
 	}
 	// Scope copies (scopeindex.go) are unconditional puts and deletes of
 	// the commit's final state per copy: idempotent under the same fence.
-	return append(acts, scopeIndexActions(s.table, p, seq, rows)...), nil
+	return append(acts, copyWrites(scopeIndexActions(s.table, p, seq, rows), copies)...), nil
 }
 
 // progressSize is the size budgeted for the head update of a batch.
@@ -937,7 +951,7 @@ func (s *Store) rollForward(ctx context.Context, p string, h head) error {
 		if c == nil || c.Seq != seq {
 			return fmt.Errorf("dynamostore: commit %d is not materialized and missing from the log: %w", seq, errCorrupt)
 		}
-		acts, err := s.materializationOf(p, seq, body)
+		acts, err := s.materializationOf(p, seq, body, h.copiesOn())
 		if err != nil {
 			return err
 		}

@@ -28,6 +28,18 @@ func TestContractLogIndexOn(t *testing.T) {
 	})
 }
 
+// TestContractScopeCopiesOn runs the contract on partitions created with
+// scope copies on and marked (new partitions start without them until a
+// bootstrap shows them wide, scopeindex.go), so ScanScopedRows' read of
+// the copies, and the copies every commit path writes, meet the contract
+// as its read of the row items does in TestContract.
+func TestContractScopeCopiesOn(t *testing.T) {
+	c := ddbClient(t)
+	storetest.RunStore(t, func(t *testing.T) store.Store {
+		return dynamostore.New(c, newTable(t, c), dynamostore.Options{ScopeCopiesNewPartitions: true})
+	})
+}
+
 // TestContractTransactionalCommits runs the contract with every commit
 // in one transaction (Options.TransactionalCommits; the default writes
 // small commits without one, fast.go).

@@ -130,7 +130,8 @@
 // UpdateItem of the head that moves maxCommitSeq, carries the log and
 // outcome items (the commit point) and marks the previous small commit
 // applied (appliedSeq) once that read found its log item; then the
-// outcome, row and scope-copy puts in parallel; then the log item, last.
+// outcome, row and (once the partition has them on) scope-copy puts in
+// parallel; then the log item, last.
 // Nothing else moves appliedSeq: a log item proves its commit written
 // whole, and the next commit's head update records it. Until then the
 // head shows the commit pending (ps = maxCommitSeq = appliedSeq + 1),
@@ -139,12 +140,15 @@
 // once (ScanRows, ScanScopedRows, ListChildren) and write it whole only
 // when that is absent (a crashed or slow writer); Prune, PutRejection,
 // backfills and the transactional commit also move appliedSeq. A 1-op
-// push is 5 WCU (head, outcome, row, scope copy, log: 1 each; 10 in the
-// transaction) for 6 DynamoDB calls in 4 waves after the head and rows
+// insert is 4 WCU (head, outcome, row, log: 1 each; 8 in the
+// transaction) for 5 DynamoDB calls in 4 waves after the head and rows
 // read (1 in the transaction) and 3 more RCU (its outcome key, the
 // previous commit's log item, the row): the commit follows the head that
 // read returned, which the Store remembers for 2 s (headmemo.go), and
-// reads the head again (+1 call) only without it. fast.go proves gapless
+// reads the head again (+1 call) only without it. 5 WCU and 6 calls
+// (10 in the transaction) with the partition's scope copies on, or for
+// a delete, which writes its copy tombstone whatever the state
+// ("Scope-keyed reads" below). fast.go proves gapless
 // seqs, exactly-once outcomes, atomic visibility and the writer fence
 // for this order, and what a stale writer can and cannot do. Queued
 // commits (contention, below) keep the transaction: the queue's turn is
@@ -201,22 +205,41 @@
 //
 // # Scope-keyed reads (issue 11)
 //
-// Every live row of a scoped table also lives once per stored scope
-// under a pk of its (table, variable, value) (scopeindex.go), written
-// with the row item, in its transaction or its roll-forward (scope
-// values are immutable after insert, §3.4, so a copy never moves); a
-// delete leaves a tombstone there too, skipped by reads and removed by
-// Prune (issue 23: the plain roll-forward relies on it). A bootstrap page
-// Queries only the pks of the requested values (ScanScopedRows), so a
-// 1% scope of a table costs about 1% of the table's read units; the row
-// item, keyed by rowId, stays what a push reads (GetRows), so a push
-// still reads head and rows in one BatchGetItem. The copy costs one more
-// item per scope variable on every row write: a 1-op insert is 10 WCU
-// (was 8; 12 with a log-index entry, below), and a commit inlines at most
-// about 48 one-variable rows (each row is two actions of the
-// transaction's 100) before it takes the log-then-materialize path. Partitions created before the index read
-// the row items per value until syncular-admin backfills them
-// (BackfillScopeIndex, resumable and safe under traffic).
+// In a partition with scope copies on, every live row of a scoped table
+// also lives once per stored scope under a pk of its (table, variable,
+// value) (scopeindex.go), written with the row item, in its transaction
+// or its roll-forward (scope values are immutable after insert, §3.4, so
+// a copy never moves); a delete leaves a tombstone there too, skipped by
+// reads and removed by Prune (issue 23: the plain roll-forward relies on
+// it). A bootstrap page Queries only the pks of the requested values
+// (ScanScopedRows), so a 1% scope of a table costs about 1% of the
+// table's read units; the row item, keyed by rowId, stays what a push
+// reads (GetRows), so a push still reads head and rows in one
+// BatchGetItem. The copy costs one more item per scope variable on every
+// row write (a 1-op insert 5 WCU, 10 in the transaction), and a commit
+// inlines at most about 48 one-variable rows (each row is two actions of
+// the transaction's 100) before it takes the log-then-materialize path.
+//
+// Copies are adaptive (issue 23; scopeindex.go has the argument): a new
+// partition writes none (a 1-op insert is 4 WCU, and about 97
+// one-variable rows inline), and ScanScopedRows reads its row items, as
+// for partitions created before the index. In a partition whose rows all
+// carry the value its clients pull that read returns exactly the visible
+// rows. When one read takes at least 256 row items of which fewer than
+// 1 in 8 match, it sets hScopeOn on the head (one conditional
+// UpdateItem, once per partition); every later commit writes its copies
+// (a commit without them is conditioned on the flag's absence and
+// written again with them when refused), and the next scheduled prune
+// run backfills the rows written before (BackfillScopeIndex, resumable
+// and safe under traffic; app.Pruner, from the head Prune reads anyway)
+// and sets hScoped, after which bootstraps read the copies. Deletes write
+// their copy tombstones in every state, so a copy left by an older build
+// (rolling deploy: it writes copies always and reads them only with
+// hScoped) never outlives its row; Prune deletes them as before.
+// Options.ScopeCopiesNewPartitions creates partitions with copies on and
+// marked. Partitions created before the index read the row items per
+// value until the trigger or syncular-admin backfill-scopes (which sets
+// hScopeOn first) backfills them.
 //
 // # Log scope index (§3.1; issues 11 and 23)
 //
@@ -280,21 +303,24 @@
 // engine's push, delete and pull on the same counts.
 //
 //	operation                          trips  RCU  WCU
-//	push, 1 op (head+rows read, Commit)    7    5    5   (TouchPartitionRows, a small commit;
-//	                                                      in the transaction 2 / 2 / 10, 12
-//	                                                      with the log index on)
+//	push, 1 op (head+rows read, Commit)    6    5    4   (TouchPartitionRows, a small commit;
+//	                                                      in the transaction 2 / 2 / 8; +1
+//	                                                      call and 1 WCU (2) with scope copies
+//	                                                      on, 2 more WCU with the log index)
 //	push, 50 ops (large-commit path)     104   52  107   (log transaction of 6, 100 plain
 //	                                                      Puts, 1 progress update; was
 //	                                                      105 / 114 with 99-write batches
 //	                                                      and a plain log body, 5 / 216
 //	                                                      with transactional batches)
-//	push, 1 delete (tombstone Put)         7    5    5   (in the transaction 2 / 2 / 10)
+//	push, 1 delete (tombstone Put)         7    5    5   (and its copy tombstone; in the
+//	                                                      transaction 2 / 2 / 10)
 //	quiet pull (TouchPartition)            1    1    0   (head; + marker once per 5 s)
 //	incremental pull, 100 commits          1    4    0   (store read: the log, eventually
 //	                                                      consistent; 8 consistent)
 //	incremental pull, 1 of 1,001 commits   6    8    0   (engine, scope index and
 //	                                                       serve-gate re-read; make load-dynamodb)
-//	bootstrap page, 1000 rows of a scope   2   61    0   (whatever the table's size)
+//	bootstrap page, 1000 rows of a scope   2   61    0   (whatever the table's size, once
+//	                                                      the partition's copies are on)
 //	                                                     (each Query sized to the page and its
 //	                                                      lookahead row: 1.12× the rows' units)
 //	prune, per pruned commit               -  log  log + 1 per tombstone

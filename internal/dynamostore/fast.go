@@ -39,7 +39,8 @@ import (
 //  2. one conditional UpdateItem of the head, the commit point: mx = E,
 //     E materialized or pending ("ap = E OR (ap = E−1 AND ps = E)"),
 //     the writer fence and gate token (commitCondition's), the log index
-//     off, PutRejection's count as H showed it; it sets mx = N, ap = E,
+//     off, scope copies off when H showed them off (scopeindex.go),
+//     PutRejection's count as H showed it; it sets mx = N, ap = E,
 //     and carries N's log item and outcome item (pl, po) with ps = N;
 //  3. the outcome, row and scope-copy puts, in parallel: the outcome
 //     put-if-absent (or expired, outcomeAbsent), each row and copy
@@ -48,13 +49,14 @@ import (
 //
 // No write moves appliedSeq on its own: commit N+1's commit point marks
 // N applied (ap = N in 2), and readers that need N's rows settle it
-// themselves (settleSmall). A one-op insert is 5 WCU (head, outcome,
-// row, scope copy, log: 1 each, against 10 in the transaction) and
-// 3 RCU (outcome key, E's log item, row) for 6 calls in 4 waves after
-// the push's head and rows read (one TransactWriteItems in the
-// transaction), 2 RCU when this Store wrote E (a client pushing again
-// through the same instance); without a usable H, one more call and
-// one more RCU for the head, in 5 waves.
+// themselves (settleSmall). A one-op insert is 4 WCU (head, outcome,
+// row, log: 1 each, against 8 in the transaction; 5 and 10 with the
+// partition's scope copies on, scopeindex.go) and 3 RCU (outcome key,
+// E's log item, row) for 5 calls in 4 waves after the push's head and
+// rows read (one TransactWriteItems in the transaction), 2 RCU when
+// this Store wrote E (a client pushing again through the same
+// instance); without a usable H, one more call and one more RCU for the
+// head, in 5 waves.
 //
 // # The head wave 1 follows
 //
@@ -81,7 +83,9 @@ import (
 // 2's condition on the head as it is then: mx; ap and ps (a head that
 // showed E pending and shows it applied now passes, and the log and
 // outcome items H carries for E are E's, which never change); the
-// writer fence and gate token; the log-index flags; rj. A head that
+// writer fence and gate token; the log-index flags; the scope-copy
+// flags when H showed copies off (a head that showed them on needs no
+// check: they never turn off, and 1's copies are then written); rj. A head that
 // moved in any of them since H fails 2, which writes nothing and ends
 // the commit as a lost race always ends it: the gate's refusal, or
 // HeadMovedError with the head the failure returned, which this Store
@@ -308,7 +312,7 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 	}
 	r1.logKnown = logKnown
 	read := r1.rows
-	pending := h.pendingSmall()
+	pending, copies := h.pendingSmall(), h.copiesOn()
 	prev, pendLog, pendOut, err := s.previousSmall(ctx, partition, req, &h, r1)
 	if err != nil {
 		return err
@@ -336,14 +340,14 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 		// E is on the head and its log item was not read: write E whole
 		// (L) before 2 marks it applied.
 		body, _ := getB(pendLog, lData)
-		if err := s.finishSmall(ctx, partition, e, pendLog, pendOut, body); err != nil {
+		if err := s.finishSmall(ctx, partition, e, pendLog, pendOut, body, copies); err != nil {
 			return err
 		}
 	}
 
 	// 2: the commit point.
 	seq := pc.seq
-	if err := s.smallCommitPoint(ctx, partition, req, &h, seq, logAttrs, outAttrs); err != nil {
+	if err := s.smallCommitPoint(ctx, partition, req, &h, seq, logAttrs, outAttrs, copies); err != nil {
 		return err
 	}
 	if s.afterLog != nil {
@@ -354,7 +358,7 @@ func (s *Store) commitFast(ctx context.Context, partition string, req *store.Com
 	// 3 and 4. The commit is durable: a failure here leaves it to the
 	// next reader or commit (settleSmall), so only a hook's error is
 	// reported.
-	if err := s.finishSmall(ctx, partition, seq, pc.chunks[0], pc.outcome, pc.body); errors.Is(err, errInjected) {
+	if err := s.finishSmall(ctx, partition, seq, pc.chunks[0], pc.outcome, pc.body, copies); errors.Is(err, errInjected) {
 		return err
 	}
 	return nil
@@ -447,7 +451,7 @@ func (s *Store) previousSmall(ctx context.Context, partition string, req *store.
 			// when 1 did not see it, read it again: absent now, it
 			// expired and was deleted, and the key is free.
 			if pending && !r1.logged(partition) {
-				if err := s.finishSmall(ctx, partition, e, pendLog, pendOut, body); err != nil {
+				if err := s.finishSmall(ctx, partition, e, pendLog, pendOut, body, h.copiesOn()); err != nil {
 					return nil, nil, nil, err
 				}
 				return nil, nil, nil, store.ErrOutcomeExists
@@ -529,15 +533,20 @@ func (s *Store) readBeforeSmall(ctx context.Context, partition string, e int64, 
 // smallCommitPoint is wave 2: the conditional head update that takes seq
 // (the commit point), marks the previous small commit applied and carries
 // this commit's log and outcome attributes; h is the head wave 1
-// followed. A failed condition reports the gate's refusal or the head
-// that moved. Either way the head as the update left or found it is
-// what this Store remembers of it (headmemo.go): the next commit's wave
-// 1 follows it, and a retry never follows the head that failed.
-func (s *Store) smallCommitPoint(ctx context.Context, partition string, req *store.CommitRequest, h *head, seq int64, logAttrs, outAttrs map[string]types.AttributeValue) error {
+// followed, copies whether it showed scope copies on (without, the head
+// must still have them off). A failed condition reports the gate's
+// refusal, the head that moved, or errNotFast when only the copies were
+// turned on meanwhile. Either way the head as the update left or found
+// it is what this Store remembers of it (headmemo.go): the next commit's
+// wave 1 follows it, and a retry never follows the head that failed.
+func (s *Store) smallCommitPoint(ctx context.Context, partition string, req *store.CommitRequest, h *head, seq int64, logAttrs, outAttrs map[string]types.AttributeValue, copies bool) error {
 	e := req.ExpectedMaxSeq
 	cond, vals := writerCondition(store.WriterCheck{WriterVersion: req.WriterVersion, CheckGate: req.CheckGate, GateToken: req.GateToken})
 	cond = "attribute_exists(pk) AND mx = :e AND (ap = :e OR (ap = :e1 AND " + hPendSeq + " = :e)) AND " + cond +
 		" AND " + indexOffCondition
+	if !copies {
+		cond += " AND " + copiesOffCondition
+	}
 	vals[":e"], vals[":e1"] = N(e), N(e-1)
 	if h.rejections == 0 {
 		cond += " AND attribute_not_exists(" + hRejections + ")"
@@ -567,6 +576,11 @@ func (s *Store) smallCommitPoint(ctx context.Context, partition string, req *sto
 				s.lazyGate(&h2)
 				if gerr := gateFailure(h2.Gate, req); gerr != nil {
 					return gerr
+				}
+				if !copies && h2.copiesOn() && h2.MaxCommitSeq == e {
+					// Copies turned on between 1 and 2: the transactional
+					// way, whose refusal (layoutError) writes them.
+					return errNotFast
 				}
 				return &store.HeadMovedError{Head: h2.Head}
 			}
@@ -637,15 +651,16 @@ func overlayPending(p string, h *head, table string, want map[string]bool, rows 
 }
 
 // finishSmall writes small commit seq's outcome, rows and scope copies
-// (3: each idempotent, put-if-absent or conditioned on the stored cs),
+// (3: each idempotent, put-if-absent or conditioned on the stored cs;
+// live copies when copies, the head its caller read asking for them),
 // then, once all of them returned, its log item (4). It moves no head
 // attribute.
-func (s *Store) finishSmall(ctx context.Context, p string, seq int64, logItem, outItem map[string]types.AttributeValue, body []byte) error {
+func (s *Store) finishSmall(ctx context.Context, p string, seq int64, logItem, outItem map[string]types.AttributeValue, body []byte, copies bool) error {
 	lb, err := s.decodeLog(body, seq)
 	if err != nil {
 		return fmt.Errorf("dynamostore: pending commit %d: %w", seq, err)
 	}
-	acts, err := s.materializationOf(p, seq, lb)
+	acts, err := s.materializationOf(p, seq, lb, copies)
 	if err != nil {
 		return err
 	}
@@ -706,7 +721,7 @@ func (s *Store) settleSmall(ctx context.Context, p string, h *head, advance bool
 		if !ok {
 			return fmt.Errorf("dynamostore: pending commit %d has no body: %w", seq, errCorrupt)
 		}
-		if err := s.finishSmall(ctx, p, seq, logItem, outItem, body); err != nil {
+		if err := s.finishSmall(ctx, p, seq, logItem, outItem, body, h.copiesOn()); err != nil {
 			return err
 		}
 	}

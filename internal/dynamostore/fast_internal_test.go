@@ -87,7 +87,7 @@ func TestSmallCommitStaleWriter(t *testing.T) {
 	}
 
 	// The writer of commit 1 resumes.
-	if err := w.finishSmall(ctx, p, 1, logItem, outItem, body); err != nil {
+	if err := w.finishSmall(ctx, p, 1, logItem, outItem, body, true); err != nil { // with its live copy: the strongest late write
 		t.Fatalf("late writes: %v", err)
 	}
 	got, err := s.GetRows(ctx, p, "tasks", []string{"r1"})

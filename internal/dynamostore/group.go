@@ -115,18 +115,19 @@ func (s *Store) PublishedCommits(ctx context.Context, partition string, from int
 // raise it, so such a commit lands alone, through Commit); when the
 // transaction is cancelled by a member's own condition (its outcome
 // exists, a row it read changed) it is retried without that member. A
-// group written without log-index entries that meets a head whose index
-// is on is written again with them (errIndexOn for a lone commit). A
-// failure of reqs[0] is answered by Commit alone, with its exact error.
+// group written without log-index entries or live scope copies that
+// meets a head asking for them is written again with them (layoutError
+// for a lone commit). A failure of reqs[0] is answered by Commit alone, with its exact error.
 func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store.CommitRequest) (int, error) {
 	if len(reqs) == 0 {
 		return 0, nil
 	}
 	n := len(reqs)
 	settled := false
+	var want layout // what a refused attempt's head asked for
 	for n > 1 {
-		indexed := s.indexOn(partition)
-		items, owner, fit, err := s.groupItems(partition, reqs[:n], indexed)
+		l := s.layout(partition).or(want)
+		items, owner, fit, err := s.groupItems(partition, reqs[:n], l)
 		if err != nil {
 			return 0, err
 		}
@@ -145,8 +146,9 @@ func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store
 		if codes[0] == "ConditionalCheckFailed" && olds[0] != nil {
 			if h, perr := parseHead(olds[0]); perr == nil {
 				s.noteIndex(partition, h)
-				if !indexed && h.indexOn() {
-					continue // the same group with its log-index entries
+				if !l.covers(h.layout()) {
+					want = want.or(h.layout())
+					continue // the same group with its log-index entries or scope copies
 				}
 				if h.MaxCommitSeq == reqs[0].ExpectedMaxSeq && h.pendingSmall() && !settled {
 					// The head's last commit is a small one (fast.go):
@@ -181,7 +183,7 @@ func (s *Store) CommitGroup(ctx context.Context, partition string, reqs []*store
 // groupItems builds the transaction of reqs as one group, and which
 // request owns each item (−1 for the head). fit < len(reqs) says only
 // the first fit members can go in one group.
-func (s *Store) groupItems(partition string, reqs []*store.CommitRequest, indexed bool) (items []txItem, owner []int, fit int, err error) {
+func (s *Store) groupItems(partition string, reqs []*store.CommitRequest, l layout) (items []txItem, owner []int, fit int, err error) {
 	lead := reqs[0]
 	if lead.Advance != nil || lead.RaiseFence > 0 {
 		return nil, nil, 1, nil
@@ -198,7 +200,7 @@ func (s *Store) groupItems(partition string, reqs []*store.CommitRequest, indexe
 		if ok {
 			var pc *prepared
 			if pc, err = s.prepare(partition, r); err == nil {
-				parts, err = s.commitParts(partition, r, pc, indexed)
+				parts, err = s.commitParts(partition, r, pc, l)
 			}
 			if err != nil {
 				if i == 0 {
@@ -240,8 +242,8 @@ func (s *Store) groupItems(partition string, reqs []*store.CommitRequest, indexe
 	last := reqs[len(reqs)-1]
 	cond, vals := commitCondition(lead)
 	vals[":n"] = N(last.Commit.Seq)
-	update, cond := indexHead("SET mx = :n, ap = :n", cond, ":first", indexed)
-	if indexed {
+	update, cond := indexHead("SET mx = :n, ap = :n", cond, ":first", l)
+	if l.index {
 		vals[":first"] = N(lead.Commit.Seq)
 	}
 	if lead.Ticket > 0 {

@@ -30,11 +30,7 @@ func commitOf(expected int64, commitID string, writes ...store.RowWrite) *store.
 	for _, w := range writes {
 		w.Row.CommitSeq = seq
 		req.Rows = append(req.Rows, w)
-		ch := store.Change{Table: w.Table, RowID: w.Row.RowID, Op: wire.OpDelete, Scopes: w.Row.Scopes}
-		if !w.Delete {
-			ch.Op, ch.RowVersion, ch.Row = wire.OpUpsert, w.Row.Version, w.Row.Payload
-		}
-		req.Commit.Changes = append(req.Commit.Changes, ch)
+		req.Commit.Changes = append(req.Commit.Changes, w.Change())
 	}
 	return req
 }

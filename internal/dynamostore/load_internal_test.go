@@ -89,11 +89,15 @@ func bootstrapAll(t *testing.T, c *enginetest.Client, scope string) (rows, reque
 
 // loadBootstrap: n rows in 100 projects (1% each) plus a 10-row project,
 // seeded straight into the row layout (row item and scope copy, as a
-// commit writes them), then a client's full bootstrap of one 1% project
-// and of the 10-row one, against the old read pattern (the table's row
-// items, filtered) for the same project.
+// commit of a partition with copies on writes them), then a client's
+// full bootstrap of one 1% project and of the 10-row one, against the
+// old read pattern (the table's row items, filtered) for the same
+// project. The partition is created with its copies on and marked
+// (Options.ScopeCopiesNewPartitions), as the adaptive trigger and the
+// backfill leave a wide partition (TestScopeCopiesAdaptive).
 func loadBootstrap(t *testing.T, st *Store, n int) {
 	ctx := context.Background()
+	st = New(st.db, *st.table, Options{ScopeCopiesNewPartitions: true})
 	h := enginetest.New(t, st, memstore.NewSegments(), enginetest.Options{})
 	scopes := []string{"tiny"}
 	for i := range 100 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -64,7 +63,8 @@ import (
 // off. Which way a commit goes is this instance's memory of the head
 // (noteIndex, from the head reads every push makes first); a memory that
 // is behind costs one failed transaction and a retry with entries
-// (errIndexOn), never a commit without its entries.
+// (layoutError), never a commit without its entries. Scope copies are
+// adaptive the same way (scopeindex.go).
 
 const (
 	// scopedFirstBatch is how many keys (the head and the first listed
@@ -87,33 +87,35 @@ const (
 	indexMemoryMax = 4096
 )
 
-// errIndexOn: a commit without log-index entries met a head whose index
-// is on; Commit writes it again with its entries.
-var errIndexOn = errors.New("dynamostore: the partition's log index is on")
-
 // indexOn reports whether the head has the log index on.
 func (h head) indexOn() bool { return h.indexFrom > 0 || h.indexRequested }
 
 // indexState is what this Store last saw of each partition's log index
-// (true: on). It only ever learns "on" late, never wrongly: the index
-// does not turn off.
+// and scope copies (layout; true: on). It only ever learns "on" late,
+// never wrongly: neither turns off.
 type indexState struct {
 	mu sync.Mutex
-	on map[string]bool
+	on map[string]noted
 	// pending: the seq of the small commit pending on the head last read
 	// (fast.go), for partitions where it was; a hint only.
 	pending map[string]int64
 }
 
-// noteIndex records the log-index state of a head just read, and
-// whether it showed a small commit pending.
+// noted is what noteIndex keeps of a head.
+type noted struct {
+	layout
+	backfill bool // hScopeOn without hScoped (ScopeBackfillDue)
+}
+
+// noteIndex records the log-index and scope-copy state of a head just
+// read, and whether it showed a small commit pending.
 func (s *Store) noteIndex(p string, h head) {
 	s.index.mu.Lock()
 	defer s.index.mu.Unlock()
 	if s.index.on == nil || len(s.index.on) >= indexMemoryMax {
-		s.index.on = make(map[string]bool)
+		s.index.on = make(map[string]noted)
 	}
-	s.index.on[p] = h.indexOn()
+	s.index.on[p] = noted{layout: h.layout(), backfill: h.copiesRequested && !h.scoped}
 	if h.pendingSmall() {
 		if s.index.pending == nil || len(s.index.pending) >= indexMemoryMax {
 			s.index.pending = make(map[string]int64)
@@ -134,10 +136,31 @@ func (s *Store) pendingHint(p string) int64 {
 
 // indexOn is this Store's memory of p's log index: false when it has
 // none (the commit's condition then checks it).
-func (s *Store) indexOn(p string) bool {
+func (s *Store) indexOn(p string) bool { return s.layout(p).index }
+
+// layout is this Store's memory of what p's commits write. Without one
+// (no head of p read yet) a commit writes its scope copies, which needs
+// no condition and is only a write more where they are off, and no
+// log-index entries, which the commit's condition then checks: a
+// transaction refused for a layout costs it whole.
+func (s *Store) layout(p string) layout {
 	s.index.mu.Lock()
 	defer s.index.mu.Unlock()
-	return s.index.on[p]
+	n, ok := s.index.on[p]
+	if !ok {
+		return layout{copies: true}
+	}
+	return n.layout
+}
+
+// ScopeBackfillDue reports whether p's head, as this Store last read it,
+// asks for scope copies that are not all written yet (hScopeOn without
+// hScoped): the scheduled prune run then calls BackfillScopeIndex. It
+// reads nothing (Prune reads the head first).
+func (s *Store) ScopeBackfillDue(p string) bool {
+	s.index.mu.Lock()
+	defer s.index.mu.Unlock()
+	return s.index.on[p].backfill
 }
 
 // wideWindow reports whether a window read from the log (read commits,
@@ -163,19 +186,23 @@ func touches(c *store.Commit, table, variable string, values []string) bool {
 	return false
 }
 
-// turnIndexOn sets hLogIndexOn on p's head (once: conditioned on its
-// absence). The commits after it write their entries.
+// turnIndexOn sets hLogIndexOn on p's head (once). The commits after it
+// write their entries.
 func (s *Store) turnIndexOn(ctx context.Context, p string) error {
-	_, err := s.updateItem(ctx, "turn log index on", &dynamodb.UpdateItemInput{
-		Key:                 Key(headPK(p), headSK),
-		UpdateExpression:    aws.String("SET " + hLogIndexOn + " = :t"),
-		ConditionExpression: aws.String("attribute_exists(pk) AND attribute_not_exists(" + hLogIndexOn + ")"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":t": BOOL(true),
-		},
+	return s.setHeadFlag(ctx, "turn log index on", p, hLogIndexOn)
+}
+
+// setHeadFlag sets the boolean attribute attr on p's head, conditioned
+// on its absence (a flag set once, never cleared).
+func (s *Store) setHeadFlag(ctx context.Context, op, p, attr string) error {
+	_, err := s.updateItem(ctx, op, &dynamodb.UpdateItemInput{
+		Key:                       Key(headPK(p), headSK),
+		UpdateExpression:          aws.String("SET " + attr + " = :t"),
+		ConditionExpression:       aws.String("attribute_exists(pk) AND attribute_not_exists(" + attr + ")"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": BOOL(true)},
 	})
 	if isConditionFailed(err) {
-		return nil // on already
+		return nil // set already
 	}
 	return err
 }

@@ -158,7 +158,9 @@ func TestCompressedLogOverDynamoDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	crash := errors.New("injected crash")
-	w := New(c, table, Options{AfterLogWrite: func() error { return crash }})
+	// Scope copies on from the partition's creation: the 50 rows and their
+	// copies do not fit one transaction, so the log item lands first.
+	w := New(c, table, Options{AfterLogWrite: func() error { return crash }, ScopeCopiesNewPartitions: true})
 	if l, err := w.RaiseFormatLevel(ctx); err != nil || l.Level != FormatLevel {
 		t.Fatalf("RaiseFormatLevel: %d, %v", l.Level, err)
 	}

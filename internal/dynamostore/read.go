@@ -535,7 +535,7 @@ func (s *Store) pruneLog(ctx context.Context, p string, target, indexFrom int64)
 		want    int  // chunk count from chunk 0; ≤ 0 when incomplete
 		has0    bool // chunk 0 is among keys
 		pending []map[string]types.AttributeValue
-		tombs   []store.RowWrite // tombstones of the commits in pending
+		tombs   []store.RowWrite // writes of the commits in pending (their tombstones are dropped)
 		ferr    error
 	)
 	flush := func() error {
@@ -570,11 +570,10 @@ func (s *Store) pruneLog(ctx context.Context, p string, target, indexFrom int64)
 			if err != nil {
 				return fmt.Errorf("dynamostore: log item %d: %w", seq, err)
 			}
-			for _, w := range dedupeRows(rows) {
-				if w.Delete {
-					tombs = append(tombs, w)
-				}
-			}
+			// Every write: a row deleted and recreated under other
+			// scopes in one commit leaves only copy tombstones
+			// (tombstoneKeys picks the tombstones).
+			tombs = append(tombs, rows...)
 		}
 		pending = append(pending, keys...)
 		seq, keys, parts, want, has0 = -1, nil, nil, 0, false

@@ -97,7 +97,9 @@ func boundedRequestClient(t *testing.T, table string, budget int) (*dynamostore.
 // a second such commit is recovered by bounded prunes alone.
 func TestRollForwardResumes(t *testing.T) {
 	const ops, budget, maxRequests = 499, 4, 12
-	s, c, table, p := setup(t, dynamostore.Options{})
+	// The partition writes scope copies from its creation: each row and
+	// its copy make the 998 writes of three plain batches.
+	s, c, table, p := setup(t, dynamostore.Options{ScopeCopiesNewPartitions: true})
 	large := func(expected int64, id string) (*store.CommitRequest, []store.RowWrite) {
 		var ws []store.RowWrite
 		for i := range ops {

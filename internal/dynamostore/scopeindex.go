@@ -37,14 +37,123 @@ import (
 // as ScanRows skips row tombstones; Prune deletes both. Rows of
 // tables without scopes have no copies.
 //
+// # Adaptive copies (issue 23)
+//
+// The copies pay off only where a bootstrap reads a small part of a
+// table: in a partition whose rows all carry the value its clients pull
+// (one project, one user) reading the row items returns exactly the
+// visible rows, and the copy is 1 WCU of every 1-op commit's 5 that no
+// read uses. So a partition starts without copies (Options.
+// ScopeCopiesNewPartitions keeps the old start, sx at creation), and
+// ScanScopedRows, reading row items, counts the items it read and those
+// matching; when at least scopeWideMin were read and fewer than 1 in
+// scopeWideRatio matched, it sets hScopeOn on the head (one conditional
+// UpdateItem, once per partition). From then on every commit writes its
+// copies, and the scheduled prune run (app.Pruner) backfills the rows
+// written before (BackfillScopeIndex), which sets hScoped: reads use the
+// copies from then on.
+//
+// A commit without live copies is conditioned on the head having neither
+// hScopeOn nor hScoped (copiesOffCondition), in the same update that
+// moves maxCommitSeq, on every commit path (the small commit point, the
+// transaction, groups); a commit refused by it is written again with its
+// copies (layoutError). So every commit after hScopeOn writes its
+// copies, and BackfillScopeIndex, which reads the head after hScopeOn
+// and settles every commit up to it before reading rows, leaves no live
+// row without them when it sets hScoped (backfill.go has the argument).
+// Which way a commit goes is this instance's memory of the head
+// (noteIndex), as for the log index; a small commit uses the head its
+// first wave reads.
+//
+// A delete writes its copy tombstones whatever the partition's state.
+// Copies can exist in a partition without hScoped: written by an older
+// build during a rolling deploy (it writes copies always), by a roller
+// of a commit after hScopeOn was set, or by a build from before this
+// (partitions created before the index, never backfilled). A copy
+// whose row is updated without it only goes stale, and the backfill
+// rewrites it from the row; a copy whose row is deleted has no row left
+// to rewrite it from, so without its tombstone it would come back as a
+// live row once hScoped is set. The tombstone costs 1 WCU per scope of
+// a delete (and Prune's DeleteItem of it later), never of an insert or
+// update; and since every delete wrote its copy tombstones, Prune's
+// DeleteItem of each (tombstoneKeys) finds one, as before.
+//
 // A partition created before the index existed has no copies of its old
-// rows; its head lacks hScoped until syncular-admin's backfill
-// (BackfillScopeIndex) has written them, and ScanScopedRows reads the row
-// items (the old cost) until then.
+// rows; its head lacks hScoped until the backfill has written them, and
+// ScanScopedRows reads the row items (the old cost) until then.
 
 // hScoped on the head marks a partition whose every live row has its
-// scope copies (set at creation, or by BackfillScopeIndex).
+// scope copies (set at creation with Options.ScopeCopiesNewPartitions,
+// or by BackfillScopeIndex).
 const hScoped = "sx"
+
+const (
+	// hScopeOn on the head: commits write scope copies (set by a wide
+	// bootstrap or the backfill); hScoped follows once the rows before
+	// it are copied.
+	hScopeOn = "so"
+	// scopeWideMin and scopeWideRatio: a read of row items of at least
+	// scopeWideMin items of which fewer than 1 in scopeWideRatio match
+	// shows a wide partition.
+	scopeWideMin   = 256
+	scopeWideRatio = 8
+	// copiesOffCondition is the head condition of a commit written
+	// without live scope copies.
+	copiesOffCondition = "attribute_not_exists(" + hScoped + ") AND attribute_not_exists(" + hScopeOn + ")"
+)
+
+// copiesOn reports whether commits on h write their scope copies.
+func (h head) copiesOn() bool { return h.scoped || h.copiesRequested }
+
+// layout is what a commit writes beyond its rows, log and outcome: the
+// log-index entries (logindex.go) and the live scope copies.
+type layout struct{ index, copies bool }
+
+func (h head) layout() layout { return layout{index: h.indexOn(), copies: h.copiesOn()} }
+
+// covers reports whether a commit written with l satisfies a head that
+// asks for w.
+func (l layout) covers(w layout) bool { return (l.index || !w.index) && (l.copies || !w.copies) }
+
+func (l layout) or(w layout) layout {
+	return layout{index: l.index || w.index, copies: l.copies || w.copies}
+}
+
+// layoutError: a commit written with less than the head asks for (the
+// log index on, or scope copies on) met it; Commit writes it again with
+// want.
+type layoutError struct{ want layout }
+
+func (e *layoutError) Error() string {
+	return fmt.Sprintf("dynamostore: the partition's head asks for log-index entries %t, scope copies %t", e.want.index, e.want.copies)
+}
+
+// copyWrites is the scope-copy writes of a commit with or without live
+// copies: without, only the copy tombstones of its deletes (above).
+func copyWrites(acts []txItem, copies bool) []txItem {
+	if copies {
+		return acts
+	}
+	var out []txItem
+	for _, a := range acts {
+		if a.w.Put != nil && a.w.Put.Item[rDeleted] != nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// turnCopiesOn sets hScopeOn on p's head (once). The commits after it
+// write their copies.
+func (s *Store) turnCopiesOn(ctx context.Context, p string) error {
+	return s.setHeadFlag(ctx, "turn scope copies on", p, hScopeOn)
+}
+
+// wideScan reports whether a read of row items (read items, matched of
+// them visible under the requested values) shows a wide partition.
+func wideScan(read, matched int) bool {
+	return read >= scopeWideMin && matched*scopeWideRatio < read
+}
 
 func scopePK(p, table, variable, value string) string {
 	base := PartitionPK(p) + "#V#" + esc(table) + "#" + esc(variable) + "#"
@@ -106,9 +215,10 @@ func checkScopeKeys(w *store.RowWrite) error {
 
 // ScanScopedRows implements store.Store: one consistent Query per
 // requested value on that value's scope-copy pk, in rowId order, resumed
-// strictly after `after`. On a partition whose index is not backfilled
-// yet (no hScoped on the head) it reads the table's row items once per
-// value and keeps the matching ones.
+// strictly after `after`. On a partition whose copies are not all
+// written (no hScoped on the head) it reads the table's row items once
+// per value and keeps the matching ones; when that read shows the
+// partition wide (wideScan) it turns copies on (adaptive, above).
 func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable string, values []string, after *store.ScopeCursor, want int, fn func(string, *store.Row) bool) error {
 	if err := checkPartition(partition); err != nil {
 		return err
@@ -126,6 +236,20 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable s
 	if err := s.settle(ctx, partition, h); err != nil {
 		return err
 	}
+	var read, matched int
+	err = s.scanScoped(ctx, partition, table, variable, values, after, want, h.scoped, &read, &matched, fn)
+	if err == nil && !h.copiesOn() && wideScan(read, matched) {
+		// Most of the items read were other values' rows: copy rows
+		// from here on; the prune run backfills the rest.
+		err = s.turnCopiesOn(ctx, partition)
+	}
+	return err
+}
+
+// scanScoped is ScanScopedRows' reads after the head: from the copies
+// when scoped, else from the row items, counting the items read and the
+// rows handed to fn (their matches).
+func (s *Store) scanScoped(ctx context.Context, partition, table, variable string, values []string, after *store.ScopeCursor, want int, scoped bool, read, matched *int, fn func(string, *store.Row) bool) error {
 	vals := slices.Clone(values)
 	slices.Sort(vals)
 	vals = slices.Compact(vals)
@@ -157,7 +281,7 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable s
 			}
 		}
 		pk := rowPK(partition, table)
-		if h.scoped {
+		if scoped {
 			pk = scopePK(partition, table, variable, v)
 		}
 		in := &dynamodb.QueryInput{
@@ -173,6 +297,7 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable s
 		var perr error
 		err := s.query(ctx, "scan scoped rows", in, func(items []map[string]types.AttributeValue) bool {
 			for _, it := range items {
+				*read++
 				r, err := parseRow(it)
 				if err != nil {
 					perr = err
@@ -181,6 +306,7 @@ func (s *Store) ScanScopedRows(ctx context.Context, partition, table, variable s
 				if r.Deleted || hasFrom && r.RowID <= from || !hasScope(r.Scopes, variable, v) {
 					continue
 				}
+				*matched++
 				if want > 0 {
 					want--
 				}

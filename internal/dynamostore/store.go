@@ -54,6 +54,12 @@ type Options struct {
 	// (logindex.go) instead of waiting for a pull to show they are wide:
 	// for deployments whose partitions are known to be wide, and tests.
 	IndexNewPartitions bool
+	// ScopeCopiesNewPartitions creates partitions with scope copies on
+	// and marked complete (hScoped), as before issue 23, instead of
+	// waiting for a bootstrap to show they are wide (scopeindex.go): a
+	// 1-op insert then writes its copy from the first commit. For
+	// deployments whose partitions are known to be wide, and tests.
+	ScopeCopiesNewPartitions bool
 	// AfterLogWrite, when set, runs after a large commit's log transaction
 	// and before its rows are materialized, and after a small commit's
 	// head update and before its puts (fast.go); a non-nil error aborts
@@ -81,6 +87,7 @@ type Store struct {
 	logPage          int32
 	afterLog         func() error
 	indexNew         bool
+	copiesNew        bool
 	transactional    bool
 	afterSmallWrites func() error
 	marker           markerCache
@@ -109,6 +116,7 @@ func New(client *dynamodb.Client, table string, opts Options) *Store {
 		logPage:          opts.LogPageSize,
 		afterLog:         opts.AfterLogWrite,
 		indexNew:         opts.IndexNewPartitions,
+		copiesNew:        opts.ScopeCopiesNewPartitions,
 		transactional:    opts.TransactionalCommits,
 		afterSmallWrites: opts.AfterSmallWrites,
 		readLevel:        FormatLevel,
@@ -146,6 +154,12 @@ type head struct {
 	applied int64
 	// scoped: every live row has its scope copies (hScoped, scopeindex.go).
 	scoped bool
+	// copiesRequested: commits write scope copies, the rows before not
+	// all copied yet (hScopeOn, scopeindex.go).
+	copiesRequested bool
+	// fill: where an interrupted scope-copy backfill stopped (hScopeFill,
+	// backfill.go).
+	fill string
 	// indexFrom: the first commit with log-index entries (hLogIndexFrom,
 	// logindex.go); 0 when none yet.
 	indexFrom int64
@@ -177,7 +191,9 @@ func parseHead(item map[string]types.AttributeValue) (head, error) {
 	h.applied, ok[3] = getN(item, hApplied)
 	h.HorizonSeq, ok[4] = getN(item, hHorizon)
 	h.LastSeenAtMs, ok[5] = getN(item, hSeen)
-	h.scoped, _ = getBool(item, hScoped) // absent before the index existed
+	h.scoped, _ = getBool(item, hScoped) // absent before the index existed, and until a backfill
+	h.copiesRequested, _ = getBool(item, hScopeOn)
+	h.fill, _ = getS(item, hScopeFill)
 	h.indexFrom, _ = getN(item, hLogIndexFrom)
 	// hLogIndexOn is absent until a wide pull (or IndexNewPartitions).
 	h.indexRequested, _ = getBool(item, hLogIndexOn)
@@ -324,7 +340,11 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 		item := Key(headPK(partition), headSK)
 		item[hEpoch], item[hRequired], item[hMax], item[hApplied], item[hHorizon], item[hSeen] =
 			S(newEpoch), BOOL(false), N(0), N(0), N(0), N(nowMs)
-		item[hScoped] = BOOL(true) // a new partition indexes every row from its first commit
+		if s.copiesNew {
+			// Every row copied from the first commit; otherwise none
+			// until a wide bootstrap asks for copies (scopeindex.go).
+			item[hScoped] = BOOL(true)
+		}
 		if s.indexNew {
 			item[hLogIndexOn] = BOOL(true)
 		}
@@ -364,7 +384,7 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 		if err != nil {
 			return store.Head{}, err
 		}
-		s.noteIndex(partition, head{indexRequested: s.indexNew})
+		s.noteIndex(partition, head{indexRequested: s.indexNew, scoped: s.copiesNew})
 		s.noteHeadItem(partition, item) // the head as the put created it
 		return created, nil
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/skyfold/syncular-lambda/internal/core/engine"
 	"github.com/skyfold/syncular-lambda/internal/core/store"
-	"github.com/skyfold/syncular-lambda/internal/core/wire"
 )
 
 // Transform maps one current source row to the row writes of its
@@ -500,11 +499,7 @@ func (r *runner) batch(ctx context.Context, key string, watermark int64, deferLa
 		for _, w := range pl.writes {
 			w.Row.CommitSeq = seq
 			req.Rows = append(req.Rows, w)
-			ch := store.Change{Table: w.Table, RowID: w.Row.RowID, Op: wire.OpDelete, Scopes: w.Row.Scopes}
-			if !w.Delete {
-				ch.Op, ch.RowVersion, ch.Row = wire.OpUpsert, w.Row.Version, w.Row.Payload
-			}
-			req.Commit.Changes = append(req.Commit.Changes, ch)
+			req.Commit.Changes = append(req.Commit.Changes, w.Change())
 		}
 		err = r.b.Commit(ctx, r.p, req)
 		switch {

@@ -203,6 +203,17 @@ type RowWrite struct {
 	Row    Row // RowID always set; the rest for upserts
 }
 
+// Change is the log change that writes w as a full row (an upsert of
+// its version and payload, or a delete), for callers that build a
+// commit from row writes alone.
+func (w *RowWrite) Change() Change {
+	ch := Change{Table: w.Table, RowID: w.Row.RowID, Op: wire.OpDelete, Scopes: w.Row.Scopes}
+	if !w.Delete {
+		ch.Op, ch.RowVersion, ch.Row = wire.OpUpsert, w.Row.Version, w.Row.Payload
+	}
+	return ch
+}
+
 // CommitRequest appends one commit atomically with its row writes and its
 // applied outcome (§6.4).
 type CommitRequest struct {
