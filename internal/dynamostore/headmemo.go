@@ -134,13 +134,21 @@ func (s *Store) wroteItem(key map[string]types.AttributeValue) {
 // headMemoAge old and shows maxCommitSeq = mx; nil otherwise. The item
 // is shared: callers only read it.
 func (s *Store) recentHead(p string, mx int64) map[string]types.AttributeValue {
+	item := s.lastHead(p)
+	if got, ok := getN(item, hMax); !ok || got != mx {
+		return nil
+	}
+	return item
+}
+
+// lastHead is p's remembered head item when it is at most headMemoAge
+// old, whatever its maxCommitSeq; nil otherwise. The item is shared:
+// callers only read it.
+func (s *Store) lastHead(p string) map[string]types.AttributeValue {
 	s.heads.mu.Lock()
 	seen, ok := s.heads.m[headPK(p)]
 	s.heads.mu.Unlock()
 	if !ok || time.Since(seen.at) > headMemoAge {
-		return nil
-	}
-	if got, ok := getN(seen.item, hMax); !ok || got != mx {
 		return nil
 	}
 	return seen.item

@@ -211,10 +211,32 @@ func TestCrashAfterLogWrite(t *testing.T) {
 }
 
 // TestTransactionEdges commits around the 100-action boundary (head +
-// outcome + one log item + rows) and checks each applies fully.
+// outcome + one log item + rows) and checks each applies fully. With
+// small commits on, commits of up to 99 rows of one log item go without
+// a transaction (fast.go), so the boundary is the transactional path's.
 func TestTransactionEdges(t *testing.T) {
-	s, c, table, p := setup(t, dynamostore.Options{})
+	s, c, table, p := setup(t, dynamostore.Options{TransactionalCommits: true})
 	ctx := context.Background()
+	// The same sizes as small commits first, in a partition of their
+	// own: every row written, the commit pending or applied.
+	small := dynamostore.New(c, table, dynamostore.Options{})
+	sp := p + "-small"
+	if _, err := small.TouchPartition(ctx, sp, baseMs, "epoch"); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{96, 97, 98, 99, 100} {
+		var ws []store.RowWrite
+		for j := range n {
+			ws = append(ws, up(fmt.Sprintf("n%d-%03d", n, j), 1, []byte("x")))
+		}
+		if err := small.Commit(ctx, sp, commitOf(int64(i), fmt.Sprint("edge", n), ws...)); err != nil {
+			t.Fatalf("small, %d rows: %v", n, err)
+		}
+		got, err := small.GetRows(ctx, sp, "tasks", []string{fmt.Sprintf("n%d-000", n), fmt.Sprintf("n%d-%03d", n, n-1)})
+		if err != nil || len(got) != 2 || got[fmt.Sprintf("n%d-000", n)].CommitSeq != int64(i+1) {
+			t.Errorf("small, %d rows: %v %v", n, got, err)
+		}
+	}
 	seq := int64(0)
 	for _, n := range []int{96, 97, 98, 99, 100} {
 		var ws []store.RowWrite

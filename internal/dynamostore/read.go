@@ -89,6 +89,9 @@ func (s *Store) getRows(ctx context.Context, partition, table string, rowIDs []s
 		}
 		return h, nil
 	}
+	// The latest look at the head that completed before the rows are read
+	// (taken before read remembers the one it makes).
+	prior := s.lastHead(partition)
 	h, err := read(true)
 	if err != nil {
 		return nil, nil, err
@@ -104,6 +107,8 @@ func (s *Store) getRows(ctx context.Context, partition, table string, rowIDs []s
 			return nil, nil, err
 		}
 		h.applied = h.MaxCommitSeq
+	} else if err := overlaySettled(partition, prior, h, table, rowIDs, out); err != nil {
+		return nil, nil, err
 	}
 	if h != nil && h.applied < h.MaxCommitSeq {
 		if err := s.rollForward(ctx, partition, *h); err != nil {
@@ -142,6 +147,34 @@ func rowKeysOf(p, table string, rowIDs []string) []map[string]types.AttributeVal
 }
 
 // wanted is the set of ids.
+// overlaySettled covers the one row state a batch read can miss when its
+// head shows the last commit materialized: the head and the rows of one
+// BatchGetItem are read in no particular order, so with a small commit
+// E pending on an earlier look at the head (prior) and settled by
+// another instance while the batch ran, the head can show E applied
+// while a row read went before E's puts. E's writes (prior's pl) are
+// then put over the rows, as when the batch's own head shows E pending.
+// Only when the batch's head is still at E (mx = E): a later commit
+// fails the caller's commit condition anyway. Commits before E were
+// materialized before E's commit point, before prior's look, before
+// these reads (fast.go (O)); a prior that shows E applied means E's
+// puts returned before it. Without a remembered head (older than
+// headMemoAge) the rows are as read: every push reads the head first
+// (TouchPartition), so a push's evaluation always has one.
+func overlaySettled(p string, prior map[string]types.AttributeValue, h *head, table string, rowIDs []string, rows map[string]*store.Row) error {
+	if prior == nil || h == nil || h.applied != h.MaxCommitSeq {
+		return nil
+	}
+	ph, err := parseHead(prior)
+	if err != nil {
+		return fmt.Errorf("dynamostore: remembered head: %w", err)
+	}
+	if !ph.pendingSmall() || ph.pendSeq != h.MaxCommitSeq {
+		return nil
+	}
+	return overlayPending(p, &ph, table, wanted(rowIDs), rows)
+}
+
 func wanted(ids []string) map[string]bool {
 	m := make(map[string]bool, len(ids))
 	for _, id := range ids {
