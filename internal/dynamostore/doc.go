@@ -307,7 +307,11 @@
 //	                                                      in the transaction 2 / 2 / 8; +1
 //	                                                      call and 1 WCU (2) with scope copies
 //	                                                      on, 2 more WCU with the log index)
-//	push, 50 ops (large-commit path)     104   52  107   (log transaction of 6, 100 plain
+//	push, 50 ops (a small commit)         56   53   55   (make cost's round, scope copies off:
+//	                                                      head update carrying the 1.1 KB
+//	                                                      log (2), 51 plain puts, log (2);
+//	                                                      108 WCU in one transaction)
+//	push, 50 ops, copies on (large)      104   52  107   (log transaction of 6, 100 plain
 //	                                                      Puts, 1 progress update; was
 //	                                                      105 / 114 with 99-write batches
 //	                                                      and a plain log body, 5 / 216
