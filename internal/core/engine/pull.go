@@ -275,42 +275,7 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 		return 0, false, err
 	}
 	w.pendingBytes = startBytes
-	// A long window — any window when the store's scope index costs no
-	// more than the log it lists (store.CheapScopedLog) — is read through
-	// the log's scope index (§3.1): only the commits touching the
-	// subscription's values of its key variable, not the window. Commits
-	// come then with gaps, so the read's horizon (read after the index)
-	// replaces the contiguity check, and a stop before commit c leaves the
-	// cursor at c−1 (nothing in between concerns this subscription).
-	scoped := len(p.effective) > 0 && (ps.e.cheapScopedLog || ps.maxSeq-sub.Cursor > scopedLogMinWindow)
-	each := func(fn func(*store.Commit) bool) error { return ps.log.each(ctx, sub.Cursor, fn) }
-	if own := ps.ownWindow(sub.Cursor); own != nil {
-		// The window is this request's own commits: served as the log
-		// would hand them on, without reading it. Contiguous, so the
-		// walk needs no scope index (the filter below is the same).
-		scoped = false
-		each = func(fn func(*store.Commit) bool) error {
-			for _, c := range own {
-				if !fn(c) {
-					break
-				}
-			}
-			return nil
-		}
-	}
-	if scoped {
-		each = func(fn func(*store.Commit) bool) error {
-			variable := keyVariable(p.effective)
-			hz, err := ps.e.store.ReadLogScoped(ctx, ps.rs.auth.Partition, p.table.Name, variable, p.effective[variable], sub.Cursor, ps.maxSeq, fn)
-			if err != nil {
-				return storeErr(err, "read the log by scope")
-			}
-			if hz > sub.Cursor {
-				w.gap = true // pruning reached the window: decided below (§4.6)
-			}
-			return nil
-		}
-	}
+	each, scoped := ps.windowReader(ctx, p, &w.gap)
 	err = each(func(c *store.Commit) bool {
 		if scoped {
 			if c.Seq <= sub.Cursor || c.Seq > ps.maxSeq || c.Seq < w.expect {
@@ -405,6 +370,48 @@ func (ps *pullState) incremental(ctx context.Context, p *subPlan) (int64, bool, 
 	// The window served, skipped commits included (gateNeedsRecheck).
 	ps.rs.report.pulledThrough = max(ps.rs.report.pulledThrough, w.next)
 	return w.next, true, ps.writeEnd(w.next)
+}
+
+// windowReader picks how incremental walks the window (sub.Cursor,
+// maxSeq]; scoped reports that commits come with gaps (through the scope
+// index), and *gap is set when pruning reached the window there.
+//
+// A long window — any window when the store's scope index costs no more
+// than the log it lists (store.CheapScopedLog) — is read through the
+// log's scope index (§3.1): only the commits touching the subscription's
+// values of its key variable, not the window. Commits come then with
+// gaps, so the read's horizon (read after the index) replaces the
+// contiguity check, and a stop before commit c leaves the cursor at c−1
+// (nothing in between concerns this subscription). A window of this
+// request's own commits (ownWindow) is served as the log would hand them
+// on, without reading it: contiguous, so it needs no scope index (the
+// walk's filter is the same).
+func (ps *pullState) windowReader(ctx context.Context, p *subPlan, gap *bool) (each func(func(*store.Commit) bool) error, scoped bool) {
+	sub := p.sub
+	if own := ps.ownWindow(sub.Cursor); own != nil {
+		return func(fn func(*store.Commit) bool) error {
+			for _, c := range own {
+				if !fn(c) {
+					break
+				}
+			}
+			return nil
+		}, false
+	}
+	if len(p.effective) == 0 || !ps.e.cheapScopedLog && ps.maxSeq-sub.Cursor <= scopedLogMinWindow {
+		return func(fn func(*store.Commit) bool) error { return ps.log.each(ctx, sub.Cursor, fn) }, false
+	}
+	return func(fn func(*store.Commit) bool) error {
+		variable := keyVariable(p.effective)
+		hz, err := ps.e.store.ReadLogScoped(ctx, ps.rs.auth.Partition, p.table.Name, variable, p.effective[variable], sub.Cursor, ps.maxSeq, fn)
+		if err != nil {
+			return storeErr(err, "read the log by scope")
+		}
+		if hz > sub.Cursor {
+			*gap = true // pruning reached the window: decided by the caller (§4.6)
+		}
+		return nil
+	}, true
 }
 
 // ownWindow returns the commits (cursor, maxSeq] when this request landed
