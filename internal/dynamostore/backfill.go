@@ -93,44 +93,11 @@ func (s *Store) BackfillScopeIndex(ctx context.Context, partition string, tables
 		if ti < from {
 			continue // copied by an earlier run (resumeAt)
 		}
-		var last string
-		in := &dynamodb.QueryInput{
-			KeyConditionExpression:    aws.String("pk = :pk"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(rowPK(partition, table))},
-			Limit:                     aws.Int32(s.scanPage),
+		resume := ""
+		if ti == from {
+			resume = after
 		}
-		if ti == from && after != "" {
-			in.KeyConditionExpression = aws.String("pk = :pk AND sk > :after")
-			in.ExpressionAttributeValues[":after"] = S(skLowerBound(rowSK(after)))
-		}
-		var ferr error
-		err := s.query(ctx, "backfill: read rows", in, func(items []map[string]types.AttributeValue) bool {
-			var rows []*store.Row
-			for _, it := range items {
-				r, err := parseRow(it)
-				if err != nil {
-					ferr = err
-					return false
-				}
-				if ti == from && after != "" && r.RowID <= after {
-					continue
-				}
-				last = r.RowID
-				if r.Deleted || len(r.Scopes) == 0 {
-					continue
-				}
-				rep.Rows++
-				rows = append(rows, r)
-			}
-			if ferr = s.copyRows(ctx, partition, table, rows, &rep); ferr == nil && last != "" {
-				ferr = s.saveFill(ctx, partition, list+"\x00"+table+"\x00"+last)
-			}
-			return ferr == nil
-		})
-		if err == nil {
-			err = ferr
-		}
-		if err != nil {
+		if err := s.copyTable(ctx, partition, table, list, resume, &rep); err != nil {
 			return rep, fmt.Errorf("dynamostore: backfill %s/%s: %w", partition, table, err)
 		}
 	}
@@ -145,6 +112,51 @@ func (s *Store) BackfillScopeIndex(ctx context.Context, partition string, tables
 	}
 	rep.Marked = true
 	return rep, nil
+}
+
+// copyTable writes the scope copies of table's live rows after rowId
+// after ("" for all), a page at a time, recording each finished page on
+// the head (saveFill under the tables' fingerprint list) so a run cut off
+// resumes after it.
+func (s *Store) copyTable(ctx context.Context, partition, table, list, after string, rep *BackfillReport) error {
+	var last string
+	in := &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(rowPK(partition, table))},
+		Limit:                     aws.Int32(s.scanPage),
+	}
+	if after != "" {
+		in.KeyConditionExpression = aws.String("pk = :pk AND sk > :after")
+		in.ExpressionAttributeValues[":after"] = S(skLowerBound(rowSK(after)))
+	}
+	var ferr error
+	err := s.query(ctx, "backfill: read rows", in, func(items []map[string]types.AttributeValue) bool {
+		var rows []*store.Row
+		for _, it := range items {
+			r, err := parseRow(it)
+			if err != nil {
+				ferr = err
+				return false
+			}
+			if after != "" && r.RowID <= after {
+				continue
+			}
+			last = r.RowID
+			if r.Deleted || len(r.Scopes) == 0 {
+				continue
+			}
+			rep.Rows++
+			rows = append(rows, r)
+		}
+		if ferr = s.copyRows(ctx, partition, table, rows, rep); ferr == nil && last != "" {
+			ferr = s.saveFill(ctx, partition, list+"\x00"+table+"\x00"+last)
+		}
+		return ferr == nil
+	})
+	if err == nil {
+		err = ferr
+	}
+	return err
 }
 
 // hScopeFill on the head: where a BackfillScopeIndex cut off (by a

@@ -330,63 +330,7 @@ var errTouchAgain = errors.New("dynamostore: touch again")
 // creates it, refreshes lastSeenAtMs, or returns it.
 func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, newEpoch string, h head, ok bool, marker int64) (store.Head, error) {
 	if !ok {
-		if newEpoch == "" {
-			return store.Head{}, errors.New("dynamostore: TouchPartition needs a non-empty epoch to create a partition")
-		}
-		// Registry first: it must list every head (partitions.go).
-		if err := s.RegisterPartition(ctx, partition); err != nil {
-			return store.Head{}, err
-		}
-		item := Key(headPK(partition), headSK)
-		item[hEpoch], item[hRequired], item[hMax], item[hApplied], item[hHorizon], item[hSeen] =
-			S(newEpoch), BOOL(false), N(0), N(0), N(0), N(nowMs)
-		if s.copiesNew {
-			// Every row copied from the first commit; otherwise none
-			// until a wide bootstrap asks for copies (scopeindex.go).
-			item[hScoped] = BOOL(true)
-		}
-		if s.indexNew {
-			item[hLogIndexOn] = BOOL(true)
-		}
-		created := store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs}
-		var err error
-		if marker == 0 {
-			err = s.putItem(ctx, "create partition", item, "attribute_not_exists(pk)", nil)
-			if isConditionFailed(err) {
-				return store.Head{}, errTouchAgain // lost the creation race: read the winner's head
-			}
-		} else {
-			item[hFence] = N(marker)
-			created.Gate = &store.Gate{StoredSchema: marker, WriterFence: marker}
-			// A new partition has nothing to backfill: it starts with the
-			// table-wide checkpoint declaration materialised (and so with
-			// nothing pending), pinned like the marker.
-			cond, vals := "v = :v AND attribute_not_exists(dg)", map[string]types.AttributeValue{":v": N(marker)}
-			if dg := s.marker.decl.Load().Gen(); dg > 0 {
-				item[hMaterialized] = N(dg)
-				cond, vals[":dg"] = "v = :v AND dg = :dg", N(dg)
-			}
-			err = s.transact(ctx, "create partition", []txItem{
-				{size: 40, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-					TableName: s.table, Key: Key(markerPK, markerSK),
-					ConditionExpression:       aws.String(cond),
-					ExpressionAttributeValues: vals,
-				}}},
-				{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
-					TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)"),
-				}}},
-			})
-			if codes, _ := cancelReasons(err); codes != nil {
-				return store.Head{}, errTouchAgain // lost the creation race, or the marker moved
-			}
-			err = wrap("create partition", err)
-		}
-		if err != nil {
-			return store.Head{}, err
-		}
-		s.noteIndex(partition, head{indexRequested: s.indexNew, scoped: s.copiesNew})
-		s.noteHeadItem(partition, item) // the head as the put created it
-		return created, nil
+		return s.createHead(ctx, partition, nowMs, newEpoch, marker)
 	}
 	h.Gate = withMarker(h.Gate, marker)
 	if nowMs-h.LastSeenAtMs <= s.refreshMs {
@@ -424,6 +368,69 @@ func (s *Store) touchHead(ctx context.Context, partition string, nowMs int64, ne
 	s.lazyGate(&h2)
 	h2.Gate = withMarker(h2.Gate, marker)
 	return h2.Head, nil
+}
+
+// createHead creates partition's head (touchHead, the head absent):
+// registry entry first, then the head, pinned to the schema marker when
+// there is one; errTouchAgain when another creation won.
+func (s *Store) createHead(ctx context.Context, partition string, nowMs int64, newEpoch string, marker int64) (store.Head, error) {
+	if newEpoch == "" {
+		return store.Head{}, errors.New("dynamostore: TouchPartition needs a non-empty epoch to create a partition")
+	}
+	// Registry first: it must list every head (partitions.go).
+	if err := s.RegisterPartition(ctx, partition); err != nil {
+		return store.Head{}, err
+	}
+	item := Key(headPK(partition), headSK)
+	item[hEpoch], item[hRequired], item[hMax], item[hApplied], item[hHorizon], item[hSeen] =
+		S(newEpoch), BOOL(false), N(0), N(0), N(0), N(nowMs)
+	if s.copiesNew {
+		// Every row copied from the first commit; otherwise none
+		// until a wide bootstrap asks for copies (scopeindex.go).
+		item[hScoped] = BOOL(true)
+	}
+	if s.indexNew {
+		item[hLogIndexOn] = BOOL(true)
+	}
+	created := store.Head{LogEpoch: newEpoch, LastSeenAtMs: nowMs}
+	var err error
+	if marker == 0 {
+		err = s.putItem(ctx, "create partition", item, "attribute_not_exists(pk)", nil)
+		if isConditionFailed(err) {
+			return store.Head{}, errTouchAgain // lost the creation race: read the winner's head
+		}
+	} else {
+		item[hFence] = N(marker)
+		created.Gate = &store.Gate{StoredSchema: marker, WriterFence: marker}
+		// A new partition has nothing to backfill: it starts with the
+		// table-wide checkpoint declaration materialised (and so with
+		// nothing pending), pinned like the marker.
+		cond, vals := "v = :v AND attribute_not_exists(dg)", map[string]types.AttributeValue{":v": N(marker)}
+		if dg := s.marker.decl.Load().Gen(); dg > 0 {
+			item[hMaterialized] = N(dg)
+			cond, vals[":dg"] = "v = :v AND dg = :dg", N(dg)
+		}
+		err = s.transact(ctx, "create partition", []txItem{
+			{size: 40, w: types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+				TableName: s.table, Key: Key(markerPK, markerSK),
+				ConditionExpression:       aws.String(cond),
+				ExpressionAttributeValues: vals,
+			}}},
+			{size: ItemSize(item), w: types.TransactWriteItem{Put: &types.Put{
+				TableName: s.table, Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)"),
+			}}},
+		})
+		if codes, _ := cancelReasons(err); codes != nil {
+			return store.Head{}, errTouchAgain // lost the creation race, or the marker moved
+		}
+		err = wrap("create partition", err)
+	}
+	if err != nil {
+		return store.Head{}, err
+	}
+	s.noteIndex(partition, head{indexRequested: s.indexNew, scoped: s.copiesNew})
+	s.noteHeadItem(partition, item) // the head as the put created it
+	return created, nil
 }
 
 // Head implements store.Store.
