@@ -102,27 +102,11 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 			return false
 		}
 		for i, d := range p.Checkpoints {
-			var bp Progress
-			if slices.ContainsFunc(h.Gate.Pending, func(pc store.PendingCheckpoint) bool { return pc.Name == d.Name }) {
-				if d.Transform == nil {
-					d.Transform = o.Transform
-				}
-				bo := BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now, head: &h}
-				if i > 0 {
-					bo.head = nil // an earlier backfill may have committed: read it again
-				}
-				bp, err = RunBackfill(ctx, b, part, d, bo)
-			} else {
-				// Activated here already (or the partition was created
-				// after the declaration: nothing to backfill).
-				bp.Activated = 1
+			bo := BackfillOptions{BatchRows: o.BatchRows, Deadline: deadline, Now: p.Now}
+			if i == 0 {
+				bo.head = &h // later: an earlier backfill may have committed, read it again
 			}
-			var line string
-			if out != nil {
-				if c, err := b.GetCheckpoint(ctx, part, d.Name); err == nil && c != nil {
-					line = fmt.Sprintf("%q\t%s\t%s\t%d\t%d\n", part, c.Name, c.State, c.Watermark, c.ObservedRows)
-				}
-			}
+			bp, line, err := runCheckpoint(ctx, b, part, d, &h, bo, o.Transform, out != nil)
 			mu.Lock()
 			pr.Batches += bp.Batches
 			pr.Rows += bp.Rows
@@ -148,4 +132,26 @@ func Run(ctx context.Context, b Backend, p Plan, o RunOptions, out io.Writer) (P
 		return ctx.Err() == nil
 	})
 	return pr, errors.Join(append(errs, err, ctx.Err())...)
+}
+
+// runCheckpoint backfills checkpoint d in part when h, the head
+// MaterializeCheckpoints left, lists it pending, else counts it activated
+// (it was here already, or the partition was created after the
+// declaration: nothing to backfill). With report, line is its
+// checkpoint's row of Run's table.
+func runCheckpoint(ctx context.Context, b Backend, part string, d Declaration, h *store.Head, bo BackfillOptions, transform Transform, report bool) (bp Progress, line string, err error) {
+	if slices.ContainsFunc(h.Gate.Pending, func(pc store.PendingCheckpoint) bool { return pc.Name == d.Name }) {
+		if d.Transform == nil {
+			d.Transform = transform
+		}
+		bp, err = RunBackfill(ctx, b, part, d, bo)
+	} else {
+		bp.Activated = 1
+	}
+	if report {
+		if c, gerr := b.GetCheckpoint(ctx, part, d.Name); gerr == nil && c != nil {
+			line = fmt.Sprintf("%q\t%s\t%s\t%d\t%d\n", part, c.Name, c.State, c.Watermark, c.ObservedRows)
+		}
+	}
+	return bp, line, err
 }
